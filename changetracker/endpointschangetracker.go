@@ -1,0 +1,326 @@
+package changetracker
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+)
+
+// EndpointsMap maps every service port with endpoints to its endpoints,
+// sorted by IP and then port. Ports without endpoints are absent. A proxier
+// keeps one per IP family and brings it up to date with Update.
+type EndpointsMap map[ServicePortName][]Endpoint
+
+// EndpointsChangeTracker records changes to EndpointSlices, for one IP family,
+// until an EndpointsMap takes them with Update. Create it with
+// NewEndpointsChangeTracker. Its methods are safe for concurrent use: informer
+// goroutines call EndpointSliceUpdate while the sync goroutine calls
+// EndpointsMap.Update.
+type EndpointsChangeTracker struct {
+	ipFamily     v1.IPFamily
+	addressType  discoveryv1.AddressType
+	nodeName     string
+	makeEndpoint MakeEndpointFunc
+	logger       klog.Logger
+	startTime    time.Time
+
+	mu       sync.Mutex
+	services map[types.NamespacedName]*serviceSlices
+	// dirty holds the Services with a pending slice change; nil when none.
+	dirty        map[types.NamespacedName]struct{}
+	triggerTimes map[types.NamespacedName][]time.Time
+}
+
+// NewEndpointsChangeTracker returns a tracker for EndpointSlices of one IP
+// family (v1.IPv4Protocol or v1.IPv6Protocol; with any other value every slice
+// is ignored). nodeName is this node's name, used for Endpoint.IsLocal; with
+// "" no endpoint is local. makeEndpoint may be nil, to store *BaseEndpoint
+// values.
+func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string, makeEndpoint MakeEndpointFunc, opts ...TrackerOption) *EndpointsChangeTracker {
+	o := newTrackerOptions(opts)
+	t := &EndpointsChangeTracker{
+		ipFamily:     ipFamily,
+		nodeName:     nodeName,
+		makeEndpoint: makeEndpoint,
+		logger:       o.logger,
+		startTime:    o.clock.Now(),
+		services:     make(map[types.NamespacedName]*serviceSlices),
+	}
+	switch ipFamily {
+	case v1.IPv4Protocol:
+		t.addressType = discoveryv1.AddressTypeIPv4
+	case v1.IPv6Protocol:
+		t.addressType = discoveryv1.AddressTypeIPv6
+	default:
+		o.logger.Error(nil, "Endpoints change tracker created for an unknown IP family; it will track nothing", "ipFamily", ipFamily)
+	}
+	return t
+}
+
+// EndpointSliceUpdate records an added or updated EndpointSlice, or a deleted
+// one when removeSlice is set. Slices of the other address family (and FQDN
+// slices) are ignored; a slice without the kubernetes.io/service-name label, or
+// without a name or namespace, is logged with its name and ignored. Bad
+// endpoints and ports inside a slice are logged and skipped, the rest of the
+// slice is used.
+//
+// It returns true when the call recorded a change that needs a sync, and false
+// when the slice was ignored, is unchanged from what is already pending or
+// applied, or the call undid a pending change (so an add followed by a delete
+// before a sync leaves nothing to do). Note that this differs from
+// ServiceChangeTracker.Update, as in kube-proxy.
+func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.EndpointSlice, removeSlice bool) bool {
+	if slice == nil {
+		return false
+	}
+	if t.addressType == "" || slice.AddressType != t.addressType {
+		return false
+	}
+	nn, err := sliceKey(slice)
+	if err != nil {
+		t.logger.Error(err, "Ignoring endpoint slice")
+		return false
+	}
+	var info *sliceInfo
+	if !removeSlice {
+		info = newSliceInfo(t.logger, slice, t.ipFamily, t.nodeName)
+	}
+	// Parse the trigger time outside the lock, too.
+	var trigger time.Time
+	if !removeSlice {
+		trigger = t.lastChangeTriggerTime(slice)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ss := t.services[nn]
+	if ss == nil {
+		if removeSlice {
+			return false
+		}
+		ss = &serviceSlices{}
+		t.services[nn] = ss
+	}
+	changed := ss.setPending(slice.Name, info)
+	if len(ss.slices) == 0 && len(ss.ports) == 0 {
+		delete(t.services, nn)
+	}
+	if !changed {
+		return false
+	}
+	if t.dirty == nil {
+		t.dirty = make(map[types.NamespacedName]struct{})
+	}
+	t.dirty[nn] = struct{}{}
+	// A deleted slice's annotation dates from its last update, not from the
+	// deletion, so it would report a wrong latency (kubernetes#81360).
+	if removeSlice {
+		delete(t.triggerTimes, nn)
+	} else if !trigger.IsZero() {
+		if t.triggerTimes == nil {
+			t.triggerTimes = make(map[types.NamespacedName][]time.Time)
+		}
+		t.triggerTimes[nn] = append(t.triggerTimes[nn], trigger)
+	}
+	return true
+}
+
+// lastChangeTriggerTime returns the slice's
+// endpoints.kubernetes.io/last-change-trigger-time, or the zero time when it
+// is missing, unparsable (logged) or from before the tracker started.
+func (t *EndpointsChangeTracker) lastChangeTriggerTime(slice *discoveryv1.EndpointSlice) time.Time {
+	s, ok := slice.Annotations[v1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return time.Time{}
+	}
+	ts, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.logger.Error(err, "Ignoring unparsable last-change-trigger-time", "endpointSlice", klog.KObj(slice), "value", s)
+		return time.Time{}
+	}
+	if !ts.After(t.startTime) {
+		return time.Time{}
+	}
+	return ts
+}
+
+// PendingChanges returns the names of Services with an EndpointSlice change
+// that the next EndpointsMap.Update will look at; an empty set when none.
+func (t *EndpointsChangeTracker) PendingChanges() sets.Set[types.NamespacedName] {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := sets.New[types.NamespacedName]()
+	for nn := range t.dirty {
+		if ss := t.services[nn]; ss != nil && ss.hasPending() {
+			s.Insert(nn)
+		}
+	}
+	return s
+}
+
+// endpointsChange is the change of one Service's endpoints.
+type endpointsChange struct {
+	nn       types.NamespacedName
+	previous []portEndpoints
+	current  []portEndpoints
+}
+
+// checkout applies the pending slice changes of dirty Services and returns the
+// Services whose endpoints changed, with the trigger times collected since the
+// last checkout.
+func (t *EndpointsChangeTracker) checkout() ([]endpointsChange, map[types.NamespacedName][]time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	times := t.triggerTimes
+	t.triggerTimes = nil
+	if len(t.dirty) == 0 {
+		return nil, times
+	}
+	changes := make([]endpointsChange, 0, len(t.dirty))
+	for nn := range t.dirty {
+		ss := t.services[nn]
+		if ss == nil || !ss.hasPending() {
+			continue
+		}
+		ss.applyPending()
+		ports := ss.buildPorts(nn)
+		if !portsEqual(ss.ports, ports) {
+			t.makeEndpoints(ports)
+			changes = append(changes, endpointsChange{nn: nn, previous: ss.ports, current: ports})
+			ss.ports = ports
+		}
+		// Otherwise the slices changed but the endpoints did not (for
+		// example an endpoint moved from one slice to another).
+		if len(ss.slices) == 0 {
+			delete(t.services, nn)
+		}
+	}
+	t.dirty = nil
+	return changes, times
+}
+
+// makeEndpoints fills in the Endpoint values of freshly built ports, through
+// the MakeEndpointFunc when there is one. A port left without endpoints is
+// kept (so that the change is seen) but not stored in the map.
+func (t *EndpointsChangeTracker) makeEndpoints(ports []portEndpoints) {
+	for i := range ports {
+		p := &ports[i]
+		p.endpoints = make([]Endpoint, 0, len(p.base))
+		for k := range p.base {
+			b := &p.base[k]
+			if t.makeEndpoint == nil {
+				p.endpoints = append(p.endpoints, b)
+				continue
+			}
+			ep := t.makeEndpoint(b, &p.name)
+			if isNil(ep) {
+				continue
+			}
+			p.endpoints = append(p.endpoints, ep)
+		}
+	}
+}
+
+// UpdateEndpointsMapResult tells a proxier what an EndpointsMap.Update
+// changed.
+type UpdateEndpointsMapResult struct {
+	// UpdatedServices holds the Services whose endpoints were added, changed
+	// or removed. An iptables-style backend can resync just these. Never nil.
+	UpdatedServices sets.Set[types.NamespacedName]
+	// ConntrackCleanupRequired is true when the endpoints of any UDP port
+	// changed, so stale conntrack entries may need clearing (UDP entries
+	// outlive the endpoints they point to, and entries created while a port
+	// had no endpoints keep black-holing traffic).
+	ConntrackCleanupRequired bool
+	// ConntrackCleanupPorts holds the UDP service ports whose endpoints
+	// changed, gained their first endpoint or lost their last one. Never nil.
+	ConntrackCleanupPorts sets.Set[ServicePortName]
+	// LastChangeTriggerTimes holds, per Service, the
+	// endpoints.kubernetes.io/last-change-trigger-time values of the slice
+	// updates taken since the last Update (after the tracker started), for a
+	// network-programming-latency metric. Never nil.
+	LastChangeTriggerTimes map[types.NamespacedName][]time.Time
+}
+
+// Update applies the changes pending in t to m and returns what changed. Its
+// cost is proportional to the size of the changed Services, not to the size
+// of m. A nil tracker changes nothing. m must be the only map updated from t.
+func (m EndpointsMap) Update(t *EndpointsChangeTracker) UpdateEndpointsMapResult {
+	result := UpdateEndpointsMapResult{
+		UpdatedServices:       sets.New[types.NamespacedName](),
+		ConntrackCleanupPorts: sets.New[ServicePortName](),
+	}
+	if t == nil {
+		result.LastChangeTriggerTimes = map[types.NamespacedName][]time.Time{}
+		return result
+	}
+	changes, times := t.checkout()
+	if times == nil {
+		times = map[types.NamespacedName][]time.Time{}
+	}
+	result.LastChangeTriggerTimes = times
+	for i := range changes {
+		c := &changes[i]
+		result.UpdatedServices.Insert(c.nn)
+		for k := range c.previous {
+			p := &c.previous[k]
+			j := findPort(c.current, p.name)
+			if j < 0 {
+				delete(m, p.name)
+				if p.name.Protocol == v1.ProtocolUDP && len(p.base) > 0 {
+					result.ConntrackCleanupPorts.Insert(p.name)
+				}
+				continue
+			}
+			if p.name.Protocol == v1.ProtocolUDP && !baseListEqual(p.base, c.current[j].base) {
+				result.ConntrackCleanupPorts.Insert(p.name)
+			}
+		}
+		for k := range c.current {
+			p := &c.current[k]
+			if len(p.endpoints) == 0 {
+				delete(m, p.name)
+			} else {
+				m[p.name] = p.endpoints
+			}
+			if p.name.Protocol == v1.ProtocolUDP && len(p.base) > 0 && findPort(c.previous, p.name) < 0 {
+				result.ConntrackCleanupPorts.Insert(p.name)
+			}
+		}
+	}
+	result.ConntrackCleanupRequired = result.ConntrackCleanupPorts.Len() > 0
+	return result
+}
+
+// LocalReadyEndpoints returns, for every Service with ready endpoints on this
+// node, how many distinct local ready IPs it has (an IP serving two ports
+// counts once). Terminating endpoints do not count, so that a node whose only
+// endpoints are terminating fails its health check. Services with none are
+// absent. It walks the whole map.
+func (m EndpointsMap) LocalReadyEndpoints() map[types.NamespacedName]int {
+	ips := make(map[types.NamespacedName]map[netip.Addr]struct{})
+	for name, eps := range m {
+		for _, ep := range eps {
+			if !ep.IsLocal() || !ep.IsReady() {
+				continue
+			}
+			s := ips[name.NamespacedName]
+			if s == nil {
+				s = make(map[netip.Addr]struct{})
+				ips[name.NamespacedName] = s
+			}
+			s[ep.IP()] = struct{}{}
+		}
+	}
+	counts := make(map[types.NamespacedName]int, len(ips))
+	for nn, s := range ips {
+		counts[nn] = len(s)
+	}
+	return counts
+}

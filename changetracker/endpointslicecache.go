@@ -1,0 +1,446 @@
+package changetracker
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+)
+
+// maxEndpointsPerSlice is the API server's limit. Bigger slices (from
+// manifests or a misbehaving controller) are still handled, but logged.
+const maxEndpointsPerSlice = 1000
+
+// The endpoint-slice cache keeps, per Service, a compact copy of each of its
+// EndpointSlices as last applied and as pending, and the per-port endpoint
+// lists computed from the applied ones. Only Services with a pending change
+// are recomputed by EndpointsMap.Update, so a change costs what it touches.
+
+// serviceSlices is the cache entry of one Service.
+type serviceSlices struct {
+	slices []*sliceState
+	// ports holds the endpoints built from the applied slices, as stored in
+	// the EndpointsMap, sorted by port name and protocol.
+	ports []portEndpoints
+}
+
+// sliceState is one EndpointSlice of a Service.
+type sliceState struct {
+	name    string
+	applied *sliceInfo // nil when not applied yet
+	// pending is the state to apply at the next Update when hasPending is
+	// set; a nil pending then means "remove the slice".
+	pending    *sliceInfo
+	hasPending bool
+}
+
+// sliceInfo is the part of an EndpointSlice the proxy uses. It is kept small
+// because there is one per slice in the cluster.
+type sliceInfo struct {
+	ports     []slicePort     // sorted by name, then protocol
+	endpoints []sliceEndpoint // sorted by address
+}
+
+type slicePort struct {
+	name     string
+	protocol v1.Protocol
+	port     int32
+}
+
+type sliceEndpoint struct {
+	addr     netip.Addr
+	nodeName string
+	zone     string
+	hints    *endpointHints // nil when the endpoint has no hints
+	flags    endpointFlags
+}
+
+type endpointHints struct {
+	zones sets.Set[string]
+	nodes sets.Set[string]
+}
+
+// portEndpoints is the endpoint list of one service port.
+type portEndpoints struct {
+	name ServicePortName
+	// base holds the tracker's data for each endpoint, allocated in one
+	// block; endpoints holds what MakeEndpointFunc made of them.
+	base      []BaseEndpoint
+	endpoints []Endpoint
+}
+
+// sliceKey returns the Service an EndpointSlice belongs to, or an error naming
+// the slice when it cannot be attributed to one.
+func sliceKey(slice *discoveryv1.EndpointSlice) (types.NamespacedName, error) {
+	if slice.Name == "" || slice.Namespace == "" {
+		return types.NamespacedName{}, fmt.Errorf("endpoint slice %q in namespace %q: name and namespace must be set", slice.Name, slice.Namespace)
+	}
+	svcName := slice.Labels[discoveryv1.LabelServiceName]
+	if svcName == "" {
+		return types.NamespacedName{}, fmt.Errorf("endpoint slice %s/%s: no %s label", slice.Namespace, slice.Name, discoveryv1.LabelServiceName)
+	}
+	return types.NamespacedName{Namespace: slice.Namespace, Name: svcName}, nil
+}
+
+// newSliceInfo copies what the proxy uses out of slice, skipping (with a log
+// line naming the slice) ports without a number, duplicate ports, endpoints
+// without an address and addresses that do not parse or are of the other
+// family.
+func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily v1.IPFamily, nodeName string) *sliceInfo {
+	info := &sliceInfo{}
+	if len(slice.Ports) > 0 {
+		info.ports = make([]slicePort, 0, len(slice.Ports))
+	}
+	for i := range slice.Ports {
+		p := &slice.Ports[i]
+		sp := slicePort{protocol: v1.ProtocolTCP}
+		if p.Name != nil {
+			sp.name = *p.Name
+		}
+		if p.Protocol != nil && *p.Protocol != "" {
+			sp.protocol = *p.Protocol
+		}
+		if p.Port == nil || *p.Port <= 0 || *p.Port > 65535 {
+			// A nil port means "all ports" in the API, which a
+			// port-mapping proxy cannot express.
+			logger.V(2).Info("Ignoring endpoint slice port without a valid number", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			continue
+		}
+		sp.port = *p.Port
+		if slices.ContainsFunc(info.ports, func(o slicePort) bool { return o.name == sp.name && o.protocol == sp.protocol }) {
+			logger.Error(nil, "Ignoring duplicate endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", sp.name, "protocol", sp.protocol)
+			continue
+		}
+		info.ports = append(info.ports, sp)
+	}
+	slices.SortFunc(info.ports, func(a, b slicePort) int {
+		if c := cmp.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.protocol, b.protocol)
+	})
+
+	if len(slice.Endpoints) > maxEndpointsPerSlice {
+		logger.V(2).Info("Endpoint slice has more endpoints than the API allows", "endpointSlice", klog.KObj(slice), "endpoints", len(slice.Endpoints), "limit", maxEndpointsPerSlice)
+	}
+	if len(slice.Endpoints) > 0 {
+		info.endpoints = make([]sliceEndpoint, 0, len(slice.Endpoints))
+	}
+	var lastHints *endpointHints
+	var lastHintSrc *discoveryv1.EndpointHints
+	sorted := true
+	for i := range slice.Endpoints {
+		ep := &slice.Endpoints[i]
+		if len(ep.Addresses) == 0 {
+			logger.V(2).Info("Ignoring endpoint without an address", "endpointSlice", klog.KObj(slice), "index", i)
+			continue
+		}
+		addr, ok := parseAddr(ep.Addresses[0])
+		if !ok {
+			logger.Error(nil, "Ignoring endpoint with an unparsable address", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
+			continue
+		}
+		if familyOf(addr) != ipFamily {
+			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
+			continue
+		}
+		se := sliceEndpoint{addr: addr}
+		if ep.NodeName != nil {
+			se.nodeName = *ep.NodeName
+			if nodeName != "" && se.nodeName == nodeName {
+				se.flags |= flagLocal
+			}
+		}
+		if ep.Zone != nil {
+			se.zone = *ep.Zone
+		}
+		c := &ep.Conditions
+		if c.Ready == nil || *c.Ready {
+			se.flags |= flagReady
+		}
+		if c.Serving == nil || *c.Serving {
+			se.flags |= flagServing
+		}
+		if c.Terminating != nil && *c.Terminating {
+			se.flags |= flagTerminating
+		}
+		if h := ep.Hints; h != nil && (len(h.ForZones) > 0 || len(h.ForNodes) > 0) {
+			// Neighbouring endpoints usually carry the same hints; share
+			// the sets rather than building one per endpoint.
+			if lastHints == nil || !sameHints(lastHintSrc, h) {
+				lastHints = newEndpointHints(h)
+				lastHintSrc = h
+			}
+			se.hints = lastHints
+		}
+		if n := len(info.endpoints); n > 0 && info.endpoints[n-1].addr.Compare(addr) > 0 {
+			sorted = false
+		}
+		info.endpoints = append(info.endpoints, se)
+	}
+	if !sorted {
+		slices.SortStableFunc(info.endpoints, func(a, b sliceEndpoint) int { return a.addr.Compare(b.addr) })
+	}
+	return info
+}
+
+func newEndpointHints(h *discoveryv1.EndpointHints) *endpointHints {
+	eh := &endpointHints{}
+	if len(h.ForZones) > 0 {
+		eh.zones = make(sets.Set[string], len(h.ForZones))
+		for _, z := range h.ForZones {
+			eh.zones.Insert(z.Name)
+		}
+	}
+	if len(h.ForNodes) > 0 {
+		eh.nodes = make(sets.Set[string], len(h.ForNodes))
+		for _, n := range h.ForNodes {
+			eh.nodes.Insert(n.Name)
+		}
+	}
+	return eh
+}
+
+func sameHints(a, b *discoveryv1.EndpointHints) bool {
+	return slices.Equal(a.ForZones, b.ForZones) && slices.Equal(a.ForNodes, b.ForNodes)
+}
+
+func (h *endpointHints) equal(o *endpointHints) bool {
+	if h == o {
+		return true
+	}
+	if h == nil || o == nil {
+		return false
+	}
+	return h.zones.Equal(o.zones) && h.nodes.Equal(o.nodes)
+}
+
+// equal reports whether two slice infos carry the same data; nil equals nil.
+func (s *sliceInfo) equal(o *sliceInfo) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	if !slices.Equal(s.ports, o.ports) || len(s.endpoints) != len(o.endpoints) {
+		return false
+	}
+	for i := range s.endpoints {
+		a, b := &s.endpoints[i], &o.endpoints[i]
+		if a.addr != b.addr || a.flags != b.flags || a.nodeName != b.nodeName || a.zone != b.zone || !a.hints.equal(b.hints) {
+			return false
+		}
+	}
+	return true
+}
+
+// findSlice returns the state of the named slice, or nil.
+func (s *serviceSlices) findSlice(name string) *sliceState {
+	for _, st := range s.slices {
+		if st.name == name {
+			return st
+		}
+	}
+	return nil
+}
+
+// setPending records info (nil: removal) as the pending state of the named
+// slice. It returns whether a sync is needed for it: false when info matches
+// what is already pending, or when it cancels a pending change by returning to
+// the applied state.
+func (s *serviceSlices) setPending(name string, info *sliceInfo) (changed bool) {
+	st := s.findSlice(name)
+	if st == nil {
+		if info == nil {
+			return false
+		}
+		s.slices = append(s.slices, &sliceState{name: name, pending: info, hasPending: true})
+		return true
+	}
+	if st.hasPending {
+		if st.pending.equal(info) {
+			return false
+		}
+		if st.applied.equal(info) {
+			// Back to where it started: nothing to do for this slice.
+			st.pending, st.hasPending = nil, false
+			s.dropIfEmpty(st)
+			return false
+		}
+		st.pending = info
+		return true
+	}
+	if st.applied.equal(info) {
+		return false
+	}
+	st.pending, st.hasPending = info, true
+	return true
+}
+
+// dropIfEmpty forgets a slice that is neither applied nor pending.
+func (s *serviceSlices) dropIfEmpty(st *sliceState) {
+	if st.applied != nil || st.hasPending {
+		return
+	}
+	s.slices = slices.DeleteFunc(s.slices, func(o *sliceState) bool { return o == st })
+}
+
+// hasPending reports whether any slice of the service has a pending change.
+func (s *serviceSlices) hasPending() bool {
+	for _, st := range s.slices {
+		if st.hasPending {
+			return true
+		}
+	}
+	return false
+}
+
+// applyPending moves pending slice states to applied.
+func (s *serviceSlices) applyPending() {
+	kept := s.slices[:0]
+	for _, st := range s.slices {
+		if st.hasPending {
+			st.applied, st.pending, st.hasPending = st.pending, nil, false
+		}
+		if st.applied != nil {
+			kept = append(kept, st)
+		}
+	}
+	clear(s.slices[len(kept):])
+	s.slices = kept
+}
+
+// candidate is one endpoint of one slice for one port, before de-duplication.
+type candidate struct {
+	ep   *sliceEndpoint
+	port int32
+}
+
+// buildPorts computes the base endpoints of every port of the Service from
+// its applied slices. An endpoint that appears in several slices (which
+// happens while the controller moves it) is kept once per port number,
+// preferring a copy that is local. Lists are sorted by IP, then port.
+func (s *serviceSlices) buildPorts(nn types.NamespacedName) []portEndpoints {
+	var out []portEndpoints
+	var cands []candidate
+	for i, st := range s.slices {
+		for _, p := range st.applied.ports {
+			name := ServicePortName{NamespacedName: nn, Port: p.name, Protocol: p.protocol}
+			if slices.ContainsFunc(out, func(pe portEndpoints) bool { return pe.name == name }) {
+				continue // already built from an earlier slice
+			}
+			cands = cands[:0]
+			multi := false
+			for _, other := range s.slices[i:] {
+				for _, op := range other.applied.ports {
+					if op.name != p.name || op.protocol != p.protocol {
+						continue
+					}
+					if other != st {
+						multi = true
+					}
+					for k := range other.applied.endpoints {
+						cands = append(cands, candidate{ep: &other.applied.endpoints[k], port: op.port})
+					}
+				}
+			}
+			if multi {
+				slices.SortStableFunc(cands, func(a, b candidate) int {
+					if c := a.ep.addr.Compare(b.ep.addr); c != 0 {
+						return c
+					}
+					return cmp.Compare(a.port, b.port)
+				})
+			}
+			out = append(out, portEndpoints{name: name, base: baseEndpoints(cands)})
+		}
+	}
+	slices.SortFunc(out, func(a, b portEndpoints) int {
+		if c := cmp.Compare(a.name.Port, b.name.Port); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name.Protocol, b.name.Protocol)
+	})
+	return out
+}
+
+// baseEndpoints turns sorted candidates into BaseEndpoints, dropping
+// duplicates (same address and port) and preferring a local copy.
+func baseEndpoints(cands []candidate) []BaseEndpoint {
+	n := 0
+	for i := range cands {
+		if i == 0 || !sameTarget(cands[i-1], cands[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	base := make([]BaseEndpoint, n)
+	j := -1
+	for i := range cands {
+		c := cands[i]
+		if i > 0 && sameTarget(cands[i-1], c) {
+			if c.ep.flags&flagLocal == 0 || base[j].flags&flagLocal != 0 {
+				continue
+			}
+		} else {
+			j++
+		}
+		b := &base[j]
+		b.ip = c.ep.addr
+		b.port = c.port
+		b.flags = c.ep.flags
+		b.nodeName = c.ep.nodeName
+		b.zone = c.ep.zone
+		if h := c.ep.hints; h != nil {
+			b.zoneHints, b.nodeHints = h.zones, h.nodes
+		} else {
+			b.zoneHints, b.nodeHints = nil, nil
+		}
+	}
+	return base
+}
+
+func sameTarget(a, b candidate) bool {
+	return a.port == b.port && a.ep.addr == b.ep.addr
+}
+
+// portsEqual reports whether two built port lists carry the same data.
+func portsEqual(a, b []portEndpoints) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].name != b[i].name || !baseListEqual(a[i].base, b[i].base) {
+			return false
+		}
+	}
+	return true
+}
+
+func baseListEqual(a, b []BaseEndpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].sameAs(&b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// findPort returns the index of name in ports, or -1.
+func findPort(ports []portEndpoints, name ServicePortName) int {
+	for i := range ports {
+		if ports[i].name == name {
+			return i
+		}
+	}
+	return -1
+}

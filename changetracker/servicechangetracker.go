@@ -1,0 +1,274 @@
+package changetracker
+
+import (
+	"net/netip"
+	"reflect"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+)
+
+// ServicePortMap maps every proxied service port to its ServicePort. A
+// proxier keeps one per IP family and brings it up to date with Update.
+type ServicePortMap map[ServicePortName]ServicePort
+
+// ServiceChangeTracker records changes to Services, for one IP family, until a
+// ServicePortMap takes them with Update. Create it with
+// NewServiceChangeTracker. Its methods are safe for concurrent use: informer
+// goroutines call Update while the sync goroutine calls ServicePortMap.Update.
+type ServiceChangeTracker struct {
+	ipFamily        v1.IPFamily
+	makeServicePort MakeServicePortFunc
+	logger          klog.Logger
+
+	mu sync.Mutex
+	// items holds, per Service with a pending change, its ports as last
+	// applied and as they are now. nil when nothing is pending.
+	items map[types.NamespacedName]*serviceChange
+}
+
+// serviceChange is the accumulated change of one Service since the last
+// ServicePortMap.Update: previous is the state that was applied, current the
+// latest one seen.
+type serviceChange struct {
+	previous []namedServicePort
+	current  []namedServicePort
+}
+
+type namedServicePort struct {
+	name ServicePortName
+	port ServicePort
+}
+
+// NewServiceChangeTracker returns a tracker for Services of one IP family
+// (v1.IPv4Protocol or v1.IPv6Protocol; with any other value every Service is
+// skipped). makeServicePort may be nil, to store *BaseServicePort values.
+func NewServiceChangeTracker(ipFamily v1.IPFamily, makeServicePort MakeServicePortFunc, opts ...TrackerOption) *ServiceChangeTracker {
+	o := newTrackerOptions(opts)
+	if ipFamily != v1.IPv4Protocol && ipFamily != v1.IPv6Protocol {
+		o.logger.Error(nil, "Service change tracker created for an unknown IP family; it will track nothing", "ipFamily", ipFamily)
+	}
+	return &ServiceChangeTracker{
+		ipFamily:        ipFamily,
+		makeServicePort: makeServicePort,
+		logger:          o.logger,
+	}
+}
+
+// Update records a change to one Service: an add (previous nil), an update, or
+// a delete (current nil). Changes to the same Service accumulate until the
+// next ServicePortMap.Update, and a change that ends where it started (for
+// example an add followed by a delete, or an update that only touched fields
+// the proxy does not use) is dropped.
+//
+// Services that the proxy does not handle in this IP family (headless,
+// ExternalName, without a cluster IP of the family) count as having no ports,
+// so a Service that becomes headless is removed. Bad ports (invalid number or
+// protocol, a name used twice) are logged with the Service's name and skipped.
+//
+// As in kube-proxy, it returns true when the tracker has any pending change,
+// whether or not this call added one. Update(nil, nil) does nothing.
+func (t *ServiceChangeTracker) Update(previous, current *v1.Service) bool {
+	svc := current
+	if svc == nil {
+		svc = previous
+	}
+	if svc == nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return len(t.items) > 0
+	}
+	nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	cur := t.servicePorts(current)
+
+	t.mu.Lock()
+	change, ok := t.items[nn]
+	if !ok {
+		// Build the previous state outside the lock: informers for other
+		// Services and the sync goroutine should not wait for it.
+		t.mu.Unlock()
+		prev := t.servicePorts(previous)
+		t.mu.Lock()
+		if change, ok = t.items[nn]; !ok {
+			change = &serviceChange{previous: prev}
+			if t.items == nil {
+				t.items = make(map[types.NamespacedName]*serviceChange)
+			}
+			t.items[nn] = change
+		}
+	}
+	defer t.mu.Unlock()
+	change.current = cur
+	if servicePortsEqual(change.previous, change.current) {
+		delete(t.items, nn)
+	}
+	return len(t.items) > 0
+}
+
+// PendingChanges returns the names of Services with a change that the next
+// ServicePortMap.Update will apply; an empty set when there are none.
+func (t *ServiceChangeTracker) PendingChanges() sets.Set[types.NamespacedName] {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := sets.New[types.NamespacedName]()
+	for nn := range t.items {
+		s.Insert(nn)
+	}
+	return s
+}
+
+// servicePorts builds the ports of service that this tracker proxies, in the
+// order of spec.ports. It returns nil for a nil Service and for Services that
+// are not proxied in the tracker's family.
+func (t *ServiceChangeTracker) servicePorts(service *v1.Service) []namedServicePort {
+	if service == nil {
+		return nil
+	}
+	clusterIP, err := serviceClusterIP(service, t.ipFamily)
+	if err != nil {
+		// Headless, ExternalName and single-stack Services of the other
+		// family are normal; only unparsable addresses are worth a log.
+		t.logger.V(4).Info("Skipping service for this IP family", "service", klog.KObj(service), "ipFamily", t.ipFamily, "reason", err.Error())
+		return nil
+	}
+	if len(service.Spec.Ports) == 0 {
+		return nil
+	}
+	w := serviceWide(t.logger, service, t.ipFamily)
+	ports := make([]namedServicePort, 0, len(service.Spec.Ports))
+	for i := range service.Spec.Ports {
+		sp := &service.Spec.Ports[i]
+		if sp.Port <= 0 || sp.Port > 65535 {
+			t.logger.Error(nil, "Ignoring service port with invalid number", "service", klog.KObj(service), "portName", sp.Name, "port", sp.Port)
+			continue
+		}
+		proto := sp.Protocol
+		if proto == "" {
+			proto = v1.ProtocolTCP
+		}
+		if proto != v1.ProtocolTCP && proto != v1.ProtocolUDP && proto != v1.ProtocolSCTP {
+			t.logger.Error(nil, "Ignoring service port with unknown protocol", "service", klog.KObj(service), "portName", sp.Name, "protocol", sp.Protocol)
+			continue
+		}
+		name := ServicePortName{
+			NamespacedName: types.NamespacedName{Namespace: service.Namespace, Name: service.Name},
+			Port:           sp.Name,
+			Protocol:       proto,
+		}
+		if hasServicePortName(ports, name) {
+			t.logger.Error(nil, "Ignoring duplicate service port", "service", klog.KObj(service), "portName", sp.Name, "protocol", proto)
+			continue
+		}
+		base := newBaseServicePort(t.logger, service, sp, t.ipFamily, clusterIP, w)
+		var port ServicePort = base
+		if t.makeServicePort != nil {
+			port = t.makeServicePort(sp, service, base)
+			if isNil(port) {
+				continue
+			}
+		}
+		ports = append(ports, namedServicePort{name: name, port: port})
+	}
+	return ports
+}
+
+func hasServicePortName(ports []namedServicePort, name ServicePortName) bool {
+	for i := range ports {
+		if ports[i].name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// isNil reports whether an interface holds nothing or a nil pointer, so that a
+// MakeServicePortFunc returning a typed nil is treated as "drop".
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+func servicePortsEqual(a, b []namedServicePort) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].name != b[i].name || !servicePortEqual(a[i].port, b[i].port) {
+			return false
+		}
+	}
+	return true
+}
+
+func servicePortEqual(a, b ServicePort) bool {
+	if ba, ok := a.(*BaseServicePort); ok {
+		if bb, ok := b.(*BaseServicePort); ok {
+			return ba.equal(bb)
+		}
+		return false
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// UpdateServiceMapResult tells a proxier what a ServicePortMap.Update changed.
+type UpdateServiceMapResult struct {
+	// UpdatedServices holds the Services whose ports were added, changed or
+	// removed. An iptables-style backend can resync just these. Never nil.
+	UpdatedServices sets.Set[types.NamespacedName]
+	// DeletedUDPClusterIPs holds the cluster IPs of UDP ports that were
+	// removed, whose conntrack entries should be cleared. Never nil.
+	DeletedUDPClusterIPs sets.Set[netip.Addr]
+}
+
+// Update applies the changes pending in t to m and returns what changed. Its
+// cost is proportional to the number of changed Services, not to the size of
+// m. A nil tracker changes nothing. m must be the only map updated from t.
+func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
+	result := UpdateServiceMapResult{
+		UpdatedServices:      sets.New[types.NamespacedName](),
+		DeletedUDPClusterIPs: sets.New[netip.Addr](),
+	}
+	if t == nil {
+		return result
+	}
+	t.mu.Lock()
+	items := t.items
+	t.items = nil
+	t.mu.Unlock()
+
+	for nn, change := range items {
+		result.UpdatedServices.Insert(nn)
+		for _, p := range change.previous {
+			if hasServicePortName(change.current, p.name) {
+				continue
+			}
+			delete(m, p.name)
+			if p.port.Protocol() == v1.ProtocolUDP {
+				result.DeletedUDPClusterIPs.Insert(p.port.ClusterIP())
+			}
+		}
+		for _, p := range change.current {
+			m[p.name] = p.port
+		}
+	}
+	return result
+}
+
+// HealthCheckNodePorts returns, for every Service with a health-check node
+// port, that port (as uint16, the range the API allows). Services without
+// one are absent; an empty map when none has one.
+func (m ServicePortMap) HealthCheckNodePorts() map[types.NamespacedName]uint16 {
+	ports := make(map[types.NamespacedName]uint16)
+	for name, p := range m {
+		if hc := p.HealthCheckNodePort(); hc > 0 && hc <= 65535 {
+			ports[name.NamespacedName] = uint16(hc)
+		}
+	}
+	return ports
+}
