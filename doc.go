@@ -1,0 +1,49 @@
+// Package proxykit is a library of the building blocks of a Kubernetes
+// service proxy: the parts of kube-proxy that live inside k8s.io/kubernetes,
+// where nothing can import them, made into small packages that a CNI plugin,
+// a service mesh or a custom proxy can use on their own.
+//
+// This root package holds no code; it is the map. The blocks are:
+//
+//   - [github.com/proxykit/proxykit/changetracker]: turns Service and
+//     EndpointSlice events into the ServicePortMap and EndpointsMap a proxier
+//     syncs from, with pending-change tracking, topology and traffic-policy
+//     categorisation, dual-stack, and the informer glue.
+//   - [github.com/proxykit/proxykit/runner]: the bounded-frequency runner that
+//     calls a sync function at most once per minimum interval and at least
+//     once per maximum interval, retrying after errors.
+//   - [github.com/proxykit/proxykit/iptables]: an Interface over
+//     iptables-restore and iptables-save (legacy and nft), a strict in-memory
+//     fake, and the service rule writer with full and partial syncs.
+//   - [github.com/proxykit/proxykit/ipset] and
+//     [github.com/proxykit/proxykit/ipvs]: netlink managers and reconcilers for
+//     ipsets and IPVS virtual servers, with graceful termination.
+//   - [github.com/proxykit/proxykit/kernel]: what this node's kernel can do
+//     (version, modules, IPVS prerequisites) and sysctl access.
+//   - [github.com/proxykit/proxykit/conntrack]: removal of stale UDP and SCTP
+//     flows after a sync, and conntrack tuning.
+//   - [github.com/proxykit/proxykit/healthz]: the proxy's own health server
+//     and the per-service health-check node ports.
+//
+// # The data path
+//
+// Data flows in one direction through the blocks:
+//
+//	informers ─▶ changetracker ─▶ runner ─▶ backend (iptables | ipvs+ipset) ─▶ kernel
+//	                                          └─▶ conntrack cleanup, healthz
+//
+// Event handlers feed Service and EndpointSlice changes to the change
+// trackers and ask the runner for a sync. The runner calls the proxier's
+// sync function, which takes the pending changes (ServicePortMap.Update and
+// EndpointsMap.Update), renders the desired kernel state with a backend,
+// applies it, clears stale conntrack entries and reports health. Each block
+// has an Interface with a Linux implementation, a stub that returns a clear
+// "not supported" error on other systems, and a faithful fake for unit tests.
+//
+// # The reference composition
+//
+// The example binary in examples/proxier composes every block into a full
+// node proxier (iptables and IPVS modes) that runs against an API server or
+// against bundled YAML manifests; it is the place to start reading when
+// building a proxier of your own.
+package proxykit
