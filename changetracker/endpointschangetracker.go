@@ -111,6 +111,12 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 	if len(ss.slices) == 0 && len(ss.ports) == 0 {
 		delete(t.services, nn)
 	}
+	// A deleted slice's annotation dates from its last update, not from the
+	// deletion, so it would report a wrong latency (kubernetes#81360); and
+	// a deletion that cancels a pending add leaves nothing to measure.
+	if removeSlice {
+		delete(t.triggerTimes, nn)
+	}
 	if !changed {
 		return false
 	}
@@ -118,11 +124,7 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 		t.dirty = make(map[types.NamespacedName]struct{})
 	}
 	t.dirty[nn] = struct{}{}
-	// A deleted slice's annotation dates from its last update, not from the
-	// deletion, so it would report a wrong latency (kubernetes#81360).
-	if removeSlice {
-		delete(t.triggerTimes, nn)
-	} else if !trigger.IsZero() {
+	if !trigger.IsZero() {
 		if t.triggerTimes == nil {
 			t.triggerTimes = make(map[types.NamespacedName][]time.Time)
 		}

@@ -1,0 +1,219 @@
+package changetracker
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// svcEvent is one call of ServiceChangeTracker.Update.
+type svcEvent struct{ prev, cur *v1.Service }
+
+func TestServiceChangeTracker(t *testing.T) {
+	a := makeService("ns", "a", withPorts(svcPort("dns", 53, v1.ProtocolUDP), svcPort("dns-tcp", 53, v1.ProtocolTCP)))
+	aTCPOnly := makeService("ns", "a", withPorts(svcPort("dns-tcp", 53, v1.ProtocolTCP)))
+	aRelabelled := a.DeepCopy()
+	aRelabelled.Labels = map[string]string{"x": "y"}
+	aHeadless := makeService("ns", "a", withClusterIPs("None"), withPorts(svcPort("dns", 53, v1.ProtocolUDP)))
+	b := makeService("ns", "b", withClusterIPs("10.96.0.11"))
+	dual := makeService("ns", "dual", withClusterIPs("fd00::12", "10.96.0.12"))
+	v6 := makeService("ns", "v6", withClusterIPs("fd00::13"))
+	bad := makeService("ns", "bad", withPorts(
+		svcPort("ok", 80, v1.ProtocolTCP),
+		svcPort("ok", 80, v1.ProtocolTCP),
+		svcPort("zero", 0, v1.ProtocolTCP),
+		svcPort("big", 70000, v1.ProtocolTCP),
+		svcPort("icmp", 1, "ICMP"),
+		svcPort("ok", 80, v1.ProtocolUDP),
+	))
+	nsn := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
+
+	type round struct {
+		events         []svcEvent
+		wantPending    bool
+		wantMap        map[string]string
+		wantUpdated    []types.NamespacedName
+		wantDeletedUDP []string
+	}
+	tests := []struct {
+		name   string
+		family v1.IPFamily
+		rounds []round
+	}{{
+		name:   "add, remove a UDP port, delete",
+		family: v1.IPv4Protocol,
+		rounds: []round{{
+			events:      []svcEvent{{nil, a}, {nil, b}},
+			wantPending: true,
+			wantMap: map[string]string{
+				"ns/a:dns/UDP":     "10.96.0.10:53/UDP",
+				"ns/a:dns-tcp/TCP": "10.96.0.10:53/TCP",
+				"ns/b:http/TCP":    "10.96.0.11:80/TCP",
+			},
+			wantUpdated: []types.NamespacedName{nsn("a"), nsn("b")},
+		}, {
+			events:         []svcEvent{{a, aTCPOnly}},
+			wantPending:    true,
+			wantMap:        map[string]string{"ns/a:dns-tcp/TCP": "10.96.0.10:53/TCP", "ns/b:http/TCP": "10.96.0.11:80/TCP"},
+			wantUpdated:    []types.NamespacedName{nsn("a")},
+			wantDeletedUDP: []string{"10.96.0.10"},
+		}, {
+			events:      []svcEvent{{b, nil}},
+			wantPending: true,
+			wantMap:     map[string]string{"ns/a:dns-tcp/TCP": "10.96.0.10:53/TCP"},
+			wantUpdated: []types.NamespacedName{nsn("b")},
+		}},
+	}, {
+		name:   "changes that end where they started are dropped",
+		family: v1.IPv4Protocol,
+		rounds: []round{{
+			events:      []svcEvent{{nil, a}},
+			wantPending: true,
+			wantMap:     map[string]string{"ns/a:dns/UDP": "10.96.0.10:53/UDP", "ns/a:dns-tcp/TCP": "10.96.0.10:53/TCP"},
+			wantUpdated: []types.NamespacedName{nsn("a")},
+		}, {
+			// Label-only update, then remove a port and put it back.
+			events:      []svcEvent{{a, aRelabelled}, {aRelabelled, aTCPOnly}, {aTCPOnly, a}},
+			wantPending: false,
+			wantMap:     map[string]string{"ns/a:dns/UDP": "10.96.0.10:53/UDP", "ns/a:dns-tcp/TCP": "10.96.0.10:53/TCP"},
+		}, {
+			// Add and delete of a new service between two syncs.
+			events:      []svcEvent{{nil, b}, {b, nil}},
+			wantPending: false,
+			wantMap:     map[string]string{"ns/a:dns/UDP": "10.96.0.10:53/UDP", "ns/a:dns-tcp/TCP": "10.96.0.10:53/TCP"},
+		}},
+	}, {
+		name:   "service becoming headless loses its ports",
+		family: v1.IPv4Protocol,
+		rounds: []round{{
+			events:      []svcEvent{{nil, a}},
+			wantPending: true,
+			wantMap:     map[string]string{"ns/a:dns/UDP": "10.96.0.10:53/UDP", "ns/a:dns-tcp/TCP": "10.96.0.10:53/TCP"},
+			wantUpdated: []types.NamespacedName{nsn("a")},
+		}, {
+			events:         []svcEvent{{a, aHeadless}},
+			wantPending:    true,
+			wantMap:        map[string]string{},
+			wantUpdated:    []types.NamespacedName{nsn("a")},
+			wantDeletedUDP: []string{"10.96.0.10"},
+		}},
+	}, {
+		name:   "dual-stack, IPv4 tracker",
+		family: v1.IPv4Protocol,
+		rounds: []round{{
+			events:      []svcEvent{{nil, dual}, {nil, v6}},
+			wantPending: true,
+			wantMap:     map[string]string{"ns/dual:http/TCP": "10.96.0.12:80/TCP"},
+			wantUpdated: []types.NamespacedName{nsn("dual")},
+		}},
+	}, {
+		name:   "dual-stack, IPv6 tracker",
+		family: v1.IPv6Protocol,
+		rounds: []round{{
+			events:      []svcEvent{{nil, dual}, {nil, v6}, {nil, a}},
+			wantPending: true,
+			wantMap:     map[string]string{"ns/dual:http/TCP": "[fd00::12]:80/TCP", "ns/v6:http/TCP": "[fd00::13]:80/TCP"},
+			wantUpdated: []types.NamespacedName{nsn("dual"), nsn("v6")},
+		}},
+	}, {
+		name:   "bad ports are skipped, the rest kept",
+		family: v1.IPv4Protocol,
+		rounds: []round{{
+			events:      []svcEvent{{nil, bad}},
+			wantPending: true,
+			wantMap:     map[string]string{"ns/bad:ok/TCP": "10.96.0.10:80/TCP", "ns/bad:ok/UDP": "10.96.0.10:80/UDP"},
+			wantUpdated: []types.NamespacedName{nsn("bad")},
+		}},
+	}, {
+		name:   "nil events",
+		family: v1.IPv4Protocol,
+		rounds: []round{{
+			events:  []svcEvent{{nil, nil}},
+			wantMap: map[string]string{},
+		}},
+	}, {
+		name:   "unknown family tracks nothing",
+		family: "IPv5",
+		rounds: []round{{
+			events:  []svcEvent{{nil, a}},
+			wantMap: map[string]string{},
+		}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logger, _ := ktesting.NewTestContext(t)
+			tr := NewServiceChangeTracker(tc.family, nil, WithLogger(logger))
+			m := ServicePortMap{}
+			for i, r := range tc.rounds {
+				var pending bool
+				for _, e := range r.events {
+					pending = tr.Update(e.prev, e.cur)
+				}
+				if pending != r.wantPending {
+					t.Errorf("round %d: last Update returned %v, want %v", i, pending, r.wantPending)
+				}
+				res := m.Update(tr)
+				if diff := cmp.Diff(r.wantMap, describeServicePortMap(m)); diff != "" {
+					t.Errorf("round %d: map (-want +got):\n%s", i, diff)
+				}
+				if diff := cmp.Diff(sets.New(r.wantUpdated...), res.UpdatedServices); diff != "" {
+					t.Errorf("round %d: UpdatedServices (-want +got):\n%s", i, diff)
+				}
+				var deleted []string
+				for ip := range res.DeletedUDPClusterIPs {
+					deleted = append(deleted, ip.String())
+				}
+				if diff := cmp.Diff(sorted(r.wantDeletedUDP), sorted(deleted)); diff != "" {
+					t.Errorf("round %d: DeletedUDPClusterIPs (-want +got):\n%s", i, diff)
+				}
+				if n := tr.PendingChanges().Len(); n != 0 {
+					t.Errorf("round %d: %d changes still pending after Update", i, n)
+				}
+			}
+		})
+	}
+}
+
+// chainPort is a user ServicePort type embedding the base one.
+type chainPort struct {
+	*BaseServicePort
+	chain string
+}
+
+func TestMakeServicePortFunc(t *testing.T) {
+	mk := func(port *v1.ServicePort, svc *v1.Service, base *BaseServicePort) ServicePort {
+		if port.Name == "skip" {
+			return (*chainPort)(nil)
+		}
+		return &chainPort{BaseServicePort: base, chain: "KUBE-SVC-" + svc.Name + "-" + port.Name}
+	}
+	tr := NewServiceChangeTracker(v1.IPv4Protocol, mk)
+	svc := makeService("ns", "a", withPorts(svcPort("http", 80, v1.ProtocolTCP), svcPort("skip", 81, v1.ProtocolTCP)))
+	tr.Update(nil, svc)
+	m := ServicePortMap{}
+	m.Update(tr)
+	got := map[string]string{}
+	for name, p := range m {
+		got[name.String()] = p.(*chainPort).chain
+	}
+	want := map[string]string{"ns/a:http": "KUBE-SVC-a-http"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("custom ports (-want +got):\n%s", diff)
+	}
+	// The same service again is not a change, even with custom types.
+	if tr.Update(svc, svc.DeepCopy()) {
+		t.Error("an identical update was recorded as a change")
+	}
+}
+
+func TestServicePortMapUpdateNilTracker(t *testing.T) {
+	m := ServicePortMap{}
+	res := m.Update(nil)
+	if res.UpdatedServices == nil || res.DeletedUDPClusterIPs == nil || len(m) != 0 {
+		t.Errorf("Update(nil) = %+v, map %v; want empty non-nil sets and no change", res, m)
+	}
+}

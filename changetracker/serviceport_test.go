@@ -1,0 +1,300 @@
+package changetracker
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+func TestServicePortNameString(t *testing.T) {
+	nn := types.NamespacedName{Namespace: "ns", Name: "svc"}
+	tests := []struct {
+		name ServicePortName
+		want string
+	}{
+		{ServicePortName{NamespacedName: nn, Port: "http", Protocol: v1.ProtocolTCP}, "ns/svc:http"},
+		{ServicePortName{NamespacedName: nn, Protocol: v1.ProtocolUDP}, "ns/svc"},
+	}
+	for _, tc := range tests {
+		if got := tc.name.String(); got != tc.want {
+			t.Errorf("%#v.String() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// portView is everything a ServicePort reports, in diffable form.
+type portView struct {
+	String               string
+	ClusterIP            string
+	Port, NodePort       int
+	HealthCheckNodePort  int
+	StickyMaxAgeSeconds  int
+	Protocol             v1.Protocol
+	Affinity             v1.ServiceAffinity
+	ExternalIPs          []string
+	LoadBalancerVIPs     []string
+	SourceRanges         []string
+	ExternalPolicyLocal  bool
+	InternalPolicyLocal  bool
+	TrafficDistribution  string
+	ExternallyAccessible bool
+	UsesCluster          bool
+	UsesLocal            bool
+}
+
+func viewPort(p ServicePort) portView {
+	v := portView{
+		String:               p.String(),
+		ClusterIP:            p.ClusterIP().String(),
+		Port:                 p.Port(),
+		NodePort:             p.NodePort(),
+		HealthCheckNodePort:  p.HealthCheckNodePort(),
+		StickyMaxAgeSeconds:  p.StickyMaxAgeSeconds(),
+		Protocol:             p.Protocol(),
+		Affinity:             p.SessionAffinityType(),
+		ExternalPolicyLocal:  p.ExternalPolicyLocal(),
+		InternalPolicyLocal:  p.InternalPolicyLocal(),
+		TrafficDistribution:  p.TrafficDistribution(),
+		ExternallyAccessible: p.ExternallyAccessible(),
+		UsesCluster:          p.UsesClusterEndpoints(),
+		UsesLocal:            p.UsesLocalEndpoints(),
+	}
+	for _, ip := range p.ExternalIPs() {
+		v.ExternalIPs = append(v.ExternalIPs, ip.String())
+	}
+	for _, ip := range p.LoadBalancerVIPs() {
+		v.LoadBalancerVIPs = append(v.LoadBalancerVIPs, ip.String())
+	}
+	for _, r := range p.LoadBalancerSourceRanges() {
+		v.SourceRanges = append(v.SourceRanges, r.String())
+	}
+	return v
+}
+
+func TestNewBaseServicePort(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	local := v1.ServiceInternalTrafficPolicyLocal
+	lb := func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = 30000
+		s.Spec.Ports[0].NodePort = 31000
+		s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00::10"}
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{
+			{IP: "192.0.2.1"},
+			{IP: "192.0.2.2", IPMode: ptr.To(v1.LoadBalancerIPModeProxy)},
+			{IP: "192.0.2.3", IPMode: ptr.To(v1.LoadBalancerIPModeVIP)},
+			{IP: "2001:db8::1"},
+			{Hostname: "lb.example.com"},
+			{IP: "not-an-ip"},
+		}
+		s.Spec.LoadBalancerSourceRanges = []string{" 203.0.113.0/24 ", "2001:db8::/32", "garbage", "198.51.100.7/16"}
+		s.Spec.ExternalIPs = []string{"198.51.100.1", "2001:db8::2", "bogus", "010.001.002.003"}
+	}
+	tests := []struct {
+		name    string
+		svc     *v1.Service
+		family  v1.IPFamily
+		want    portView
+		wantErr bool
+	}{{
+		name:   "plain cluster IP",
+		svc:    makeService("ns", "a"),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityNone, UsesCluster: true,
+		},
+	}, {
+		name: "client IP affinity with default and internal policy Local",
+		svc: makeService("ns", "a", func(s *v1.Service) {
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			s.Spec.InternalTrafficPolicy = &local
+			s.Spec.TrafficDistribution = ptr.To(v1.ServiceTrafficDistributionPreferSameZone)
+			s.Spec.Ports[0].Protocol = ""
+		}),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityClientIP, StickyMaxAgeSeconds: 10800,
+			InternalPolicyLocal: true, TrafficDistribution: "PreferSameZone", UsesLocal: true,
+		},
+	}, {
+		name: "client IP affinity with timeout",
+		svc: makeService("ns", "a", func(s *v1.Service) {
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}}
+		}),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityClientIP, StickyMaxAgeSeconds: 60, UsesCluster: true,
+		},
+	}, {
+		name:   "load balancer, IPv4 view",
+		svc:    makeService("ns", "a", lb),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, NodePort: 31000, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityNone, HealthCheckNodePort: 30000,
+			ExternalIPs:         []string{"198.51.100.1", "10.1.2.3"},
+			LoadBalancerVIPs:    []string{"192.0.2.1", "192.0.2.3"},
+			SourceRanges:        []string{"203.0.113.0/24", "198.51.0.0/16"},
+			ExternalPolicyLocal: true, ExternallyAccessible: true, UsesCluster: true, UsesLocal: true,
+		},
+	}, {
+		name:   "load balancer, IPv6 view",
+		svc:    makeService("ns", "a", lb),
+		family: v1.IPv6Protocol,
+		want: portView{
+			String: "[fd00::10]:80/TCP", ClusterIP: "fd00::10", Port: 80, NodePort: 31000, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityNone, HealthCheckNodePort: 30000,
+			ExternalIPs:         []string{"2001:db8::2"},
+			LoadBalancerVIPs:    []string{"2001:db8::1"},
+			SourceRanges:        []string{"2001:db8::/32"},
+			ExternalPolicyLocal: true, ExternallyAccessible: true, UsesCluster: true, UsesLocal: true,
+		},
+	}, {
+		name: "local external policy without health check node port",
+		svc: makeService("ns", "a", lb, func(s *v1.Service) {
+			s.Spec.HealthCheckNodePort = 0
+			s.Status.LoadBalancer.Ingress = nil
+			s.Spec.ExternalIPs = nil
+			s.Spec.LoadBalancerSourceRanges = nil
+		}),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, NodePort: 31000, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityNone, ExternalPolicyLocal: true, ExternallyAccessible: true,
+			UsesCluster: true, UsesLocal: true,
+		},
+	}, {
+		name: "external policy Local on ClusterIP service is ignored",
+		svc: makeService("ns", "a", func(s *v1.Service) {
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		}),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityNone, UsesCluster: true,
+		},
+	}, {
+		name: "internal Local but externally accessible uses both",
+		svc: makeService("ns", "a", func(s *v1.Service) {
+			s.Spec.InternalTrafficPolicy = &local
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.Ports[0].NodePort = 30080
+		}),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityNone, InternalPolicyLocal: true, ExternallyAccessible: true,
+			UsesCluster: true, UsesLocal: true,
+		},
+	}, {
+		name:   "legacy clusterIP field only, leading zeros",
+		svc:    makeService("ns", "a", func(s *v1.Service) { s.Spec.ClusterIPs = nil; s.Spec.ClusterIP = "010.096.000.010" }),
+		family: v1.IPv4Protocol,
+		want: portView{
+			String: "10.96.0.10:80/TCP", ClusterIP: "10.96.0.10", Port: 80, Protocol: v1.ProtocolTCP,
+			Affinity: v1.ServiceAffinityNone, UsesCluster: true,
+		},
+	}, {
+		name:    "headless",
+		svc:     makeService("ns", "a", withClusterIPs("None")),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}, {
+		name:    "ExternalName",
+		svc:     makeService("ns", "a", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeExternalName }),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}, {
+		name:    "no cluster IP",
+		svc:     makeService("ns", "a", withClusterIPs()),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}, {
+		name:    "single-stack IPv4 seen from IPv6",
+		svc:     makeService("ns", "a"),
+		family:  v1.IPv6Protocol,
+		wantErr: true,
+	}, {
+		name:    "unparsable cluster IP",
+		svc:     makeService("ns", "a", withClusterIPs("10.96.0.300")),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewBaseServicePort(logger, tc.svc, &tc.svc.Spec.Ports[0], tc.family)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("expected an error, got port %s", p)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, viewPort(p)); diff != "" {
+				t.Errorf("port (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNewBaseServicePortNil(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	if _, err := NewBaseServicePort(logger, nil, nil, v1.IPv4Protocol); err == nil {
+		t.Error("expected an error for a nil service")
+	}
+}
+
+func TestHealthCheckNodePorts(t *testing.T) {
+	tr := NewServiceChangeTracker(v1.IPv4Protocol, nil)
+	lb := func(hc int32) func(*v1.Service) {
+		return func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Spec.HealthCheckNodePort = hc
+			s.Spec.Ports = []v1.ServicePort{svcPort("a", 80, v1.ProtocolTCP), svcPort("b", 81, v1.ProtocolUDP)}
+		}
+	}
+	tr.Update(nil, makeService("ns", "local", lb(30001)))
+	tr.Update(nil, makeService("ns", "cluster", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeLoadBalancer }))
+	tr.Update(nil, makeService("ns", "bad", lb(70000)))
+	m := ServicePortMap{}
+	m.Update(tr)
+	want := map[types.NamespacedName]uint16{{Namespace: "ns", Name: "local"}: 30001}
+	if diff := cmp.Diff(want, m.HealthCheckNodePorts()); diff != "" {
+		t.Errorf("HealthCheckNodePorts (-want +got):\n%s", diff)
+	}
+}
+
+func TestServicePortStringFormats(t *testing.T) {
+	for _, tc := range []struct{ ip, want string }{
+		{"10.0.0.1", "10.0.0.1:53/UDP"},
+		{"fd00::1", "[fd00::1]:53/UDP"},
+	} {
+		ip, _ := parseAddr(tc.ip)
+		if got := servicePortString(ip, 53, v1.ProtocolUDP); got != tc.want {
+			t.Errorf("servicePortString(%s) = %q, want %q", tc.ip, got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ ip, want string }{
+		{"10.0.0.1", "10.0.0.1:8080"},
+		{"fd00::1", "[fd00::1]:8080"},
+	} {
+		ip, _ := parseAddr(tc.ip)
+		e := NewBaseEndpoint(EndpointInfo{IP: ip, Port: 8080})
+		if got := fmt.Sprint(e); got != tc.want {
+			t.Errorf("endpoint String = %q, want %q", got, tc.want)
+		}
+	}
+}
