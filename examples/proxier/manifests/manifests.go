@@ -1,0 +1,337 @@
+// Package manifests runs a proxier against YAML files instead of an API
+// server: Services, EndpointSlices and Nodes read from a file or a
+// directory are loaded into a client-go fake clientset, so the informers,
+// listers and event handlers a proxier uses are the real ones, and edits to
+// the files flow through as add, update and delete events.
+//
+// It is for demos, tests and scripting (the example proxier's --manifests
+// flag), not for production: the fake clientset keeps everything in memory
+// and, unlike an API server, does not filter watches by label selector.
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+)
+
+// Problem is one document that could not be loaded: bad YAML, an object of
+// a kind this package does not serve, or an object without a name. The
+// other documents still load.
+type Problem struct {
+	// File is the path of the file the document is in.
+	File string
+	// Document is the 1-based position of the document in its file.
+	Document int
+	// Err says what is wrong.
+	Err error
+}
+
+func (p Problem) Error() string {
+	return fmt.Sprintf("%s: document %d: %v", p.File, p.Document, p.Err)
+}
+
+// objectKey identifies an object across reloads.
+type objectKey struct {
+	kind, namespace, name string
+}
+
+func (k objectKey) String() string {
+	if k.namespace == "" {
+		return k.kind + " " + k.name
+	}
+	return k.kind + " " + k.namespace + "/" + k.name
+}
+
+// Source is a fake cluster fed from manifest files. Create one with [New];
+// its Client is what informers are built on.
+type Source struct {
+	path    string
+	client  *fake.Clientset
+	current map[objectKey]runtime.Object
+}
+
+// New reads the manifests at path (a YAML file, or a directory whose *.yaml,
+// *.yml and *.json files are read in name order, not recursively) into a
+// new fake clientset. Documents that cannot be loaded are returned as
+// problems and skipped; the error is non-nil only when path itself cannot
+// be read.
+func New(ctx context.Context, path string) (*Source, []Problem, error) {
+	s := &Source{path: path, client: fake.NewClientset(), current: map[objectKey]runtime.Object{}}
+	problems, err := s.Reload(ctx)
+	if err != nil {
+		return nil, problems, err
+	}
+	return s, problems, nil
+}
+
+// Client returns the fake clientset that holds the manifests' objects.
+func (s *Source) Client() kubernetes.Interface { return s.client }
+
+// Path returns the file or directory the source reads.
+func (s *Source) Path() string { return s.path }
+
+// Reload reads the manifests again and brings the clientset in line with
+// them: objects that are new are created, changed ones updated, and ones no
+// longer in any file deleted, each producing the watch event a real API
+// server would send. Objects whose content did not change cause no event.
+// When path cannot be read, nothing is changed and the error is returned.
+func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
+	desired, problems, err := readPath(s.path)
+	if err != nil {
+		return problems, err
+	}
+	logger := klog.FromContext(ctx)
+	keys := make([]objectKey, 0, len(desired))
+	for k := range desired {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	var errs []error
+	for _, k := range keys {
+		obj := desired[k]
+		old, exists := s.current[k]
+		switch {
+		case !exists:
+			err = s.apply(ctx, obj, false)
+		case !apiequality.Semantic.DeepEqual(old, obj):
+			err = s.apply(ctx, obj, true)
+		default:
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+			continue
+		}
+		logger.V(4).Info("Manifest object applied", "object", k.String(), "update", exists)
+		s.current[k] = obj
+	}
+	for k := range s.current {
+		if _, ok := desired[k]; ok {
+			continue
+		}
+		if err := s.delete(ctx, k); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+			continue
+		}
+		logger.V(4).Info("Manifest object deleted", "object", k.String())
+		delete(s.current, k)
+	}
+	return problems, errors.Join(errs...)
+}
+
+func (s *Source) apply(ctx context.Context, obj runtime.Object, update bool) error {
+	var err error
+	create, upd := metav1.CreateOptions{}, metav1.UpdateOptions{}
+	switch o := obj.DeepCopyObject().(type) {
+	case *v1.Service:
+		c := s.client.CoreV1().Services(o.Namespace)
+		if update {
+			_, err = c.Update(ctx, o, upd)
+		} else {
+			_, err = c.Create(ctx, o, create)
+		}
+	case *discoveryv1.EndpointSlice:
+		c := s.client.DiscoveryV1().EndpointSlices(o.Namespace)
+		if update {
+			_, err = c.Update(ctx, o, upd)
+		} else {
+			_, err = c.Create(ctx, o, create)
+		}
+	case *v1.Node:
+		c := s.client.CoreV1().Nodes()
+		if update {
+			_, err = c.Update(ctx, o, upd)
+		} else {
+			_, err = c.Create(ctx, o, create)
+		}
+	default:
+		err = fmt.Errorf("unsupported type %T", obj)
+	}
+	return err
+}
+
+func (s *Source) delete(ctx context.Context, k objectKey) error {
+	opts := metav1.DeleteOptions{}
+	switch k.kind {
+	case "Service":
+		return s.client.CoreV1().Services(k.namespace).Delete(ctx, k.name, opts)
+	case "EndpointSlice":
+		return s.client.DiscoveryV1().EndpointSlices(k.namespace).Delete(ctx, k.name, opts)
+	case "Node":
+		return s.client.CoreV1().Nodes().Delete(ctx, k.name, opts)
+	}
+	return fmt.Errorf("unsupported kind %s", k.kind)
+}
+
+// files lists the manifest files at path.
+func files(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() || !isManifestName(e.Name()) {
+			continue
+		}
+		out = append(out, filepath.Join(path, e.Name()))
+	}
+	return out, nil
+}
+
+func isManifestName(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false // editor swap files and dotfiles
+	}
+	switch filepath.Ext(name) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+func readPath(path string) (map[objectKey]runtime.Object, []Problem, error) {
+	names, err := files(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("manifests %s: %w", path, err)
+	}
+	objs := map[objectKey]runtime.Object{}
+	where := map[objectKey]string{}
+	var problems []Problem
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return nil, problems, fmt.Errorf("manifests %s: %w", name, err)
+		}
+		for i, doc := range splitDocuments(data) {
+			p := Problem{File: name, Document: i + 1}
+			if doc.err != nil {
+				p.Err = doc.err
+				problems = append(problems, p)
+				continue
+			}
+			if len(bytes.TrimSpace(doc.data)) == 0 {
+				continue
+			}
+			for _, obj := range decode(doc.data, &p, &problems) {
+				k, err := keyOf(obj)
+				if err != nil {
+					p.Err = err
+					problems = append(problems, p)
+					continue
+				}
+				if prev, dup := where[k]; dup {
+					p.Err = fmt.Errorf("%s is also defined at %s; the later one wins", k, prev)
+					problems = append(problems, p)
+				}
+				where[k] = fmt.Sprintf("%s document %d", name, i+1)
+				objs[k] = obj
+			}
+		}
+	}
+	return objs, problems, nil
+}
+
+type document struct {
+	data []byte
+	err  error
+}
+
+// splitDocuments cuts a multi-document YAML (or a JSON) file into its
+// documents. A document that cannot be read ends the file: the YAML reader
+// cannot resynchronise after it.
+func splitDocuments(data []byte) []document {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs []document
+	for {
+		d, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			return append(docs, document{err: err})
+		}
+		docs = append(docs, document{data: d})
+	}
+}
+
+// decode turns one document into objects; a v1 List yields its items.
+// Problems are recorded against p's position.
+func decode(data []byte, p *Problem, problems *[]Problem) []runtime.Object {
+	jsonData, err := utilyaml.ToJSON(data)
+	if err != nil {
+		*problems = append(*problems, Problem{File: p.File, Document: p.Document, Err: err})
+		return nil
+	}
+	if string(bytes.TrimSpace(jsonData)) == "null" {
+		return nil // only comments
+	}
+	obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(jsonData, nil, nil)
+	if err != nil {
+		*problems = append(*problems, Problem{File: p.File, Document: p.Document, Err: err})
+		return nil
+	}
+	switch o := obj.(type) {
+	case *v1.Service, *discoveryv1.EndpointSlice, *v1.Node:
+		return []runtime.Object{o}
+	case *v1.List:
+		var out []runtime.Object
+		for _, item := range o.Items {
+			out = append(out, decode(item.Raw, p, problems)...)
+		}
+		return out
+	}
+	*problems = append(*problems, Problem{File: p.File, Document: p.Document,
+		Err: fmt.Errorf("unsupported kind %s (want Service, EndpointSlice or Node)", gvk.GroupKind())})
+	return nil
+}
+
+func keyOf(obj runtime.Object) (objectKey, error) {
+	var k objectKey
+	var meta metav1.Object
+	switch o := obj.(type) {
+	case *v1.Service:
+		k.kind, meta = "Service", o
+	case *discoveryv1.EndpointSlice:
+		k.kind, meta = "EndpointSlice", o
+	case *v1.Node:
+		k.kind, meta = "Node", o
+	}
+	if meta.GetName() == "" {
+		return k, fmt.Errorf("%s has no metadata.name", k.kind)
+	}
+	k.name = meta.GetName()
+	if k.kind != "Node" {
+		if meta.GetNamespace() == "" {
+			meta.SetNamespace(metav1.NamespaceDefault)
+		}
+		k.namespace = meta.GetNamespace()
+	}
+	return k, nil
+}

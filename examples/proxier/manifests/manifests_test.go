@@ -1,0 +1,259 @@
+package manifests
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+const clusterYAML = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ports: [{name: http, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+endpoints:
+- addresses: [10.0.1.5]
+ports: [{name: http, port: 8080, protocol: TCP}]
+---
+# a comment-only document is skipped silently
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: not-ours}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-a, labels: {topology.kubernetes.io/zone: z1}}
+`
+
+const listYAML = `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: dns}
+  spec:
+    clusterIP: 10.96.0.53
+    ports: [{name: dns, port: 53, protocol: UDP}]
+`
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// names lists "Kind ns/name" for everything in the clientset.
+func names(t *testing.T, c kubernetes.Interface) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	svcs, err := c.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs.Items {
+		out = append(out, "Service "+s.Namespace+"/"+s.Name)
+	}
+	slices, err := c.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slices.Items {
+		out = append(out, "EndpointSlice "+s.Namespace+"/"+s.Name)
+	}
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		out = append(out, "Node "+n.Name)
+	}
+	return out
+}
+
+func TestNewLoadsDirectoryAndReportsProblems(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a-cluster.yaml"), clusterYAML)
+	write(t, filepath.Join(dir, "b-list.yml"), listYAML)
+	write(t, filepath.Join(dir, "c-bad.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: ok, namespace: x}\n---\nkind: [unclosed\n")
+	write(t, filepath.Join(dir, "notes.txt"), "not a manifest")
+
+	src, problems, err := New(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"EndpointSlice shop/web-abc",
+		"Node node-a",
+		"Service default/dns",
+		"Service shop/web",
+		"Service x/ok",
+	}
+	got := names(t, src.Client())
+	if diff := cmp.Diff(want, sorted(got)); diff != "" {
+		t.Errorf("objects (-want +got):\n%s", diff)
+	}
+	var where []string
+	for _, p := range problems {
+		where = append(where, filepath.Base(p.File)+"#"+string(rune('0'+p.Document)))
+	}
+	if diff := cmp.Diff([]string{"a-cluster.yaml#4", "c-bad.yaml#2"}, where); diff != "" {
+		t.Errorf("problems (-want +got):\n%s\n%v", diff, problems)
+	}
+	if !strings.Contains(problems[0].Error(), "unsupported kind ConfigMap") {
+		t.Errorf("problem message %q does not name the kind", problems[0].Error())
+	}
+}
+
+func TestNewMissingPath(t *testing.T) {
+	if _, _, err := New(context.Background(), filepath.Join(t.TempDir(), "nope.yaml")); err == nil {
+		t.Fatal("New on a missing path returned no error")
+	}
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
+
+// recordEvents collects watch events on services and endpoint slices, after
+// the initial ADDED event the fake sends for each of the existing objects.
+func recordEvents(t *testing.T, c kubernetes.Interface, existing int) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sw, err := c.CoreV1().Services("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew, err := c.DiscoveryV1().EndpointSlices("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sw.Stop)
+	t.Cleanup(ew.Stop)
+	for range existing {
+		select {
+		case <-sw.ResultChan():
+		case <-ew.ResultChan():
+		case <-time.After(10 * time.Second):
+			t.Fatal("initial watch events did not arrive")
+		}
+	}
+	return func() []string {
+		var out []string
+		for _, w := range []watch.Interface{sw, ew} {
+		drain:
+			for {
+				select {
+				case ev := <-w.ResultChan():
+					m := ev.Object.(metav1.Object)
+					out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName())
+				default:
+					break drain
+				}
+			}
+		}
+		return out
+	}
+}
+
+func TestReloadSendsOnlyChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	write(t, path, clusterYAML)
+	ctx := context.Background()
+	src, _, err := New(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := recordEvents(t, src.Client(), 2)
+
+	// Nothing changed: no events.
+	if _, err := src.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := events(); len(got) != 0 {
+		t.Errorf("reload without changes sent events: %v", got)
+	}
+
+	// Change the service's port, drop the slice, add a service.
+	edited := strings.Replace(clusterYAML, "port: 80,", "port: 8080,", 1)
+	edited = strings.Replace(edited, "kind: EndpointSlice", "kind: EndpointSliceGone", 1)
+	edited += "---\napiVersion: v1\nkind: Service\nmetadata: {name: api, namespace: shop}\nspec: {clusterIP: 10.96.0.11, ports: [{port: 443}]}\n"
+	write(t, path, edited)
+	problems, err := src.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 2 { // the renamed kind and the ConfigMap
+		t.Errorf("problems = %v, want 2", problems)
+	}
+	want := []string{"ADDED shop/api", "DELETED shop/web-abc", "MODIFIED shop/web"}
+	if diff := cmp.Diff(want, sorted(events())); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	svc, err := src.Client().CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Ports[0].Port != 8080 {
+		t.Errorf("service port = %d, want 8080", svc.Spec.Ports[0].Port)
+	}
+}
+
+func TestWatchFollowsFileEdits(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cluster.yaml")
+	write(t, path, clusterYAML)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src, _, err := New(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := recordEvents(t, src.Client(), 2)
+	if err := src.Watch(ctx, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Replace the file the way editors do: write a temporary file, rename.
+	tmp := filepath.Join(dir, ".cluster.yaml.swp")
+	write(t, tmp, strings.Replace(clusterYAML, "10.0.1.5", "10.0.1.6", 1))
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for len(got) == 0 {
+		select {
+		case <-deadline:
+			t.Fatal("no event 10 s after the manifest changed")
+		case <-time.After(10 * time.Millisecond):
+			got = events()
+		}
+	}
+	if diff := cmp.Diff([]string{"MODIFIED shop/web-abc"}, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
