@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync/atomic"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 )
@@ -62,9 +63,12 @@ type BaseEndpoint struct {
 	zone      string
 	zoneHints sets.Set[string]
 	nodeHints sets.Set[string]
-	// str caches String(): formatting every endpoint eagerly would dominate
-	// the cost of an initial load, and many proxiers never ask.
-	str atomic.Pointer[string]
+	// str caches String() as a *string, read and written atomically:
+	// formatting every endpoint eagerly would dominate the cost of an initial
+	// load, and many proxiers never ask. (Not an atomic.Pointer, whose
+	// no-copy marker would forbid the value copies the tracker makes while
+	// sorting, before any String call.)
+	str unsafe.Pointer
 }
 
 type endpointFlags uint8
@@ -124,11 +128,11 @@ func NewBaseEndpoint(info EndpointInfo) *BaseEndpoint {
 
 // String is part of Endpoint. The string is built on first use and cached.
 func (e *BaseEndpoint) String() string {
-	if s := e.str.Load(); s != nil {
-		return *s
+	if p := atomic.LoadPointer(&e.str); p != nil {
+		return *(*string)(p)
 	}
 	s := endpointString(e.ip, int(e.port))
-	e.str.Store(&s)
+	atomic.StorePointer(&e.str, unsafe.Pointer(&s))
 	return s
 }
 

@@ -32,9 +32,13 @@ type EndpointsChangeTracker struct {
 
 	mu       sync.Mutex
 	services map[types.NamespacedName]*serviceSlices
-	// dirty holds the Services with a pending slice change; nil when none.
-	dirty        map[types.NamespacedName]struct{}
+	// dirty lists the Services with a pending slice change, each once
+	// (serviceSlices.dirty tells whether it is listed), so that Update
+	// visits only them.
+	dirty        []*serviceSlices
 	triggerTimes map[types.NamespacedName][]time.Time
+	// scratch is buildPorts' reusable buffer, used under mu.
+	scratch []candidate
 }
 
 // NewEndpointsChangeTracker returns a tracker for EndpointSlices of one IP
@@ -104,11 +108,11 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 		if removeSlice {
 			return false
 		}
-		ss = &serviceSlices{}
+		ss = &serviceSlices{nn: nn}
 		t.services[nn] = ss
 	}
 	changed := ss.setPending(slice.Name, info)
-	if len(ss.slices) == 0 && len(ss.ports) == 0 {
+	if len(ss.slices) == 0 && len(ss.ports) == 0 && !ss.dirty {
 		delete(t.services, nn)
 	}
 	// A deleted slice's annotation dates from its last update, not from the
@@ -120,10 +124,10 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 	if !changed {
 		return false
 	}
-	if t.dirty == nil {
-		t.dirty = make(map[types.NamespacedName]struct{})
+	if !ss.dirty {
+		ss.dirty = true
+		t.dirty = append(t.dirty, ss)
 	}
-	t.dirty[nn] = struct{}{}
 	if !trigger.IsZero() {
 		if t.triggerTimes == nil {
 			t.triggerTimes = make(map[types.NamespacedName][]time.Time)
@@ -158,9 +162,9 @@ func (t *EndpointsChangeTracker) PendingChanges() sets.Set[types.NamespacedName]
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := sets.New[types.NamespacedName]()
-	for nn := range t.dirty {
-		if ss := t.services[nn]; ss != nil && ss.hasPending() {
-			s.Insert(nn)
+	for _, ss := range t.dirty {
+		if ss.hasPending() {
+			s.Insert(ss.nn)
 		}
 	}
 	return s
@@ -185,25 +189,30 @@ func (t *EndpointsChangeTracker) checkout() ([]endpointsChange, map[types.Namesp
 		return nil, times
 	}
 	changes := make([]endpointsChange, 0, len(t.dirty))
-	for nn := range t.dirty {
-		ss := t.services[nn]
-		if ss == nil || !ss.hasPending() {
+	for _, ss := range t.dirty {
+		ss.dirty = false
+		if !ss.hasPending() {
+			if len(ss.slices) == 0 && len(ss.ports) == 0 {
+				delete(t.services, ss.nn)
+			}
 			continue
 		}
 		ss.applyPending()
-		ports := ss.buildPorts(nn)
+		var ports []portEndpoints
+		ports, t.scratch = ss.buildPorts(ss.nn, t.scratch)
 		if !portsEqual(ss.ports, ports) {
 			t.makeEndpoints(ports)
-			changes = append(changes, endpointsChange{nn: nn, previous: ss.ports, current: ports})
+			changes = append(changes, endpointsChange{nn: ss.nn, previous: ss.ports, current: ports})
 			ss.ports = ports
 		}
 		// Otherwise the slices changed but the endpoints did not (for
 		// example an endpoint moved from one slice to another).
 		if len(ss.slices) == 0 {
-			delete(t.services, nn)
+			delete(t.services, ss.nn)
 		}
 	}
-	t.dirty = nil
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
 	return changes, times
 }
 
@@ -255,14 +264,15 @@ type UpdateEndpointsMapResult struct {
 // of m. A nil tracker changes nothing. m must be the only map updated from t.
 func (m EndpointsMap) Update(t *EndpointsChangeTracker) UpdateEndpointsMapResult {
 	result := UpdateEndpointsMapResult{
-		UpdatedServices:       sets.New[types.NamespacedName](),
 		ConntrackCleanupPorts: sets.New[ServicePortName](),
 	}
 	if t == nil {
+		result.UpdatedServices = sets.New[types.NamespacedName]()
 		result.LastChangeTriggerTimes = map[types.NamespacedName][]time.Time{}
 		return result
 	}
 	changes, times := t.checkout()
+	result.UpdatedServices = make(sets.Set[types.NamespacedName], len(changes))
 	if times == nil {
 		times = map[types.NamespacedName][]time.Time{}
 	}

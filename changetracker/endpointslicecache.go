@@ -3,7 +3,6 @@ package changetracker
 import (
 	"cmp"
 	"fmt"
-	"net/netip"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -24,6 +23,8 @@ const maxEndpointsPerSlice = 1000
 
 // serviceSlices is the cache entry of one Service.
 type serviceSlices struct {
+	nn     types.NamespacedName
+	dirty  bool // listed in EndpointsChangeTracker.dirty
 	slices []*sliceState
 	// ports holds the endpoints built from the applied slices, as stored in
 	// the EndpointsMap, sorted by port name and protocol.
@@ -43,27 +44,18 @@ type sliceState struct {
 // sliceInfo is the part of an EndpointSlice the proxy uses. It is kept small
 // because there is one per slice in the cluster.
 type sliceInfo struct {
-	ports     []slicePort     // sorted by name, then protocol
-	endpoints []sliceEndpoint // sorted by address
+	ports []slicePort // sorted by name, then protocol
+	// endpoints is sorted by address. When the slice has exactly one port
+	// its number is filled in, and a Service with that one slice uses this
+	// array as its endpoint list as it is: the common case then costs one
+	// BaseEndpoint per endpoint, not two structures.
+	endpoints []BaseEndpoint
 }
 
 type slicePort struct {
 	name     string
 	protocol v1.Protocol
 	port     int32
-}
-
-type sliceEndpoint struct {
-	addr     netip.Addr
-	nodeName string
-	zone     string
-	hints    *endpointHints // nil when the endpoint has no hints
-	flags    endpointFlags
-}
-
-type endpointHints struct {
-	zones sets.Set[string]
-	nodes sets.Set[string]
 }
 
 // portEndpoints is the endpoint list of one service port.
@@ -130,9 +122,13 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 		logger.V(2).Info("Endpoint slice has more endpoints than the API allows", "endpointSlice", klog.KObj(slice), "endpoints", len(slice.Endpoints), "limit", maxEndpointsPerSlice)
 	}
 	if len(slice.Endpoints) > 0 {
-		info.endpoints = make([]sliceEndpoint, 0, len(slice.Endpoints))
+		info.endpoints = make([]BaseEndpoint, 0, len(slice.Endpoints))
 	}
-	var lastHints *endpointHints
+	var onlyPort int32
+	if len(info.ports) == 1 {
+		onlyPort = info.ports[0].port
+	}
+	var lastZones, lastNodes sets.Set[string]
 	var lastHintSrc *discoveryv1.EndpointHints
 	sorted := true
 	for i := range slice.Endpoints {
@@ -150,75 +146,64 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
 			continue
 		}
-		se := sliceEndpoint{addr: addr}
+		info.endpoints = append(info.endpoints, BaseEndpoint{ip: addr, port: onlyPort})
+		be := &info.endpoints[len(info.endpoints)-1]
 		if ep.NodeName != nil {
-			se.nodeName = *ep.NodeName
-			if nodeName != "" && se.nodeName == nodeName {
-				se.flags |= flagLocal
+			be.nodeName = *ep.NodeName
+			if nodeName != "" && be.nodeName == nodeName {
+				be.flags |= flagLocal
 			}
 		}
 		if ep.Zone != nil {
-			se.zone = *ep.Zone
+			be.zone = *ep.Zone
 		}
 		c := &ep.Conditions
 		if c.Ready == nil || *c.Ready {
-			se.flags |= flagReady
+			be.flags |= flagReady
 		}
 		if c.Serving == nil || *c.Serving {
-			se.flags |= flagServing
+			be.flags |= flagServing
 		}
 		if c.Terminating != nil && *c.Terminating {
-			se.flags |= flagTerminating
+			be.flags |= flagTerminating
 		}
 		if h := ep.Hints; h != nil && (len(h.ForZones) > 0 || len(h.ForNodes) > 0) {
 			// Neighbouring endpoints usually carry the same hints; share
-			// the sets rather than building one per endpoint.
-			if lastHints == nil || !sameHints(lastHintSrc, h) {
-				lastHints = newEndpointHints(h)
+			// the sets rather than building them per endpoint.
+			if lastHintSrc == nil || !sameHints(lastHintSrc, h) {
+				lastZones, lastNodes = hintSets(h)
 				lastHintSrc = h
 			}
-			se.hints = lastHints
+			be.zoneHints, be.nodeHints = lastZones, lastNodes
 		}
-		if n := len(info.endpoints); n > 0 && info.endpoints[n-1].addr.Compare(addr) > 0 {
+		if n := len(info.endpoints); n > 1 && info.endpoints[n-2].ip.Compare(addr) > 0 {
 			sorted = false
 		}
-		info.endpoints = append(info.endpoints, se)
 	}
 	if !sorted {
-		slices.SortStableFunc(info.endpoints, func(a, b sliceEndpoint) int { return a.addr.Compare(b.addr) })
+		slices.SortStableFunc(info.endpoints, func(a, b BaseEndpoint) int { return a.ip.Compare(b.ip) })
 	}
 	return info
 }
 
-func newEndpointHints(h *discoveryv1.EndpointHints) *endpointHints {
-	eh := &endpointHints{}
+func hintSets(h *discoveryv1.EndpointHints) (zones, nodes sets.Set[string]) {
 	if len(h.ForZones) > 0 {
-		eh.zones = make(sets.Set[string], len(h.ForZones))
+		zones = make(sets.Set[string], len(h.ForZones))
 		for _, z := range h.ForZones {
-			eh.zones.Insert(z.Name)
+			zones.Insert(z.Name)
 		}
 	}
 	if len(h.ForNodes) > 0 {
-		eh.nodes = make(sets.Set[string], len(h.ForNodes))
+		nodes = make(sets.Set[string], len(h.ForNodes))
 		for _, n := range h.ForNodes {
-			eh.nodes.Insert(n.Name)
+			nodes.Insert(n.Name)
 		}
 	}
-	return eh
+	return zones, nodes
 }
 
 func sameHints(a, b *discoveryv1.EndpointHints) bool {
 	return slices.Equal(a.ForZones, b.ForZones) && slices.Equal(a.ForNodes, b.ForNodes)
-}
-
-func (h *endpointHints) equal(o *endpointHints) bool {
-	if h == o {
-		return true
-	}
-	if h == nil || o == nil {
-		return false
-	}
-	return h.zones.Equal(o.zones) && h.nodes.Equal(o.nodes)
 }
 
 // equal reports whether two slice infos carry the same data; nil equals nil.
@@ -226,16 +211,7 @@ func (s *sliceInfo) equal(o *sliceInfo) bool {
 	if s == nil || o == nil {
 		return s == o
 	}
-	if !slices.Equal(s.ports, o.ports) || len(s.endpoints) != len(o.endpoints) {
-		return false
-	}
-	for i := range s.endpoints {
-		a, b := &s.endpoints[i], &o.endpoints[i]
-		if a.addr != b.addr || a.flags != b.flags || a.nodeName != b.nodeName || a.zone != b.zone || !a.hints.equal(b.hints) {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(s.ports, o.ports) && baseListEqual(s.endpoints, o.endpoints)
 }
 
 // findSlice returns the state of the named slice, or nil.
@@ -316,17 +292,28 @@ func (s *serviceSlices) applyPending() {
 
 // candidate is one endpoint of one slice for one port, before de-duplication.
 type candidate struct {
-	ep   *sliceEndpoint
+	ep   *BaseEndpoint
 	port int32
 }
 
-// buildPorts computes the base endpoints of every port of the Service from
+// buildPorts computes the base endpoints of every port of the Service nn from
 // its applied slices. An endpoint that appears in several slices (which
 // happens while the controller moves it) is kept once per port number,
-// preferring a copy that is local. Lists are sorted by IP, then port.
-func (s *serviceSlices) buildPorts(nn types.NamespacedName) []portEndpoints {
+// preferring a copy that is local. Lists are sorted by IP, then port. scratch
+// is a reusable buffer; the grown buffer is returned.
+func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate) ([]portEndpoints, []candidate) {
+	if len(s.slices) == 1 && len(s.slices[0].applied.ports) == 1 && uniqueAddrs(s.slices[0].applied.endpoints) {
+		// The common case: one slice with one port, whose endpoints already
+		// carry the port number.
+		info := s.slices[0].applied
+		p := info.ports[0]
+		return []portEndpoints{{
+			name: ServicePortName{NamespacedName: nn, Port: p.name, Protocol: p.protocol},
+			base: info.endpoints,
+		}}, scratch
+	}
 	var out []portEndpoints
-	var cands []candidate
+	cands := scratch
 	for i, st := range s.slices {
 		for _, p := range st.applied.ports {
 			name := ServicePortName{NamespacedName: nn, Port: p.name, Protocol: p.protocol}
@@ -350,7 +337,7 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName) []portEndpoints {
 			}
 			if multi {
 				slices.SortStableFunc(cands, func(a, b candidate) int {
-					if c := a.ep.addr.Compare(b.ep.addr); c != 0 {
+					if c := a.ep.ip.Compare(b.ep.ip); c != 0 {
 						return c
 					}
 					return cmp.Compare(a.port, b.port)
@@ -365,7 +352,18 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName) []portEndpoints {
 		}
 		return cmp.Compare(a.name.Protocol, b.name.Protocol)
 	})
-	return out
+	clear(cands) // do not keep slice data alive through the buffer
+	return out, cands[:0]
+}
+
+// uniqueAddrs reports whether a list sorted by address has no duplicates.
+func uniqueAddrs(eps []BaseEndpoint) bool {
+	for i := 1; i < len(eps); i++ {
+		if eps[i].ip == eps[i-1].ip {
+			return false
+		}
+	}
+	return true
 }
 
 // baseEndpoints turns sorted candidates into BaseEndpoints, dropping
@@ -392,22 +390,15 @@ func baseEndpoints(cands []candidate) []BaseEndpoint {
 			j++
 		}
 		b := &base[j]
-		b.ip = c.ep.addr
-		b.port = c.port
-		b.flags = c.ep.flags
-		b.nodeName = c.ep.nodeName
-		b.zone = c.ep.zone
-		if h := c.ep.hints; h != nil {
-			b.zoneHints, b.nodeHints = h.zones, h.nodes
-		} else {
-			b.zoneHints, b.nodeHints = nil, nil
-		}
+		b.ip, b.port, b.flags = c.ep.ip, c.port, c.ep.flags
+		b.nodeName, b.zone = c.ep.nodeName, c.ep.zone
+		b.zoneHints, b.nodeHints = c.ep.zoneHints, c.ep.nodeHints
 	}
 	return base
 }
 
 func sameTarget(a, b candidate) bool {
-	return a.port == b.port && a.ep.addr == b.ep.addr
+	return a.port == b.port && a.ep.ip == b.ep.ip
 }
 
 // portsEqual reports whether two built port lists carry the same data.

@@ -231,16 +231,17 @@ type UpdateServiceMapResult struct {
 // m. A nil tracker changes nothing. m must be the only map updated from t.
 func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 	result := UpdateServiceMapResult{
-		UpdatedServices:      sets.New[types.NamespacedName](),
 		DeletedUDPClusterIPs: sets.New[netip.Addr](),
 	}
 	if t == nil {
+		result.UpdatedServices = sets.New[types.NamespacedName]()
 		return result
 	}
 	t.mu.Lock()
 	items := t.items
 	t.items = nil
 	t.mu.Unlock()
+	result.UpdatedServices = make(sets.Set[types.NamespacedName], len(items))
 
 	for nn, change := range items {
 		result.UpdatedServices.Insert(nn)
