@@ -1,0 +1,259 @@
+package healthz
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+)
+
+var (
+	svcA = types.NamespacedName{Namespace: "default", Name: "a"}
+	svcB = types.NamespacedName{Namespace: "default", Name: "b"}
+	svcC = types.NamespacedName{Namespace: "kube-system", Name: "c"}
+)
+
+// staticHealth is a HealthReporter with a fixed answer.
+type staticHealth bool
+
+func (h staticHealth) Health() ProxyHealth { return ProxyHealth{Healthy: bool(h)} }
+
+// check GETs a health-check port through mem and returns the status and
+// body.
+func check(t *testing.T, mem *memNet, addr string) (int, map[string]any) {
+	t.Helper()
+	resp, err := mem.Client().Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatalf("GET %s: %v", addr, err)
+	}
+	if w := resp.Header.Get("X-Load-Balancing-Endpoint-Weight"); w == "" {
+		t.Errorf("GET %s: no X-Load-Balancing-Endpoint-Weight header", addr)
+	}
+	return decode(t, resp)
+}
+
+func serviceBody(name types.NamespacedName, endpoints int, healthy bool) map[string]any {
+	return map[string]any{
+		"service":             map[string]any{"namespace": name.Namespace, "name": name.Name},
+		"localEndpoints":      float64(endpoints),
+		"serviceProxyHealthy": healthy,
+	}
+}
+
+func TestServiceHealthResponses(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		proxy     HealthReporter
+		endpoints map[types.NamespacedName]int
+		wantCode  int
+		wantBody  map[string]any
+	}{
+		{"local endpoints, proxy healthy", staticHealth(true), map[types.NamespacedName]int{svcA: 3}, 200, serviceBody(svcA, 3, true)},
+		{"local endpoints, proxy unhealthy", staticHealth(false), map[types.NamespacedName]int{svcA: 3}, 503, serviceBody(svcA, 3, false)},
+		{"no local endpoints", staticHealth(true), map[types.NamespacedName]int{svcB: 1}, 503, serviceBody(svcA, 0, true)},
+		{"zero local endpoints", staticHealth(true), map[types.NamespacedName]int{svcA: 0}, 503, serviceBody(svcA, 0, true)},
+		{"nil proxy counts as healthy", nil, map[types.NamespacedName]int{svcA: 1}, 200, serviceBody(svcA, 1, true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			mem := newMemNet()
+			s := NewServiceHealthServer("node-1", tc.proxy, WithListenFunc(mem.Listen))
+			defer s.Close()
+			// Endpoints first: the order of the two calls must not matter.
+			s.SyncEndpoints(tc.endpoints)
+			if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001}); err != nil {
+				t.Fatal(err)
+			}
+			code, body := check(t, mem, ":30001")
+			if code != tc.wantCode {
+				t.Errorf("status %d, want %d", code, tc.wantCode)
+			}
+			if diff := cmp.Diff(tc.wantBody, body); diff != "" {
+				t.Errorf("body (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestServiceHealthOpenClose(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem := newMemNet()
+	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen))
+	defer s.Close()
+
+	type ports = map[types.NamespacedName]int
+	sync := func(p ports) {
+		t.Helper()
+		if err := s.SyncServices(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(p, s.Ports()); diff != "" {
+			t.Errorf("Ports() (-want +got):\n%s", diff)
+		}
+	}
+
+	sync(ports{svcA: 30001, svcB: 30002})
+	before := mem.open()
+	if diff := cmp.Diff([]string{":30001", ":30002"}, slices.Sorted(maps.Keys(before))); diff != "" {
+		t.Errorf("listeners after first sync (-want +got):\n%s", diff)
+	}
+
+	// B goes, C comes, A's port is untouched: its listener must be the
+	// same one, never closed.
+	sync(ports{svcA: 30001, svcC: 30003})
+	after := mem.open()
+	if after[":30001"] != before[":30001"] {
+		t.Errorf("A's listener was reopened: #%d, then #%d", before[":30001"], after[":30001"])
+	}
+	if _, ok := after[":30002"]; ok {
+		t.Error("B's port is still open after B went away")
+	}
+	if _, ok := after[":30003"]; !ok {
+		t.Error("C's port was not opened")
+	}
+	if _, err := mem.Client().Get("http://:30002/"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("GET on B's closed port: %v, want connection refused", err)
+	}
+
+	// A's port changes: the old one closes, the new one opens.
+	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 2})
+	sync(ports{svcA: 31001, svcC: 30003})
+	after = mem.open()
+	if _, ok := after[":30001"]; ok {
+		t.Error("A's old port is still open")
+	}
+	if code, body := check(t, mem, ":31001"); code != 200 || body["localEndpoints"] != float64(2) {
+		t.Errorf("A on its new port: %d %v", code, body)
+	}
+
+	sync(ports{})
+	if open := mem.open(); len(open) != 0 {
+		t.Errorf("listeners left after syncing no services: %v", open)
+	}
+}
+
+func TestServiceHealthBindErrors(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem := newMemNet()
+	mem.fail[":30002"] = syscall.EADDRINUSE
+	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen))
+	defer s.Close()
+	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 1, svcB: 1, svcC: 1})
+
+	want := map[types.NamespacedName]int{svcA: 30001, svcB: 30002, svcC: 70000}
+	err := s.SyncServices(ctx, want)
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var be *BindError
+		if !errors.As(e, &be) {
+			t.Fatalf("error %v is not a *BindError", e)
+		}
+		got = append(got, fmt.Sprintf("%s:%d", be.Service, be.Port))
+		if !strings.Contains(be.Error(), be.Service.String()) {
+			t.Errorf("error %q does not name the service", be)
+		}
+	}
+	if diff := cmp.Diff([]string{"default/b:30002", "kube-system/c:70000"}, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("bind errors (-want +got):\n%s", diff)
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("joined error %v does not wrap EADDRINUSE", err)
+	}
+	// The others are served.
+	if code, _ := check(t, mem, ":30001"); code != 200 {
+		t.Errorf("A: %d, want 200", code)
+	}
+	if diff := cmp.Diff(map[types.NamespacedName]int{svcA: 30001}, s.Ports()); diff != "" {
+		t.Errorf("Ports() (-want +got):\n%s", diff)
+	}
+
+	// The port frees up: the next sync opens it without touching A.
+	delete(mem.fail, ":30002")
+	before := mem.open()[":30001"]
+	delete(want, svcC)
+	if err := s.SyncServices(ctx, want); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if code, _ := check(t, mem, ":30002"); code != 200 {
+		t.Errorf("B after retry: %d, want 200", code)
+	}
+	if mem.open()[":30001"] != before {
+		t.Error("A's listener was reopened by the retry")
+	}
+}
+
+func TestServiceHealthNodeAddresses(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem := newMemNet()
+	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen),
+		WithNodeAddresses(netip.MustParseAddr("10.0.0.1"), netip.Addr{}, netip.MustParseAddr("fd00::1")))
+	defer s.Close()
+	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 1})
+	if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001}); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"10.0.0.1:30001", "[fd00::1]:30001"} {
+		if code, _ := check(t, mem, addr); code != 200 {
+			t.Errorf("%s: %d, want 200", addr, code)
+		}
+	}
+	if len(mem.open()) != 2 {
+		t.Errorf("listeners %v, want one per address", mem.open())
+	}
+
+	// The second address cannot be bound for B: B fails as a whole and the
+	// listener it got on the first address is closed again.
+	mem.fail["[fd00::1]:30002"] = syscall.EADDRNOTAVAIL
+	err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001, svcB: 30002})
+	if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Fatalf("SyncServices: %v, want EADDRNOTAVAIL", err)
+	}
+	if _, ok := mem.open()["10.0.0.1:30002"]; ok {
+		t.Error("B's listener on the first address was left open")
+	}
+}
+
+func TestServiceHealthClose(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem := newMemNet()
+	s := NewServiceHealthServer("node-1", nil, WithListenFunc(mem.Listen))
+	if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001, svcB: 30002}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if open := mem.open(); len(open) != 0 {
+		t.Errorf("listeners left after Close: %v", open)
+	}
+	if len(s.Ports()) != 0 {
+		t.Errorf("Ports() after Close: %v", s.Ports())
+	}
+	// Usable again.
+	if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
+
+func TestServiceHealthRequestAfterClose(t *testing.T) {
+	s := NewServiceHealthServer("node-1", nil)
+	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 4})
+	// A request already accepted when the port closed: the handler finds
+	// no open service and says so.
+	rec := httptest.NewRecorder()
+	s.handler(svcA).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	code, body := decode(t, rec.Result())
+	if code != http.StatusServiceUnavailable || body["localEndpoints"] != float64(0) {
+		t.Errorf("closed service: %d %v, want 503 with 0 endpoints", code, body)
+	}
+}
