@@ -27,7 +27,7 @@
 //	// in the proxier's sync:
 //	hs.QueuedUpdate(v1.IPv4Protocol) // from event handlers
 //	...
-//	svcHealth.SyncServices(ctx, healthCheckNodePorts)
-//	svcHealth.SyncEndpoints(localEndpointCounts)
+//	svcHealth.SyncServices(ctx, svcPortMap.HealthCheckNodePorts())
+//	svcHealth.SyncEndpoints(endpointsMap.LocalReadyEndpoints())
 //	hs.Updated(v1.IPv4Protocol)
 package healthz

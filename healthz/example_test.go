@@ -53,7 +53,7 @@ func ExampleServiceHealthServer() {
 	ln.Close()
 
 	web := types.NamespacedName{Namespace: "default", Name: "web"}
-	if err := s.SyncServices(ctx, map[types.NamespacedName]int{web: port}); err != nil {
+	if err := s.SyncServices(ctx, map[types.NamespacedName]uint16{web: uint16(port)}); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -18,14 +18,14 @@ import (
 )
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
+func freePort(t *testing.T) uint16 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // TestLoopbackPorts runs both servers on real sockets, on 127.0.0.1 only.
@@ -64,10 +64,10 @@ func TestLoopbackPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	ports := map[types.NamespacedName]int{
+	ports := map[types.NamespacedName]uint16{
 		svcA: freePort(t),
 		svcB: freePort(t),
-		svcC: busy.Addr().(*net.TCPAddr).Port,
+		svcC: uint16(busy.Addr().(*net.TCPAddr).Port),
 	}
 	s := NewServiceHealthServer("node-1", hs, WithNodeAddresses(netip.MustParseAddr("127.0.0.1")))
 	defer s.Close()
@@ -85,7 +85,7 @@ func TestLoopbackPorts(t *testing.T) {
 		{svcA, 200, serviceBody(svcA, 2, true)},
 		{svcB, 503, serviceBody(svcB, 0, true)},
 	} {
-		url := "http://127.0.0.1:" + strconv.Itoa(ports[tc.name]) + "/"
+		url := "http://127.0.0.1:" + strconv.Itoa(int(ports[tc.name])) + "/"
 		resp, err := client.Get(url)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -100,7 +100,7 @@ func TestLoopbackPorts(t *testing.T) {
 	}
 
 	// B goes away: its port is closed for real, A's keeps answering.
-	bURL := "http://127.0.0.1:" + strconv.Itoa(ports[svcB]) + "/"
+	bURL := "http://127.0.0.1:" + strconv.Itoa(int(ports[svcB])) + "/"
 	delete(ports, svcB)
 	delete(ports, svcC)
 	if err := s.SyncServices(ctx, ports); err != nil {
@@ -109,7 +109,7 @@ func TestLoopbackPorts(t *testing.T) {
 	if _, err := client.Get(bURL); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("GET on B's port after B went away: %v, want connection refused", err)
 	}
-	resp, err = client.Get("http://127.0.0.1:" + strconv.Itoa(ports[svcA]) + "/")
+	resp, err = client.Get("http://127.0.0.1:" + strconv.Itoa(int(ports[svcA])) + "/")
 	if err != nil {
 		t.Fatalf("A after B went away: %v", err)
 	}

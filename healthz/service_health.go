@@ -46,7 +46,7 @@ type BindError struct {
 	// Service is the Service whose port failed.
 	Service types.NamespacedName
 	// Port is the health-check node port.
-	Port int
+	Port uint16
 	// Err is the listener's error.
 	Err error
 }
@@ -75,7 +75,7 @@ type ServiceHealthServer struct {
 // healthCheck is one Service's open port: one HTTP server per listen
 // address.
 type healthCheck struct {
-	port    int
+	port    uint16
 	servers []*http.Server
 	wg      sync.WaitGroup
 }
@@ -97,12 +97,13 @@ func NewServiceHealthServer(nodeName string, proxy HealthReporter, opts ...Optio
 }
 
 // SyncServices makes the open ports match ports (Service → health-check
-// node port): it closes the ports of Services no longer there or whose port
+// node port, as changetracker's ServicePortMap.HealthCheckNodePorts returns
+// them): it closes the ports of Services no longer there or whose port
 // changed, opens the new ones, and leaves the others serving without a
-// break. A port that cannot be opened (in use, out of range) is logged and
+// break. A port that cannot be opened (in use, or 0) is logged and
 // returned as a *BindError, joined with the others; it does not stop the
 // rest, and the next call tries it again.
-func (s *ServiceHealthServer) SyncServices(ctx context.Context, ports map[types.NamespacedName]int) error {
+func (s *ServiceHealthServer) SyncServices(ctx context.Context, ports map[types.NamespacedName]uint16) error {
 	logger := klog.FromContext(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,9 +134,9 @@ func (s *ServiceHealthServer) SyncServices(ctx context.Context, ports map[types.
 
 // open listens on port on every address and starts serving name's health.
 // On failure it closes whatever it opened.
-func (s *ServiceHealthServer) open(ctx context.Context, name types.NamespacedName, port int) (*healthCheck, error) {
-	if port < 1 || port > 65535 {
-		return nil, fmt.Errorf("port out of range")
+func (s *ServiceHealthServer) open(ctx context.Context, name types.NamespacedName, port uint16) (*healthCheck, error) {
+	if port == 0 {
+		return nil, fmt.Errorf("port 0 is not a health-check node port")
 	}
 	hosts := []string{""}
 	if len(s.addresses) > 0 {
@@ -147,7 +148,7 @@ func (s *ServiceHealthServer) open(ctx context.Context, name types.NamespacedNam
 	hc := &healthCheck{port: port}
 	handler := s.handler(name)
 	for _, host := range hosts {
-		ln, err := s.listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		ln, err := s.listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
 		if err != nil {
 			hc.close()
 			return nil, err
@@ -186,10 +187,10 @@ func (s *ServiceHealthServer) SyncEndpoints(counts map[types.NamespacedName]int)
 }
 
 // Ports returns the ports open now, by Service. The map is a copy.
-func (s *ServiceHealthServer) Ports() map[types.NamespacedName]int {
+func (s *ServiceHealthServer) Ports() map[types.NamespacedName]uint16 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	ports := make(map[types.NamespacedName]int, len(s.services))
+	ports := make(map[types.NamespacedName]uint16, len(s.services))
 	for name, hc := range s.services {
 		ports[name] = hc.port
 	}

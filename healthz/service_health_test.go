@@ -72,7 +72,7 @@ func TestServiceHealthResponses(t *testing.T) {
 			defer s.Close()
 			// Endpoints first: the order of the two calls must not matter.
 			s.SyncEndpoints(tc.endpoints)
-			if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001}); err != nil {
+			if err := s.SyncServices(ctx, map[types.NamespacedName]uint16{svcA: 30001}); err != nil {
 				t.Fatal(err)
 			}
 			code, body := check(t, mem, ":30001")
@@ -92,7 +92,7 @@ func TestServiceHealthOpenClose(t *testing.T) {
 	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen))
 	defer s.Close()
 
-	type ports = map[types.NamespacedName]int
+	type ports = map[types.NamespacedName]uint16
 	sync := func(p ports) {
 		t.Helper()
 		if err := s.SyncServices(ctx, p); err != nil {
@@ -151,7 +151,7 @@ func TestServiceHealthBindErrors(t *testing.T) {
 	defer s.Close()
 	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 1, svcB: 1, svcC: 1})
 
-	want := map[types.NamespacedName]int{svcA: 30001, svcB: 30002, svcC: 70000}
+	want := map[types.NamespacedName]uint16{svcA: 30001, svcB: 30002, svcC: 0}
 	err := s.SyncServices(ctx, want)
 	var got []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
@@ -164,7 +164,7 @@ func TestServiceHealthBindErrors(t *testing.T) {
 			t.Errorf("error %q does not name the service", be)
 		}
 	}
-	if diff := cmp.Diff([]string{"default/b:30002", "kube-system/c:70000"}, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+	if diff := cmp.Diff([]string{"default/b:30002", "kube-system/c:0"}, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("bind errors (-want +got):\n%s", diff)
 	}
 	if !errors.Is(err, syscall.EADDRINUSE) {
@@ -174,7 +174,7 @@ func TestServiceHealthBindErrors(t *testing.T) {
 	if code, _ := check(t, mem, ":30001"); code != 200 {
 		t.Errorf("A: %d, want 200", code)
 	}
-	if diff := cmp.Diff(map[types.NamespacedName]int{svcA: 30001}, s.Ports()); diff != "" {
+	if diff := cmp.Diff(map[types.NamespacedName]uint16{svcA: 30001}, s.Ports()); diff != "" {
 		t.Errorf("Ports() (-want +got):\n%s", diff)
 	}
 
@@ -200,7 +200,7 @@ func TestServiceHealthNodeAddresses(t *testing.T) {
 		WithNodeAddresses(netip.MustParseAddr("10.0.0.1"), netip.Addr{}, netip.MustParseAddr("fd00::1")))
 	defer s.Close()
 	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 1})
-	if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001}); err != nil {
+	if err := s.SyncServices(ctx, map[types.NamespacedName]uint16{svcA: 30001}); err != nil {
 		t.Fatal(err)
 	}
 	for _, addr := range []string{"10.0.0.1:30001", "[fd00::1]:30001"} {
@@ -215,7 +215,7 @@ func TestServiceHealthNodeAddresses(t *testing.T) {
 	// The second address cannot be bound for B: B fails as a whole and the
 	// listener it got on the first address is closed again.
 	mem.fail["[fd00::1]:30002"] = syscall.EADDRNOTAVAIL
-	err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001, svcB: 30002})
+	err := s.SyncServices(ctx, map[types.NamespacedName]uint16{svcA: 30001, svcB: 30002})
 	if !errors.Is(err, syscall.EADDRNOTAVAIL) {
 		t.Fatalf("SyncServices: %v, want EADDRNOTAVAIL", err)
 	}
@@ -228,7 +228,7 @@ func TestServiceHealthClose(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	mem := newMemNet()
 	s := NewServiceHealthServer("node-1", nil, WithListenFunc(mem.Listen))
-	if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001, svcB: 30002}); err != nil {
+	if err := s.SyncServices(ctx, map[types.NamespacedName]uint16{svcA: 30001, svcB: 30002}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -239,7 +239,7 @@ func TestServiceHealthClose(t *testing.T) {
 		t.Errorf("Ports() after Close: %v", s.Ports())
 	}
 	// Usable again.
-	if err := s.SyncServices(ctx, map[types.NamespacedName]int{svcA: 30001}); err != nil {
+	if err := s.SyncServices(ctx, map[types.NamespacedName]uint16{svcA: 30001}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
