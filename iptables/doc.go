@@ -1,0 +1,40 @@
+// Package iptables runs iptables, iptables-save and iptables-restore for a
+// Kubernetes service proxy, and builds the input it feeds them.
+//
+// [Interface] is the kernel-facing part: create, flush and delete chains,
+// ensure and delete single rules, save a table, and restore many rules at
+// once with iptables-restore, for IPv4 or IPv6 and for either backend
+// (legacy x_tables or nf_tables), which [New] detects the way the
+// Kubernetes iptables-wrapper does unless told. It reads "iptables
+// --version" to use what the installed binaries can do (waiting for the
+// xtables lock, --random-fully) and degrades with clear errors on old ones.
+// Failed commands return an *[Error] carrying the command line, exit
+// status, standard error and the restore input line blamed; test them with
+// [IsNotFoundError] and [IsLockTimeout]. [Interface.Monitor] notices when
+// another program (firewalld, "iptables -F") wipes rules, through canary
+// chains, and calls back so the caller can resync.
+//
+// [LineBuffer] builds iptables-restore input without allocating per line,
+// and counts lines.
+//
+// Package github.com/proxykit/proxykit/iptables/testing has a strict
+// in-memory Fake of Interface, for unit tests without root, and a packet
+// tracer that shows where a packet would go through the Fake's rules.
+//
+// This package does not decide what rules a proxy needs; that is the
+// service rule writer's job. It does not talk to nf_tables directly
+// (sigs.k8s.io/knftables does), and it never runs a shell.
+//
+// The smallest use:
+//
+//	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4)
+//	if err != nil {
+//		return err
+//	}
+//	b := iptables.NewLineBuffer()
+//	b.Write("*filter")
+//	b.Write(":KUBE-FORWARD", "-", "[0:0]")
+//	b.Write("-A", "KUBE-FORWARD", "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP")
+//	b.Write("COMMIT")
+//	err = ipt.RestoreAll(ctx, b.Bytes(), iptables.NoFlushTables, iptables.NoRestoreCounters)
+package iptables

@@ -1,0 +1,149 @@
+package iptables
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// ErrNotSupported is returned by [New] on platforms other than Linux.
+var ErrNotSupported = errors.New("iptables is only supported on Linux")
+
+// errLockTimeout is wrapped by the error of a restore that gave up waiting
+// for the xtables lock that proxykit takes itself for old iptables-restore
+// binaries that cannot wait for it.
+var errLockTimeout = errors.New("timed out waiting for the xtables lock")
+
+// Error is a failed iptables, iptables-save or iptables-restore command. All
+// errors from [Interface] methods that ran a command are an *Error or wrap
+// one; the Fake in iptables/testing returns the same type with the
+// messages the real binaries print, so [IsNotFoundError] and
+// [IsLockTimeout] work the same against both.
+type Error struct {
+	// Command is the binary that ran, such as "iptables-nft-restore".
+	Command string
+	// Args are its arguments.
+	Args []string
+	// ExitStatus is the command's exit status, or -1 if it did not exit
+	// normally (it could not be started, or was killed when its context
+	// ended).
+	ExitStatus int
+	// Stderr is the command's standard error, with surrounding white space
+	// removed.
+	Stderr string
+	// Line is the line of restore input that iptables-restore blamed
+	// ("line 3 failed", "Error occurred at line: 3"), or 0 if it named
+	// none.
+	Line int
+	// Err is the underlying error: the exec error, or a lock timeout.
+	Err error
+}
+
+// Error returns the command line, the exit status and the interesting part
+// of standard error on one line.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Command)
+	for _, a := range e.Args {
+		b.WriteByte(' ')
+		b.WriteString(a)
+	}
+	b.WriteString(": ")
+	if e.ExitStatus >= 0 {
+		b.WriteString("exit status ")
+		b.WriteString(strconv.Itoa(e.ExitStatus))
+	} else if e.Err != nil {
+		b.WriteString(e.Err.Error())
+	} else {
+		b.WriteString("failed")
+	}
+	if msg := stderrSummary(e.Stderr); msg != "" {
+		b.WriteString(": ")
+		b.WriteString(msg)
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// stderrSummary joins the lines of stderr with "; ", leaving out blank
+// lines and iptables' "Try `iptables -h'" hint.
+func stderrSummary(stderr string) string {
+	var parts []string
+	for _, line := range strings.Split(stderr, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "Try `") {
+			continue
+		}
+		parts = append(parts, line)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// IsNotFoundError reports whether err says that a chain, a rule or a table
+// does not exist (for example FlushChain of a missing chain, or a restore
+// that appends to an undeclared chain).
+func IsNotFoundError(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || e.ExitStatus < 0 {
+		return false
+	}
+	for _, s := range notFoundMessages {
+		if strings.Contains(e.Stderr, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// notFoundMessages are the phrases iptables (legacy and nft) prints when an
+// object is missing.
+var notFoundMessages = []string{
+	"No chain/target/match by that name",
+	"does a matching rule exist in that chain",
+	"does not exist",
+}
+
+// IsLockTimeout reports whether err says that the command gave up waiting
+// for the xtables lock held by another program: exit status 4 and
+// "Another app is currently holding the xtables lock", or proxykit's own
+// wait for the lock (for iptables-restore older than 1.6.2) timing out.
+func IsLockTimeout(err error) bool {
+	if errors.Is(err, errLockTimeout) {
+		return true
+	}
+	var e *Error
+	return errors.As(err, &e) && e.ExitStatus == 4 &&
+		strings.Contains(e.Stderr, "Another app is currently holding the xtables lock")
+}
+
+// restoreLine returns the input line that iptables-restore's standard
+// error blames, or 0. It knows the forms "line 3 failed", "Error occurred
+// at line: 3", "COMMIT expected at line 3" and nft's "line 3: RULE_APPEND
+// failed".
+func restoreLine(stderr string) int {
+	rest := stderr
+	for {
+		i := strings.Index(rest, "line")
+		if i < 0 {
+			return 0
+		}
+		rest = rest[i+len("line"):]
+		s := strings.TrimPrefix(rest, ":")
+		if !strings.HasPrefix(s, " ") {
+			continue
+		}
+		s = s[1:]
+		n := 0
+		for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		if v, err := strconv.Atoi(s[:n]); err == nil {
+			return v
+		}
+	}
+}

@@ -1,0 +1,380 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	utilexec "k8s.io/utils/exec"
+)
+
+// DefaultLockWait is how long commands wait for the xtables lock unless
+// [WithLockWait] says otherwise.
+const DefaultLockWait = 5 * time.Second
+
+// lockFilePath is the xtables lock of iptables 1.6.0 and later.
+const lockFilePath = "/run/xtables.lock"
+
+// Option configures the Interface made by [New].
+type Option func(*options)
+
+type options struct {
+	exec     utilexec.Interface
+	backend  Backend
+	clock    clock.Clock
+	lockWait time.Duration
+}
+
+// WithExec makes the Interface run commands through e instead of the real
+// os/exec, for tests (k8s.io/utils/exec/testing) or for running them
+// elsewhere. A nil e is ignored.
+func WithExec(e utilexec.Interface) Option {
+	return func(o *options) {
+		if e != nil {
+			o.exec = e
+		}
+	}
+}
+
+// WithBackend makes the Interface use backend b instead of detecting it
+// with [DetectBackend].
+func WithBackend(b Backend) Option {
+	return func(o *options) { o.backend = b }
+}
+
+// WithClock makes Monitor and the wait for the xtables lock use c instead
+// of the real clock. A nil c is ignored.
+func WithClock(c clock.Clock) Option {
+	return func(o *options) {
+		if c != nil {
+			o.clock = c
+		}
+	}
+}
+
+// WithLockWait sets how long each command waits for the xtables lock held
+// by another program before failing with an error for which
+// [IsLockTimeout] is true. It is rounded up to whole seconds (at least
+// one), the unit iptables takes. iptables 1.4.20 and 1.4.21 can only wait
+// forever; older versions cannot wait at all. The nft backend has no such
+// lock and ignores this. The default is [DefaultLockWait].
+func WithLockWait(d time.Duration) Option {
+	return func(o *options) { o.lockWait = d }
+}
+
+// runner is the Interface that runs the real binaries.
+type runner struct {
+	exec     utilexec.Interface
+	clock    clock.Clock
+	protocol Protocol
+	backend  Backend
+	cmds     commands
+	version  Version
+	feat     features
+	lockWait time.Duration
+	// lockFile is the path of the xtables lock file, a field so tests can
+	// move it.
+	lockFile string
+
+	// mu makes the check-then-change of EnsureRule, DeleteRule and
+	// EnsureChain atomic with respect to each other within this process.
+	mu sync.Mutex
+}
+
+var _ Interface = (*runner)(nil)
+
+// New returns the Interface for protocol that runs the real iptables
+// binaries. It finds the backend (from [WithBackend], or by
+// [DetectBackend]) and its binaries, and runs "iptables --version" to learn
+// what they can do; any failure there is an error. Old versions are
+// accepted, with degraded features: before 1.4.11 the rule methods that
+// need -C fail with a clear error, before 1.6.2 iptables-restore cannot
+// wait for the xtables lock so New's Interface takes the lock itself, and
+// HasRandomFully reports false. On platforms other than Linux, New returns
+// an error wrapping [ErrNotSupported].
+func New(ctx context.Context, protocol Protocol, opts ...Option) (Interface, error) {
+	if err := platformSupported(); err != nil {
+		return nil, err
+	}
+	o := options{exec: utilexec.New(), clock: clock.RealClock{}, lockWait: DefaultLockWait}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return newRunner(ctx, protocol, o)
+}
+
+func newRunner(ctx context.Context, protocol Protocol, o options) (*runner, error) {
+	if protocol != ProtocolIPv4 && protocol != ProtocolIPv6 {
+		return nil, fmt.Errorf("iptables: unknown protocol %v", protocol)
+	}
+	backend := o.backend
+	if backend == "" {
+		var err error
+		if backend, err = DetectBackend(ctx, o.exec); err != nil {
+			return nil, err
+		}
+	}
+	cmds, version, err := resolveCommands(ctx, o.exec, backend, protocol)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{
+		exec:     o.exec,
+		clock:    o.clock,
+		protocol: protocol,
+		backend:  backend,
+		cmds:     cmds,
+		version:  version,
+		feat:     featuresOf(version, o.lockWait),
+		lockWait: o.lockWait,
+		lockFile: lockFilePath,
+	}
+	klog.FromContext(ctx).V(2).Info("Using iptables", "protocol", protocol, "backend", backend, "command", cmds.iptables, "version", version, "randomFully", r.feat.randomFully)
+	return r, nil
+}
+
+func newError(command string, args []string, err error, stderr string) *Error {
+	e := &Error{Command: command, Args: args, ExitStatus: -1, Stderr: strings.TrimSpace(stderr), Err: err}
+	var ee utilexec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		e.ExitStatus = ee.ExitStatus()
+	}
+	return e
+}
+
+// run runs iptables with the wait flag and args, and returns its standard
+// output.
+func (r *runner) run(ctx context.Context, args ...string) ([]byte, error) {
+	full := make([]string, 0, len(r.feat.waitFlag)+len(args))
+	full = append(append(full, r.feat.waitFlag...), args...)
+	klog.FromContext(ctx).V(4).Info("Running iptables", "command", r.cmds.iptables, "args", full)
+	var stdout, stderr bytes.Buffer
+	cmd := r.exec.CommandContext(ctx, r.cmds.iptables, full...)
+	cmd.SetStdout(&stdout)
+	cmd.SetStderr(&stderr)
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), newError(r.cmds.iptables, full, err, stderr.String())
+	}
+	return stdout.Bytes(), nil
+}
+
+// exitStatus returns the exit status of err if it is an *Error from a
+// command that exited, else -1.
+func exitStatus(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.ExitStatus
+	}
+	return -1
+}
+
+// EnsureChain is part of Interface.
+func (r *runner) EnsureChain(ctx context.Context, table Table, chain Chain) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, err := r.run(ctx, "-t", string(table), "-N", string(chain))
+	if err == nil {
+		return false, nil
+	}
+	var e *Error
+	if errors.As(err, &e) && e.ExitStatus == 1 && strings.Contains(e.Stderr, "Chain already exists") {
+		return true, nil
+	}
+	return false, fmt.Errorf("creating chain %s in table %s: %w", chain, table, err)
+}
+
+// FlushChain is part of Interface.
+func (r *runner) FlushChain(ctx context.Context, table Table, chain Chain) error {
+	if _, err := r.run(ctx, "-t", string(table), "-F", string(chain)); err != nil {
+		return fmt.Errorf("flushing chain %s in table %s: %w", chain, table, err)
+	}
+	return nil
+}
+
+// DeleteChain is part of Interface.
+func (r *runner) DeleteChain(ctx context.Context, table Table, chain Chain) error {
+	if _, err := r.run(ctx, "-t", string(table), "-X", string(chain)); err != nil {
+		return fmt.Errorf("deleting chain %s in table %s: %w", chain, table, err)
+	}
+	return nil
+}
+
+// ChainExists is part of Interface. It lists the chain's first rule, which
+// costs the same for any chain length.
+func (r *runner) ChainExists(ctx context.Context, table Table, chain Chain) (bool, error) {
+	_, err := r.run(ctx, "-t", string(table), "-S", string(chain), "1")
+	if err == nil {
+		return true, nil
+	}
+	if IsNotFoundError(err) {
+		return false, nil
+	}
+	var e *Error
+	if errors.As(err, &e) && e.ExitStatus == 1 && strings.Contains(e.Stderr, "is incompatible") {
+		// iptables-nft 1.8.x says "chain `X' in table `t' is
+		// incompatible, use 'nft' tool" both for a chain it cannot parse
+		// and for one that does not exist; the save output tells them
+		// apart.
+		var buf bytes.Buffer
+		if err := r.SaveInto(ctx, table, &buf); err != nil {
+			return false, fmt.Errorf("checking for chain %s in table %s: %w", chain, table, err)
+		}
+		for _, c := range ChainsFromSave(buf.Bytes()) {
+			if c == chain {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("checking for chain %s in table %s: %w", chain, table, err)
+}
+
+// RuleExists is part of Interface. iptables -C compares rules as the
+// kernel holds them, so "-s 10.0.0.1" equals "-s 10.0.0.1/32".
+func (r *runner) RuleExists(ctx context.Context, table Table, chain Chain, args ...string) (bool, error) {
+	if !r.feat.hasCheck {
+		return false, fmt.Errorf("checking for a rule in chain %s: iptables %s cannot (-C needs %s or later)", chain, r.version, minCheckVersion)
+	}
+	full := append([]string{"-t", string(table), "-C", string(chain)}, args...)
+	_, err := r.run(ctx, full...)
+	if err == nil {
+		return true, nil
+	}
+	// Exit status 1 is "no such rule" or "no such chain"; anything else
+	// (2: bad arguments, 4: lock or kernel trouble) is an error.
+	if exitStatus(err) == 1 {
+		return false, nil
+	}
+	return false, fmt.Errorf("checking for a rule in chain %s of table %s: %w", chain, table, err)
+}
+
+// EnsureRule is part of Interface.
+func (r *runner) EnsureRule(ctx context.Context, position RulePosition, table Table, chain Chain, args ...string) (bool, error) {
+	if position != Append && position != Prepend {
+		return false, fmt.Errorf("adding a rule to chain %s: unknown position %q", chain, position)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	exists, err := r.RuleExists(ctx, table, chain, args...)
+	if err != nil || exists {
+		return exists, err
+	}
+	full := append([]string{"-t", string(table), string(position), string(chain)}, args...)
+	if _, err := r.run(ctx, full...); err != nil {
+		return false, fmt.Errorf("adding a rule to chain %s of table %s: %w", chain, table, err)
+	}
+	return false, nil
+}
+
+// DeleteRule is part of Interface.
+func (r *runner) DeleteRule(ctx context.Context, table Table, chain Chain, args ...string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	exists, err := r.RuleExists(ctx, table, chain, args...)
+	if err != nil || !exists {
+		return err
+	}
+	full := append([]string{"-t", string(table), "-D", string(chain)}, args...)
+	if _, err := r.run(ctx, full...); err != nil {
+		return fmt.Errorf("deleting a rule from chain %s of table %s: %w", chain, table, err)
+	}
+	return nil
+}
+
+// SaveInto is part of Interface. On error, buffer is left as it was.
+func (r *runner) SaveInto(ctx context.Context, table Table, buffer *bytes.Buffer) error {
+	args := []string{"-t", string(table)}
+	klog.FromContext(ctx).V(4).Info("Running iptables-save", "command", r.cmds.save, "args", args)
+	start := buffer.Len()
+	var stderr bytes.Buffer
+	cmd := r.exec.CommandContext(ctx, r.cmds.save, args...)
+	cmd.SetStdout(buffer)
+	cmd.SetStderr(&stderr)
+	if err := cmd.Run(); err != nil {
+		buffer.Truncate(start)
+		return fmt.Errorf("saving table %s: %w", table, newError(r.cmds.save, args, err, stderr.String()))
+	}
+	return nil
+}
+
+// Restore is part of Interface.
+func (r *runner) Restore(ctx context.Context, table Table, data []byte, flush FlushFlag, counters RestoreCountersFlag) error {
+	if err := r.restore(ctx, []string{"-T", string(table)}, data, flush, counters); err != nil {
+		return fmt.Errorf("restoring table %s: %w", table, err)
+	}
+	return nil
+}
+
+// RestoreAll is part of Interface.
+func (r *runner) RestoreAll(ctx context.Context, data []byte, flush FlushFlag, counters RestoreCountersFlag) error {
+	return r.restore(ctx, nil, data, flush, counters)
+}
+
+func (r *runner) restore(ctx context.Context, args []string, data []byte, flush FlushFlag, counters RestoreCountersFlag) error {
+	full := append([]string(nil), r.feat.restoreWaitFlag...)
+	full = append(full, args...)
+	if !flush {
+		full = append(full, "--noflush")
+	}
+	if counters {
+		full = append(full, "--counters")
+	}
+	logger := klog.FromContext(ctx)
+	if r.feat.restoreWaitFlag == nil && r.backend == BackendLegacy {
+		// This iptables-restore cannot wait for the xtables lock, and
+		// without the lock it would race other iptables commands; hold
+		// the lock for it.
+		release, err := grabXtablesLock(ctx, r.clock, r.lockFile, r.feat.lockFile, r.lockWait)
+		if err != nil {
+			return &Error{Command: r.cmds.restore, Args: full, ExitStatus: -1, Err: err}
+		}
+		defer release()
+	}
+	logger.V(4).Info("Running iptables-restore", "command", r.cmds.restore, "args", full, "bytes", len(data))
+	var stderr bytes.Buffer
+	cmd := r.exec.CommandContext(ctx, r.cmds.restore, full...)
+	cmd.SetStdin(bytes.NewReader(data))
+	cmd.SetStdout(&stderr)
+	cmd.SetStderr(&stderr)
+	if err := cmd.Run(); err != nil {
+		e := newError(r.cmds.restore, full, err, stderr.String())
+		e.Line = restoreLine(e.Stderr)
+		return e
+	}
+	return nil
+}
+
+// Monitor is part of Interface.
+func (r *runner) Monitor(ctx context.Context, canary Chain, tables []Table, reloadFunc func(), interval time.Duration) {
+	MonitorCanary(ctx, r, r.clock, canary, tables, reloadFunc, interval)
+}
+
+// Present is part of Interface.
+func (r *runner) Present(ctx context.Context) error {
+	ok, err := r.ChainExists(ctx, TableNAT, ChainPostrouting)
+	if err != nil {
+		return fmt.Errorf("iptables (%s, %s) is not usable: %w", r.backend, r.protocol, err)
+	}
+	if !ok {
+		return fmt.Errorf("iptables (%s, %s) is not usable: the nat table has no POSTROUTING chain", r.backend, r.protocol)
+	}
+	return nil
+}
+
+// HasRandomFully is part of Interface.
+func (r *runner) HasRandomFully() bool { return r.feat.randomFully }
+
+// Protocol is part of Interface.
+func (r *runner) Protocol() Protocol { return r.protocol }
+
+// Backend is part of Interface.
+func (r *runner) Backend() Backend { return r.backend }
+
+// Version is part of Interface.
+func (r *runner) Version() Version { return r.version }

@@ -1,0 +1,397 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+	utilexec "k8s.io/utils/exec"
+)
+
+// result is what a scripted command does.
+type result struct {
+	stdout, stderr string
+	status         int
+}
+
+// scriptExec is a utilexec.Interface that answers commands from a
+// function and records them.
+type scriptExec struct {
+	mu     sync.Mutex
+	paths  map[string]bool
+	handle func(name string, args []string, stdin string) result
+	calls  []string
+	stdins []string
+}
+
+func (e *scriptExec) Command(name string, args ...string) utilexec.Cmd {
+	return &scriptCmd{e: e, name: name, args: args}
+}
+
+func (e *scriptExec) CommandContext(_ context.Context, name string, args ...string) utilexec.Cmd {
+	return e.Command(name, args...)
+}
+
+func (e *scriptExec) LookPath(file string) (string, error) {
+	if e.paths[file] {
+		return "/usr/sbin/" + file, nil
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}
+
+func (e *scriptExec) commands() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.calls...)
+}
+
+type scriptCmd struct {
+	e              *scriptExec
+	name           string
+	args           []string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+type exitError struct{ status int }
+
+func (x exitError) Error() string   { return fmt.Sprintf("exit status %d", x.status) }
+func (x exitError) String() string  { return x.Error() }
+func (x exitError) Exited() bool    { return true }
+func (x exitError) ExitStatus() int { return x.status }
+
+func (c *scriptCmd) Run() error {
+	var in []byte
+	if c.stdin != nil {
+		in, _ = io.ReadAll(c.stdin)
+	}
+	c.e.mu.Lock()
+	c.e.calls = append(c.e.calls, strings.Join(append([]string{c.name}, c.args...), " "))
+	c.e.stdins = append(c.e.stdins, string(in))
+	c.e.mu.Unlock()
+	r := c.e.handle(c.name, c.args, string(in))
+	if c.stdout != nil {
+		io.WriteString(c.stdout, r.stdout)
+	}
+	if c.stderr != nil {
+		io.WriteString(c.stderr, r.stderr)
+	}
+	if r.status != 0 {
+		return exitError{r.status}
+	}
+	return nil
+}
+
+func (c *scriptCmd) CombinedOutput() ([]byte, error) {
+	var b bytes.Buffer
+	c.stdout, c.stderr = &b, &b
+	err := c.Run()
+	return b.Bytes(), err
+}
+
+func (c *scriptCmd) Output() ([]byte, error) {
+	var b bytes.Buffer
+	c.stdout = &b
+	err := c.Run()
+	return b.Bytes(), err
+}
+
+func (c *scriptCmd) SetDir(string)                      {}
+func (c *scriptCmd) SetStdin(in io.Reader)              { c.stdin = in }
+func (c *scriptCmd) SetStdout(out io.Writer)            { c.stdout = out }
+func (c *scriptCmd) SetStderr(out io.Writer)            { c.stderr = out }
+func (c *scriptCmd) SetEnv([]string)                    {}
+func (c *scriptCmd) StdoutPipe() (io.ReadCloser, error) { return nil, errors.New("not supported") }
+func (c *scriptCmd) StderrPipe() (io.ReadCloser, error) { return nil, errors.New("not supported") }
+func (c *scriptCmd) Start() error                       { return errors.New("not supported") }
+func (c *scriptCmd) Wait() error                        { return errors.New("not supported") }
+func (c *scriptCmd) Stop()                              {}
+
+// allBinaries are the suffixed binaries of both backends.
+func allBinaries() map[string]bool {
+	m := map[string]bool{}
+	for _, base := range []string{"iptables", "ip6tables"} {
+		for _, b := range []string{"legacy", "nft"} {
+			for _, s := range []string{"", "-save", "-restore"} {
+				m[base+"-"+b+s] = true
+			}
+		}
+	}
+	return m
+}
+
+// newTestRunner returns a runner of version (as "iptables --version"
+// prints it) over a scriptExec whose other commands are answered by
+// handle.
+func newTestRunner(t *testing.T, backend Backend, protocol Protocol, version string, handle func(name string, args []string, stdin string) result) (*runner, *scriptExec) {
+	t.Helper()
+	e := &scriptExec{paths: allBinaries()}
+	e.handle = func(name string, args []string, stdin string) result {
+		if len(args) == 1 && args[0] == "--version" {
+			return result{stdout: version + "\n"}
+		}
+		if handle == nil {
+			if len(args) > 0 && slices.Contains(args, "-C") {
+				return result{stderr: "iptables: Bad rule (does a matching rule exist in that chain?).\n", status: 1}
+			}
+			return result{}
+		}
+		return handle(name, args, stdin)
+	}
+	r, err := newRunner(context.Background(), protocol, options{exec: e, backend: backend, clock: clocktesting.NewFakeClock(time.Now()), lockWait: DefaultLockWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.calls = nil
+	return r, e
+}
+
+func TestRunnerCommands(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		backend  Backend
+		protocol Protocol
+		version  string
+		do       func(r *runner) error
+		want     []string
+	}{
+		{
+			name: "EnsureChain on 1.8.9 legacy", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.8.9 (legacy)",
+			do:   func(r *runner) error { _, err := r.EnsureChain(ctx, TableNAT, "KUBE-SERVICES"); return err },
+			want: []string{"iptables-legacy -w 5 -t nat -N KUBE-SERVICES"},
+		},
+		{
+			name: "IPv6 nft", backend: BackendNFT, protocol: ProtocolIPv6, version: "ip6tables v1.8.9 (nf_tables)",
+			do:   func(r *runner) error { return r.FlushChain(ctx, TableFilter, "X") },
+			want: []string{"ip6tables-nft -w 5 -t filter -F X"},
+		},
+		{
+			name: "1.6.1 adds -W", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.6.1",
+			do:   func(r *runner) error { return r.DeleteChain(ctx, TableFilter, "X") },
+			want: []string{"iptables-legacy -w 5 -W 100000 -t filter -X X"},
+		},
+		{
+			name: "1.4.21 waits forever", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.4.21",
+			do:   func(r *runner) error { return r.DeleteChain(ctx, TableFilter, "X") },
+			want: []string{"iptables-legacy -w -t filter -X X"},
+		},
+		{
+			name: "1.4.19 cannot wait", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.4.19",
+			do:   func(r *runner) error { return r.DeleteChain(ctx, TableFilter, "X") },
+			want: []string{"iptables-legacy -t filter -X X"},
+		},
+		{
+			name: "ChainExists lists one rule", backend: BackendNFT, protocol: ProtocolIPv4, version: "iptables v1.8.9 (nf_tables)",
+			do:   func(r *runner) error { _, err := r.ChainExists(ctx, TableNAT, "C"); return err },
+			want: []string{"iptables-nft -w 5 -t nat -S C 1"},
+		},
+		{
+			name: "EnsureRule checks then appends", backend: BackendNFT, protocol: ProtocolIPv4, version: "iptables v1.8.9 (nf_tables)",
+			do: func(r *runner) error {
+				_, err := r.EnsureRule(ctx, Append, TableNAT, "C", "-m", "comment", "--comment", "a b", "-j", "RETURN")
+				return err
+			},
+			want: []string{
+				"iptables-nft -w 5 -t nat -C C -m comment --comment a b -j RETURN",
+				"iptables-nft -w 5 -t nat -A C -m comment --comment a b -j RETURN",
+			},
+		},
+		{
+			name: "Restore one table with wait", backend: BackendNFT, protocol: ProtocolIPv4, version: "iptables v1.8.9 (nf_tables)",
+			do: func(r *runner) error {
+				return r.Restore(ctx, TableNAT, []byte("*nat\nCOMMIT\n"), NoFlushTables, RestoreCounters)
+			},
+			want: []string{"iptables-nft-restore -w 5 -T nat --noflush --counters"},
+		},
+		{
+			name: "RestoreAll flushing", backend: BackendNFT, protocol: ProtocolIPv6, version: "ip6tables v1.8.9 (nf_tables)",
+			do: func(r *runner) error {
+				return r.RestoreAll(ctx, []byte("*nat\nCOMMIT\n"), FlushTables, NoRestoreCounters)
+			},
+			want: []string{"ip6tables-nft-restore -w 5"},
+		},
+		{
+			name: "restore 1.6.2 waits with interval", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.6.2",
+			do:   func(r *runner) error { return r.RestoreAll(ctx, nil, NoFlushTables, NoRestoreCounters) },
+			want: []string{"iptables-legacy-restore -w 5 -W 100000 --noflush"},
+		},
+		{
+			name: "SaveInto", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.8.9 (legacy)",
+			do:   func(r *runner) error { return r.SaveInto(ctx, TableMangle, &bytes.Buffer{}) },
+			want: []string{"iptables-legacy-save -t mangle"},
+		},
+		{
+			name: "Present", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.8.9 (legacy)",
+			do:   func(r *runner) error { return r.Present(ctx) },
+			want: []string{"iptables-legacy -w 5 -t nat -S POSTROUTING 1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, e := newTestRunner(t, tc.backend, tc.protocol, tc.version, nil)
+			if err := tc.do(r); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, e.commands()); diff != "" {
+				t.Errorf("commands (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRunnerResults(t *testing.T) {
+	ctx := context.Background()
+	const (
+		noChain = "iptables: No chain/target/match by that name.\n"
+		badRule = "iptables: Bad rule (does a matching rule exist in that chain?).\n"
+	)
+	for _, tc := range []struct {
+		name    string
+		reply   result
+		do      func(r *runner) (any, error)
+		want    any
+		wantErr func(error) bool
+	}{
+		{
+			name:  "EnsureChain of an existing chain",
+			reply: result{stderr: "iptables: Chain already exists.\n", status: 1},
+			do:    func(r *runner) (any, error) { return r.EnsureChain(ctx, TableNAT, "C") },
+			want:  true,
+		},
+		{
+			name:    "EnsureChain failing otherwise",
+			reply:   result{stderr: "iptables: Permission denied\n", status: 4},
+			do:      func(r *runner) (any, error) { return r.EnsureChain(ctx, TableNAT, "C") },
+			want:    false,
+			wantErr: func(err error) bool { return err != nil && !IsNotFoundError(err) },
+		},
+		{
+			name:    "FlushChain of a missing chain",
+			reply:   result{stderr: noChain, status: 1},
+			do:      func(r *runner) (any, error) { return nil, r.FlushChain(ctx, TableNAT, "C") },
+			wantErr: IsNotFoundError,
+		},
+		{
+			name:  "ChainExists of a missing chain (legacy message)",
+			reply: result{stderr: noChain, status: 1},
+			do:    func(r *runner) (any, error) { return r.ChainExists(ctx, TableNAT, "C") },
+			want:  false,
+		},
+		{
+			name:  "RuleExists of a missing rule",
+			reply: result{stderr: badRule, status: 1},
+			do:    func(r *runner) (any, error) { return r.RuleExists(ctx, TableNAT, "C", "-j", "ACCEPT") },
+			want:  false,
+		},
+		{
+			name:    "RuleExists with bad arguments",
+			reply:   result{stderr: "iptables v1.8.9 (legacy): unknown option \"--bogus\"\n", status: 2},
+			do:      func(r *runner) (any, error) { return r.RuleExists(ctx, TableNAT, "C", "--bogus") },
+			want:    false,
+			wantErr: func(err error) bool { return exitStatus(err) == 2 },
+		},
+		{
+			name:  "DeleteRule of a missing rule is not an error",
+			reply: result{stderr: badRule, status: 1},
+			do:    func(r *runner) (any, error) { return nil, r.DeleteRule(ctx, TableNAT, "C", "-j", "ACCEPT") },
+		},
+		{
+			name:    "lock timeout",
+			reply:   result{stderr: "Another app is currently holding the xtables lock. Stopped waiting after 5s.\n", status: 4},
+			do:      func(r *runner) (any, error) { return nil, r.FlushChain(ctx, TableNAT, "C") },
+			wantErr: IsLockTimeout,
+		},
+		{
+			name:  "restore error carries the line",
+			reply: result{stderr: "iptables-restore v1.8.9 (legacy): Couldn't load target `NOPE':No such file or directory\n\nError occurred at line: 7\nTry `iptables-restore -h' or 'iptables-restore --help' for more information.\n", status: 2},
+			do:    func(r *runner) (any, error) { return nil, r.RestoreAll(ctx, nil, NoFlushTables, NoRestoreCounters) },
+			wantErr: func(err error) bool {
+				var e *Error
+				return errors.As(err, &e) && e.Line == 7 && e.ExitStatus == 2 &&
+					e.Error() == "iptables-legacy-restore -w 5 --noflush: exit status 2: iptables-restore v1.8.9 (legacy): Couldn't load target `NOPE':No such file or directory; Error occurred at line: 7"
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := newTestRunner(t, BackendLegacy, ProtocolIPv4, "iptables v1.8.9 (legacy)", func(string, []string, string) result { return tc.reply })
+			got, err := tc.do(r)
+			if tc.wantErr == nil && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tc.wantErr != nil && !tc.wantErr(err) {
+				t.Fatalf("error %v is not the one expected", err)
+			}
+			if diff := cmp.Diff(tc.want, got); tc.want != nil && diff != "" {
+				t.Errorf("result (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestChainExistsNFTIncompatible checks the fallback for iptables-nft's
+// "incompatible" message, which it also prints for missing chains.
+func TestChainExistsNFTIncompatible(t *testing.T) {
+	for _, tc := range []struct {
+		save string
+		want bool
+	}{
+		{save: "*nat\n:PREROUTING ACCEPT [0:0]\n:C - [0:0]\nCOMMIT\n", want: true},
+		{save: "*nat\n:PREROUTING ACCEPT [0:0]\n:CC - [0:0]\nCOMMIT\n", want: false},
+	} {
+		r, e := newTestRunner(t, BackendNFT, ProtocolIPv4, "iptables v1.8.9 (nf_tables)", func(name string, args []string, _ string) result {
+			if name == "iptables-nft-save" {
+				return result{stdout: tc.save}
+			}
+			return result{stderr: "iptables v1.8.9 (nf_tables): chain `C' in table `nat' is incompatible, use 'nft' tool.\n", status: 1}
+		})
+		got, err := r.ChainExists(context.Background(), TableNAT, "C")
+		if err != nil || got != tc.want {
+			t.Errorf("ChainExists = %v, %v; want %v (commands %v)", got, err, tc.want, e.commands())
+		}
+	}
+}
+
+func TestRunnerFeatures(t *testing.T) {
+	for _, tc := range []struct {
+		version     string
+		randomFully bool
+		checkErr    bool
+	}{
+		{version: "iptables v1.8.9 (nf_tables)", randomFully: true},
+		{version: "iptables v1.6.2", randomFully: true},
+		{version: "iptables v1.6.1", randomFully: false},
+		{version: "iptables v1.4.10", randomFully: false, checkErr: true},
+	} {
+		r, e := newTestRunner(t, BackendLegacy, ProtocolIPv4, tc.version, nil)
+		if got := r.HasRandomFully(); got != tc.randomFully {
+			t.Errorf("%s: HasRandomFully = %v, want %v", tc.version, got, tc.randomFully)
+		}
+		_, err := r.EnsureRule(context.Background(), Append, TableNAT, "C", "-j", "ACCEPT")
+		if (err != nil) != tc.checkErr {
+			t.Errorf("%s: EnsureRule error = %v, want error %v", tc.version, err, tc.checkErr)
+		}
+		if tc.checkErr && (!strings.Contains(err.Error(), "1.4.11") || len(e.commands()) != 0) {
+			t.Errorf("%s: EnsureRule should fail without running anything and name the version needed: %v, ran %v", tc.version, err, e.commands())
+		}
+	}
+}
+
+func TestUnknownBackendAndProtocol(t *testing.T) {
+	e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{stdout: "iptables v1.8.9\n"} }}
+	if _, err := newRunner(context.Background(), ProtocolIPv4, options{exec: e, backend: "ebpf"}); err == nil {
+		t.Error("backend ebpf accepted")
+	}
+	if _, err := newRunner(context.Background(), Protocol(7), options{exec: e, backend: BackendNFT}); err == nil {
+		t.Error("protocol 7 accepted")
+	}
+}
