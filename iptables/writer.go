@@ -1,0 +1,846 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/proxykit/proxykit/changetracker"
+)
+
+// DefaultMasqueradeBit is the bit of the packet mark that flags traffic for
+// masquerading when WriterConfig.MasqueradeBit is nil, as in kube-proxy.
+const DefaultMasqueradeBit = 14
+
+// DefaultLargeClusterThreshold is the number of endpoints above which the
+// writer leaves out per-endpoint comments, when
+// WriterConfig.LargeClusterThreshold is zero.
+const DefaultLargeClusterThreshold = 1000
+
+// WriterConfig configures a [Writer]. Only IPFamily is required.
+type WriterConfig struct {
+	// IPFamily is the family the writer's rules are for, v1.IPv4Protocol
+	// or v1.IPv6Protocol; one writer per family. Service ports whose
+	// cluster IP is of the other family are skipped, and so are addresses
+	// of the other family in the other fields.
+	IPFamily v1.IPFamily
+
+	// NodeName is this node's name, for topology
+	// (changetracker.CategorizeEndpoints).
+	NodeName string
+
+	// NodeIPs are this node's addresses. A load balancer whose
+	// loadBalancerSourceRanges contain one of them also accepts traffic
+	// whose source is its own VIP, which is what a node reaching the VIP
+	// through a local route sends.
+	NodeIPs []netip.Addr
+
+	// NodePortAddresses restricts node ports to the local addresses inside
+	// these prefixes (--nodeport-addresses). Empty, or a prefix of length
+	// 0, means every local address. Loopback addresses never serve node
+	// ports (kubernetes#90259).
+	NodePortAddresses []netip.Prefix
+
+	// ClusterCIDR is the pod network of this family. Traffic to a cluster
+	// IP from outside it is masqueraded, and pod traffic to an external
+	// address of an externalTrafficPolicy Local service is short-circuited
+	// to all endpoints. The zero Prefix turns local-traffic detection off.
+	ClusterCIDR netip.Prefix
+
+	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
+	// source.
+	MasqueradeAll bool
+
+	// MasqueradeBit is the bit (0 to 31) of the packet mark that flags
+	// traffic for masquerading; nil means DefaultMasqueradeBit.
+	MasqueradeBit *int
+
+	// RandomFully adds --random-fully to the MASQUERADE rule. Set it from
+	// Interface.HasRandomFully.
+	RandomFully bool
+
+	// AcceptInvalid leaves out the rule that drops conntrack INVALID
+	// packets in KUBE-FORWARD. Set it when nf_conntrack_tcp_be_liberal is
+	// on, as kube-proxy does (kubernetes#74839, kubernetes#117924).
+	AcceptInvalid bool
+
+	// LargeClusterThreshold is the total number of endpoints above which
+	// per-endpoint comments are left out to save bytes; zero means
+	// DefaultLargeClusterThreshold.
+	LargeClusterThreshold int
+
+	// FullSyncPeriod, when positive, makes a sync full if the last full
+	// sync is at least that old. Zero means full syncs happen only at the
+	// start, after a failed restore, on node label changes and on
+	// RequestFullSync.
+	FullSyncPeriod time.Duration
+
+	// Clock is read for FullSyncPeriod; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// SyncInput is what [Writer.Sync] renders.
+type SyncInput struct {
+	// Services and Endpoints are the proxier's maps, already brought up to
+	// date with ServicePortMap.Update and EndpointsMap.Update. Sync reads
+	// them and never modifies them.
+	Services  changetracker.ServicePortMap
+	Endpoints changetracker.EndpointsMap
+	// ServiceChanges and EndpointChanges are what those Update calls
+	// returned. A partial sync rewrites only the services named in them,
+	// so every result must reach exactly one Sync: if a result is dropped,
+	// call RequestFullSync.
+	ServiceChanges  changetracker.UpdateServiceMapResult
+	EndpointChanges changetracker.UpdateEndpointsMapResult
+	// NodeLabels are this node's labels, for topology. A change from the
+	// previous sync makes the sync full. Sync copies them.
+	NodeLabels map[string]string
+}
+
+// SyncResult is what [Writer.Sync] produced.
+type SyncResult struct {
+	// Full is true for a full sync: every chain is written and chains no
+	// longer needed are deleted. Before applying a full sync, make sure
+	// the built-in chains jump to the writer's chains (EnsureJumpRules).
+	Full bool
+	// Payload is the iptables-restore input, for the nat and then the
+	// filter table. Apply it with RestoreAll(ctx, Payload, NoFlushTables,
+	// RestoreCounters), or print it for a dry run. It is empty when a
+	// partial sync found nothing to change. It belongs to the writer and
+	// is overwritten by the next Sync: copy it to keep it.
+	Payload []byte
+	// Lines is the number of lines of Payload.
+	Lines int
+	// ServicePortsWritten counts the service ports whose chains are in
+	// Payload: all of them for a full sync, the changed ones otherwise.
+	ServicePortsWritten int
+	// ChainsDeleted counts the chains Payload deletes.
+	ChainsDeleted int
+	// ServicePorts and Endpoints count what the writer now programs: the
+	// service ports with rules and the endpoints of those ports.
+	ServicePorts, Endpoints int
+	// LargeClusterMode is true when Endpoints exceeds the large-cluster
+	// threshold, so per-endpoint comments are left out.
+	LargeClusterMode bool
+	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
+	// service ports whose internal (external) traffic policy is Local and
+	// whose traffic is dropped because this node has no endpoint for them,
+	// while other nodes do (kube-proxy's
+	// sync_proxy_rules_no_local_endpoints_total).
+	NoLocalEndpointsInternal, NoLocalEndpointsExternal int
+}
+
+// Writer renders service rules for iptables-restore, for one IP family.
+// It keeps what it wrote last, so that a partial sync writes only the
+// chains of the services that changed, and a full sync deletes the chains
+// nothing needs any more. It runs nothing itself: the caller applies the
+// payload with an [Interface] and reports the outcome with Applied.
+//
+// The layout is kube-proxy's: built-in chains jump to KUBE-SERVICES,
+// KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-FORWARD,
+// KUBE-PROXY-FIREWALL and KUBE-POSTROUTING; each service port has
+// KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- chains as its policies
+// need, and each endpoint a KUBE-SEP- chain.
+//
+// Partial syncs cost O(changed services). The top-level chains are never
+// flushed by a partial sync: a service port whose set of top-level rules
+// changed (it was added, deleted, lost or gained all endpoints, or changed
+// addresses or ports) gets its old rules deleted one by one ("-D CHAIN
+// rule") and its new ones inserted ("-I KUBE-SERVICES 1 rule", so they stay
+// before the final node-port rule, or "-A" in chains where order does not
+// matter). A change of endpoints alone never touches the top-level chains,
+// and endpoint chains whose content did not change are not rewritten. If
+// the kernel's rules drifted from what the writer believes (someone
+// deleted a rule), the "-D" fails, the restore fails, and the next sync is
+// full.
+//
+// A Writer is not safe for concurrent use, except RequestFullSync, which
+// may be called from any goroutine.
+type Writer struct {
+	cfg           WriterConfig
+	clock         clock.PassiveClock
+	threshold     int
+	isIPv6        bool
+	mark          string // "0x00004000"
+	markMask      string // "0x00004000/0x00004000"
+	loopback      string // "127.0.0.0/8" or "::1/128"
+	nodePortMatch [][]byte
+	probabilities []string
+
+	requestFull atomic.Bool
+	needFull    bool
+	lastFull    time.Time
+	nodeLabels  map[string]string
+
+	services       map[types.NamespacedName]*serviceState
+	gen            uint64
+	totalPorts     int
+	totalEndpoints int
+	noLocalInt     int
+	noLocalExt     int
+	// maybeStale holds chains that may exist in the kernel although no
+	// service port owns them: chains the caller reported (NoteExistingChains)
+	// and chains a failed restore was deleting. The next full sync deletes
+	// those it does not need.
+	maybeStale map[chainRef]struct{}
+	// deleting holds the chains the last payload deletes, until Applied.
+	deleting []chainRef
+	// unapplied is true between a Sync and the matching Applied.
+	unapplied bool
+
+	// Buffers reused from sync to sync.
+	payload    []byte
+	natTop     []byte
+	filter     []byte
+	scratch    []byte
+	specs      []specRange
+	names      []changetracker.ServicePortName
+	changed    []types.NamespacedName
+	newSEPs    []sepState
+	staleSEPs  []chainRef
+	reuse      []bool
+	oldMatched []bool
+	lines      int
+}
+
+// serviceState is what the writer last wrote for the ports of one service.
+type serviceState struct {
+	ports []*portState
+}
+
+// portState is what the writer last wrote for one service port.
+type portState struct {
+	name changetracker.ServicePortName
+	hash chainHash // hash part of its KUBE-SVC/SVL/EXT/FW chains
+	gen  uint64    // last full sync that visited it
+	// chains has bit k set when the chain of kind k (kindSVC..kindFW)
+	// exists.
+	chains uint8
+	// seps are its endpoint chains, in the order of its endpoints.
+	seps []sepState
+	// sepFlags is what, besides the endpoint, the endpoint chains' content
+	// depended on when they were written.
+	sepFlags uint8
+	// top holds its rules in the top-level chains.
+	top       []topRule
+	endpoints int
+	noLocal   uint8 // bit 0: internal, bit 1: external
+}
+
+type sepState struct {
+	ep   changetracker.Endpoint
+	hash chainHash
+}
+
+const (
+	sepAffinity uint8 = 1 << iota
+	sepComments
+)
+
+// topChain is one of the top-level chains that holds per-service rules.
+type topChain uint8
+
+const (
+	natServices topChain = iota
+	natNodePorts
+	filterServices
+	filterExternal
+	filterNodePorts
+	filterFirewall
+)
+
+func (c topChain) isNAT() bool { return c <= natNodePorts }
+
+func (c topChain) chain() Chain {
+	switch c {
+	case natServices, filterServices:
+		return KubeServicesChain
+	case natNodePorts, filterNodePorts:
+		return KubeNodePortsChain
+	case filterExternal:
+		return KubeExternalServicesChain
+	}
+	return KubeProxyFirewallChain
+}
+
+type topRule struct {
+	chain topChain
+	spec  string // the rule after "-A CHAIN "
+}
+
+// specRange is a top-level rule being built in Writer.scratch.
+type specRange struct {
+	chain      topChain
+	start, end int
+}
+
+// NewWriter returns a writer for cfg. It fails, naming the field, when the
+// IP family is unknown, the masquerade bit is out of range, or a prefix or
+// address has the wrong family. The first Sync is full.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	w := &Writer{
+		cfg:        cfg,
+		clock:      cfg.Clock,
+		threshold:  cfg.LargeClusterThreshold,
+		needFull:   true,
+		services:   make(map[types.NamespacedName]*serviceState),
+		maybeStale: make(map[chainRef]struct{}),
+	}
+	switch cfg.IPFamily {
+	case v1.IPv4Protocol:
+		w.loopback = "127.0.0.0/8"
+	case v1.IPv6Protocol:
+		w.isIPv6 = true
+		w.loopback = "::1/128"
+	default:
+		return nil, fmt.Errorf("iptables writer: unknown IP family %q", cfg.IPFamily)
+	}
+	if w.clock == nil {
+		w.clock = clock.RealClock{}
+	}
+	if w.threshold <= 0 {
+		w.threshold = DefaultLargeClusterThreshold
+	}
+	bit := DefaultMasqueradeBit
+	if cfg.MasqueradeBit != nil {
+		bit = *cfg.MasqueradeBit
+	}
+	if bit < 0 || bit > 31 {
+		return nil, fmt.Errorf("iptables writer: masquerade bit %d is not in 0..31", bit)
+	}
+	w.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
+	w.markMask = w.mark + "/" + w.mark
+	if cfg.ClusterCIDR.IsValid() && !w.sameFamily(cfg.ClusterCIDR.Addr()) {
+		return nil, fmt.Errorf("iptables writer: cluster CIDR %s is not %s", cfg.ClusterCIDR, cfg.IPFamily)
+	}
+	w.cfg.ClusterCIDR = cfg.ClusterCIDR.Masked()
+	w.cfg.NodeIPs = nil
+	for _, ip := range cfg.NodeIPs {
+		if !w.sameFamily(ip) {
+			return nil, fmt.Errorf("iptables writer: node IP %s is not %s", ip, cfg.IPFamily)
+		}
+		w.cfg.NodeIPs = append(w.cfg.NodeIPs, ip.Unmap())
+	}
+	matchAll := len(cfg.NodePortAddresses) == 0
+	for _, p := range cfg.NodePortAddresses {
+		if !p.IsValid() || !w.sameFamily(p.Addr()) {
+			return nil, fmt.Errorf("iptables writer: node-port address %s is not %s", p, cfg.IPFamily)
+		}
+		if p.Bits() == 0 {
+			matchAll = true
+		}
+	}
+	// Node ports are matched as "local address inside the prefix" rather
+	// than as a list of the node's addresses, so the rules stay right when
+	// addresses come and go and the writer needs no view of the interfaces.
+	if matchAll {
+		w.nodePortMatch = [][]byte{fmt.Appendf(nil, "-m addrtype --dst-type LOCAL ! -d %s", w.loopback)}
+	} else {
+		for _, p := range cfg.NodePortAddresses {
+			w.nodePortMatch = append(w.nodePortMatch, fmt.Appendf(nil, "-d %s -m addrtype --dst-type LOCAL", p.Masked()))
+		}
+	}
+	return w, nil
+}
+
+func (w *Writer) sameFamily(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	return ip.IsValid() && ip.Is6() == w.isIPv6
+}
+
+// RequestFullSync makes the next Sync full: call it when another program
+// may have flushed the rules (Interface.Monitor's reloadFunc). It is safe
+// to call from any goroutine.
+func (w *Writer) RequestFullSync() { w.requestFull.Store(true) }
+
+// NoteExistingChains tells the writer about chains that exist in the nat
+// table, typically read with iptables-save when the proxier starts, so that
+// the next full sync deletes those of them that are service chains (see
+// IsServiceChain) no service needs. Other chains are ignored.
+func (w *Writer) NoteExistingChains(chains []Chain) {
+	for _, c := range chains {
+		if r, ok := parseChainRef(string(c)); ok {
+			w.maybeStale[r] = struct{}{}
+		}
+	}
+}
+
+// Applied reports the outcome of applying the payload of the last Sync:
+// nil if iptables-restore succeeded. After an error the next sync is full,
+// and it deletes the chains the failed payload meant to delete. A Sync
+// whose outcome is never reported counts as failed. Calling Applied twice
+// for one Sync, or before any Sync, does nothing.
+func (w *Writer) Applied(err error) {
+	if !w.unapplied {
+		return
+	}
+	w.unapplied = false
+	if err != nil {
+		w.failed()
+		return
+	}
+	w.deleting = w.deleting[:0]
+}
+
+// failed records that the last payload may not have been applied.
+func (w *Writer) failed() {
+	w.needFull = true
+	for _, r := range w.deleting {
+		w.maybeStale[r] = struct{}{}
+	}
+	w.deleting = w.deleting[:0]
+}
+
+// Sync renders the rules for in. The sync is full when one of these
+// holds: it is the first, the last one failed or was never reported to
+// Applied, RequestFullSync was called, the node labels changed, or
+// FullSyncPeriod has passed since the last full sync. Otherwise it is
+// partial and writes only the services named in the change results.
+//
+// Bad input is logged through the logger in ctx and skipped for that
+// service port alone: a port whose cluster IP is not of the writer's
+// family gets no rules, and addresses of the other family are left out.
+func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
+	logger := klog.FromContext(ctx)
+	if w.unapplied {
+		logger.V(2).Info("Previous iptables payload was never reported applied; syncing everything")
+		w.failed()
+	}
+	requested := w.requestFull.Swap(false)
+	full := w.needFull || requested
+	if !maps.Equal(w.nodeLabels, in.NodeLabels) {
+		full = true
+		w.nodeLabels = maps.Clone(in.NodeLabels)
+	}
+	now := w.clock.Now()
+	if w.cfg.FullSyncPeriod > 0 && now.Sub(w.lastFull) >= w.cfg.FullSyncPeriod {
+		full = true
+	}
+
+	w.payload = w.payload[:0]
+	w.natTop = w.natTop[:0]
+	w.filter = w.filter[:0]
+	w.deleting = w.deleting[:0]
+	w.lines = 0
+	var written int
+	if full {
+		written = w.syncFull(logger, &in)
+		w.lastFull = now
+	} else {
+		written = w.syncPartial(logger, &in)
+	}
+	w.needFull = false
+	w.unapplied = true
+	res := SyncResult{
+		Full:                     full,
+		Payload:                  w.payload,
+		Lines:                    w.lines,
+		ServicePortsWritten:      written,
+		ChainsDeleted:            len(w.deleting),
+		ServicePorts:             w.totalPorts,
+		Endpoints:                w.totalEndpoints,
+		LargeClusterMode:         w.largeCluster(),
+		NoLocalEndpointsInternal: w.noLocalInt,
+		NoLocalEndpointsExternal: w.noLocalExt,
+	}
+	logger.V(2).Info("Rendered iptables rules", "ipFamily", w.cfg.IPFamily, "full", full,
+		"servicePortsWritten", written, "bytes", len(res.Payload), "lines", res.Lines,
+		"chainsDeleted", res.ChainsDeleted, "servicePorts", res.ServicePorts, "endpoints", res.Endpoints)
+	return res
+}
+
+func (w *Writer) largeCluster() bool { return w.totalEndpoints > w.threshold }
+
+// estimateFullSize returns about the size of a full payload, a little more
+// in the common case, so that the first full sync allocates its buffer
+// once instead of growing it step by step (which, at tens of megabytes,
+// would allocate several times the payload). A service port costs about
+// 400 bytes, an endpoint about 300 (its rule in KUBE-SVC, its chain's
+// declaration, hairpin and DNAT rules), or 500 with comments.
+func (w *Writer) estimateFullSize() int {
+	perEndpoint := 310
+	if !w.largeCluster() {
+		perEndpoint = 500
+	}
+	return 4096 + 500*w.totalPorts + perEndpoint*w.totalEndpoints
+}
+
+// syncFull renders every service port, flushing and refilling the
+// top-level chains, and returns how many ports it wrote.
+func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
+	w.gen++
+	w.names = w.names[:0]
+	total := 0
+	for name, svc := range in.Services {
+		if !w.usable(logger, name, svc) {
+			continue
+		}
+		w.names = append(w.names, name)
+		total += len(in.Endpoints[name])
+	}
+	slices.SortFunc(w.names, compareServicePortNames)
+	w.totalEndpoints = total
+	w.totalPorts = len(w.names)
+	w.noLocalInt, w.noLocalExt = 0, 0
+
+	b := w.endLine(append(slices.Grow(w.payload, w.estimateFullSize()), "*nat"...))
+	for _, c := range []Chain{KubeServicesChain, KubeNodePortsChain, KubePostroutingChain, KubeMarkMasqChain} {
+		b = w.chainLine(b, c)
+	}
+	b = w.staticNATRules(b)
+
+	var ss *serviceState
+	for _, name := range w.names {
+		if ss == nil || ss.ports[0].name.NamespacedName != name.NamespacedName {
+			ss = w.services[name.NamespacedName]
+			if ss == nil {
+				ss = &serviceState{}
+				w.services[name.NamespacedName] = ss
+			}
+		}
+		ps := ss.port(name)
+		if ps == nil {
+			ps = w.newPortState(name)
+			ss.ports = append(ss.ports, ps)
+		}
+		ps.gen = w.gen
+		eps := in.Endpoints[name]
+		b = w.writePort(b, ps, in.Services[name], eps, true)
+		w.countNoLocal(ps, +1)
+	}
+
+	// Ports that are gone, or were skipped as unusable.
+	for nn, ss := range w.services {
+		ss.ports = slices.DeleteFunc(ss.ports, func(ps *portState) bool {
+			if ps.gen == w.gen {
+				return false
+			}
+			w.deletePortChains(ps)
+			return true
+		})
+		if len(ss.ports) == 0 {
+			delete(w.services, nn)
+		}
+	}
+	// Everything left in maybeStale is needed by no port: writePort and
+	// deletePortChains took out what they wrote or deleted.
+	for r := range w.maybeStale {
+		w.deleting = append(w.deleting, r)
+	}
+	clear(w.maybeStale)
+
+	b = append(b, w.natTop...)
+	for _, m := range w.nodePortMatch {
+		b = append(b, "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" "...)
+		b = append(b, m...)
+		b = w.endLine(append(b, " -j KUBE-NODEPORTS"...))
+	}
+	b = w.writeDeletions(b)
+	b = w.endLine(append(b, "COMMIT"...))
+
+	b = w.endLine(append(b, "*filter"...))
+	for _, c := range []Chain{KubeServicesChain, KubeExternalServicesChain, KubeForwardChain, KubeNodePortsChain, KubeProxyFirewallChain} {
+		b = w.chainLine(b, c)
+	}
+	b = append(b, w.filter...)
+	b = w.staticFilterRules(b)
+	b = w.endLine(append(b, "COMMIT"...))
+	w.payload = b
+	return len(w.names)
+}
+
+// syncPartial renders the service ports of the changed services and
+// returns how many it wrote.
+func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
+	svcChanged := in.ServiceChanges.UpdatedServices
+	w.changed = w.changed[:0]
+	for nn := range svcChanged {
+		w.changed = append(w.changed, nn)
+	}
+	for nn := range in.EndpointChanges.UpdatedServices {
+		if !svcChanged.Has(nn) {
+			w.changed = append(w.changed, nn)
+		}
+	}
+	if len(w.changed) == 0 {
+		return 0
+	}
+	slices.SortFunc(w.changed, compareNamespacedNames)
+
+	// The ports a changed service has now. For a service whose Service
+	// object did not change they are the ones written last time; otherwise
+	// (or when the writer never saw the service) the map is searched once
+	// for all of them.
+	var scanned map[types.NamespacedName][]changetracker.ServicePortName
+	needScan := false
+	for _, nn := range w.changed {
+		if svcChanged.Has(nn) || w.services[nn] == nil {
+			needScan = true
+			break
+		}
+	}
+	if needScan {
+		scanned = make(map[types.NamespacedName][]changetracker.ServicePortName)
+		for _, nn := range w.changed {
+			if svcChanged.Has(nn) || w.services[nn] == nil {
+				scanned[nn] = nil
+			}
+		}
+		for name := range in.Services {
+			if ports, ok := scanned[name.NamespacedName]; ok {
+				scanned[name.NamespacedName] = append(ports, name)
+			}
+		}
+	}
+
+	// The endpoint total decides whether comments are written, so it is
+	// brought up to date before anything is written.
+	w.names = w.names[:0]
+	for _, nn := range w.changed {
+		ss := w.services[nn]
+		if ports, ok := scanned[nn]; ok {
+			slices.SortFunc(ports, compareServicePortNames)
+			for _, name := range ports {
+				if w.usable(logger, name, in.Services[name]) {
+					w.names = append(w.names, name)
+				}
+			}
+		} else {
+			for _, ps := range ss.ports {
+				if w.usable(logger, ps.name, in.Services[ps.name]) {
+					w.names = append(w.names, ps.name)
+				}
+			}
+		}
+		if ss != nil {
+			for _, ps := range ss.ports {
+				w.totalEndpoints -= ps.endpoints
+				w.totalPorts--
+			}
+		}
+	}
+	for _, name := range w.names {
+		w.totalEndpoints += len(in.Endpoints[name])
+		w.totalPorts++
+	}
+
+	b := w.endLine(append(w.payload, "*nat"...))
+	start := len(b)
+	k := 0
+	for _, nn := range w.changed {
+		ss := w.services[nn]
+		if ss == nil {
+			ss = &serviceState{}
+		}
+		// Mark the ports that stay; the others are deleted below.
+		w.gen++
+		for ; k < len(w.names) && w.names[k].NamespacedName == nn; k++ {
+			name := w.names[k]
+			ps := ss.port(name)
+			if ps == nil {
+				ps = w.newPortState(name)
+				ss.ports = append(ss.ports, ps)
+			} else {
+				w.countNoLocal(ps, -1)
+			}
+			ps.gen = w.gen
+			b = w.writePort(b, ps, in.Services[name], in.Endpoints[name], false)
+			w.countNoLocal(ps, +1)
+		}
+		ss.ports = slices.DeleteFunc(ss.ports, func(ps *portState) bool {
+			if ps.gen == w.gen {
+				return false
+			}
+			w.countNoLocal(ps, -1)
+			for _, r := range ps.top {
+				w.topRuleDelete(r)
+			}
+			w.deletePortChains(ps)
+			return true
+		})
+		if len(ss.ports) == 0 {
+			delete(w.services, nn)
+		} else {
+			w.services[nn] = ss
+		}
+	}
+	b = append(b, w.natTop...)
+	b = w.writeDeletions(b)
+	if len(b) == start {
+		b = b[:0]
+		w.lines--
+	} else {
+		b = w.endLine(append(b, "COMMIT"...))
+	}
+	if len(w.filter) > 0 {
+		b = w.endLine(append(b, "*filter"...))
+		b = append(b, w.filter...)
+		b = w.endLine(append(b, "COMMIT"...))
+	}
+	w.payload = b
+	return len(w.names)
+}
+
+// usable reports whether a service port can get rules in this family.
+func (w *Writer) usable(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort) bool {
+	if svc == nil {
+		return false
+	}
+	if !w.sameFamily(svc.ClusterIP()) {
+		logger.Error(nil, "Skipping service port: cluster IP is not of the writer's family", "servicePort", name.String(), "protocol", name.Protocol, "clusterIP", svc.ClusterIP(), "ipFamily", w.cfg.IPFamily)
+		return false
+	}
+	switch svc.Protocol() {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+		return true
+	}
+	logger.Error(nil, "Skipping service port with unknown protocol", "servicePort", name.String(), "protocol", svc.Protocol())
+	return false
+}
+
+func (ss *serviceState) port(name changetracker.ServicePortName) *portState {
+	for _, ps := range ss.ports {
+		if ps.name == name {
+			return ps
+		}
+	}
+	return nil
+}
+
+func (w *Writer) newPortState(name changetracker.ServicePortName) *portState {
+	w.scratch = appendPortKey(w.scratch[:0], name)
+	return &portState{name: name, hash: hashInto(w.scratch)}
+}
+
+func (w *Writer) countNoLocal(ps *portState, sign int) {
+	if ps.noLocal&1 != 0 {
+		w.noLocalInt += sign
+	}
+	if ps.noLocal&2 != 0 {
+		w.noLocalExt += sign
+	}
+}
+
+// deletePortChains queues the deletion of every chain of ps.
+func (w *Writer) deletePortChains(ps *portState) {
+	for k := kindSVC; k < kindSEP; k++ {
+		if ps.chains&(1<<k) != 0 {
+			w.deleteChain(chainRef{kind: k, hash: ps.hash})
+		}
+	}
+	for i := range ps.seps {
+		w.deleteChain(chainRef{kind: kindSEP, hash: ps.seps[i].hash})
+	}
+	ps.chains = 0
+	ps.seps = ps.seps[:0]
+}
+
+func (w *Writer) deleteChain(r chainRef) {
+	if len(w.maybeStale) > 0 {
+		delete(w.maybeStale, r)
+	}
+	w.deleting = append(w.deleting, r)
+}
+
+// writeDeletions flushes then deletes the chains in w.deleting: all
+// flushes first, since a chain can only be deleted once no other chain
+// jumps to it.
+func (w *Writer) writeDeletions(b []byte) []byte {
+	slices.SortFunc(w.deleting, compareChainRefs)
+	for _, r := range w.deleting {
+		b = append(b, ':')
+		b = r.appendTo(b)
+		b = w.endLine(append(b, " - [0:0]"...))
+	}
+	for _, r := range w.deleting {
+		b = append(b, "-X "...)
+		b = w.endLine(r.appendTo(b))
+	}
+	return b
+}
+
+func (w *Writer) chainLine(b []byte, c Chain) []byte {
+	b = append(b, ':')
+	b = append(b, c...)
+	return w.endLine(append(b, " - [0:0]"...))
+}
+
+func (w *Writer) endLine(b []byte) []byte {
+	w.lines++
+	return append(b, '\n')
+}
+
+func (w *Writer) staticNATRules(b []byte) []byte {
+	b = append(b, "-A KUBE-POSTROUTING -m mark ! --mark "...)
+	b = w.endLine(append(append(b, w.markMask...), " -j RETURN"...))
+	// Clear the mark, so a packet that goes through the stack again is not
+	// masqueraded twice.
+	b = append(b, "-A KUBE-POSTROUTING -j MARK --xor-mark "...)
+	b = w.endLine(append(b, w.mark...))
+	b = append(b, "-A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE"...)
+	if w.cfg.RandomFully {
+		b = append(b, " --random-fully"...)
+	}
+	b = w.endLine(b)
+	b = append(b, "-A KUBE-MARK-MASQ -j MARK --or-mark "...)
+	return w.endLine(append(b, w.mark...))
+}
+
+func (w *Writer) staticFilterRules(b []byte) []byte {
+	if !w.cfg.AcceptInvalid {
+		b = w.endLine(append(b, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP"...))
+	}
+	// Marked traffic is service traffic: accept it even if the FORWARD
+	// policy is DROP.
+	b = append(b, "-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" -m mark --mark "...)
+	b = w.endLine(append(append(b, w.markMask...), " -j ACCEPT"...))
+	return w.endLine(append(b, "-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"...))
+}
+
+// probability returns 1/n formatted as kube-proxy does, computed once per n.
+func (w *Writer) probability(n int) string {
+	for len(w.probabilities) <= n {
+		k := len(w.probabilities)
+		if k == 0 {
+			w.probabilities = append(w.probabilities, "")
+			continue
+		}
+		w.probabilities = append(w.probabilities, strconv.FormatFloat(1/float64(k), 'f', 10, 64))
+	}
+	return w.probabilities[n]
+}
+
+func compareNamespacedNames(a, b types.NamespacedName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+func compareServicePortNames(a, b changetracker.ServicePortName) int {
+	if c := compareNamespacedNames(a.NamespacedName, b.NamespacedName); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Port, b.Port); c != 0 {
+		return c
+	}
+	return strings.Compare(string(a.Protocol), string(b.Protocol))
+}
+
+func compareChainRefs(a, b chainRef) int {
+	if a.kind != b.kind {
+		return int(a.kind) - int(b.kind)
+	}
+	return strings.Compare(string(a.hash[:]), string(b.hash[:]))
+}

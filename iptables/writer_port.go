@@ -1,0 +1,684 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/changetracker"
+)
+
+// writePort appends to b the chains of one service port and queues its
+// top-level rules and its stale chains, then records in ps what it wrote.
+// In a partial sync (full false) the top-level rules are written as a diff
+// against ps.top, and endpoint chains whose content is unchanged are left
+// alone.
+func (w *Writer) writePort(b []byte, ps *portState, svc changetracker.ServicePort, eps []changetracker.Endpoint, full bool) []byte {
+	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.NodeName, w.nodeLabels)
+
+	var chains uint8
+	if len(cluster) > 0 && svc.UsesClusterEndpoints() {
+		chains |= 1 << kindSVC
+	}
+	if len(local) > 0 && svc.UsesLocalEndpoints() {
+		chains |= 1 << kindSVL
+	}
+	internal, hasInternal := kindSVC, hasEndpoints
+	if svc.InternalPolicyLocal() {
+		internal = kindSVL
+	}
+	external, hasExternal := kindSVC, hasEndpoints
+	if svc.ExternalPolicyLocal() {
+		external = kindSVL
+	}
+	// A policy whose chain is not written has no endpoints for its
+	// traffic (for Local: none on this node).
+	hasInternal = hasInternal && chains&(1<<internal) != 0
+	hasExternal = hasExternal && chains&(1<<external) != 0
+	var hasLB bool
+	for _, ip := range svc.LoadBalancerVIPs() {
+		hasLB = hasLB || w.sameFamily(ip)
+	}
+	if hasEndpoints && svc.ExternallyAccessible() {
+		chains |= 1 << kindEXT
+	}
+	usesFW := hasEndpoints && hasLB && len(svc.LoadBalancerSourceRanges()) > 0
+	if usesFW {
+		chains |= 1 << kindFW
+	}
+	var noLocal uint8
+	if hasEndpoints && !hasInternal {
+		noLocal |= 1
+	}
+	if hasEndpoints && !hasExternal && svc.ExternallyAccessible() {
+		noLocal |= 2
+	}
+
+	affinity := svc.SessionAffinityType() == v1.ServiceAffinityClientIP
+	comments := !w.largeCluster()
+	var flags uint8
+	if affinity {
+		flags |= sepAffinity
+	}
+	if comments {
+		flags |= sepComments
+	}
+	reuse := w.matchSEPs(ps, all)
+	rewriteSEPs := full || ps.sepFlags != flags
+
+	// Chains first: iptables-restore wants a chain declared before a rule
+	// jumps to it. Declaring a chain that exists flushes it.
+	for k := kindSVC; k < kindSEP; k++ {
+		if chains&(1<<k) != 0 {
+			b = w.declare(b, chainRef{kind: k, hash: ps.hash})
+		}
+	}
+	for i := range w.newSEPs {
+		if rewriteSEPs || !reuse[i] {
+			b = w.declare(b, chainRef{kind: kindSEP, hash: w.newSEPs[i].hash})
+		}
+	}
+
+	proto := protocolName(svc.Protocol())
+	if chains&(1<<kindEXT) != 0 {
+		b = w.writeExternalChain(b, ps, svc, chains, external, hasExternal)
+	}
+	if usesFW {
+		b = w.writeFirewallChain(b, ps, svc)
+	}
+	for _, k := range [...]chainKind{kindSVC, kindSVL} {
+		if chains&(1<<k) == 0 {
+			continue
+		}
+		if k == internal && hasInternal {
+			b = w.writeMasqueradeRule(b, ps, svc, k, proto)
+		}
+		list := cluster
+		if k == kindSVL {
+			list = local
+		}
+		b = w.writeBalancing(b, ps, svc, k, list, affinity, comments)
+	}
+	for i := range w.newSEPs {
+		if rewriteSEPs || !reuse[i] {
+			b = w.writeEndpointChain(b, ps, w.newSEPs[i], proto, affinity, comments)
+		}
+	}
+
+	w.writeTopRules(ps, svc, proto, hasEndpoints, hasInternal, hasExternal, internal, usesFW, full)
+
+	// Chains the port no longer needs.
+	for k := kindSVC; k < kindSEP; k++ {
+		if ps.chains&(1<<k) != 0 && chains&(1<<k) == 0 {
+			w.deleteChain(chainRef{kind: k, hash: ps.hash})
+		}
+	}
+	for _, r := range w.staleSEPs {
+		w.deleteChain(r)
+	}
+	if len(w.maybeStale) > 0 {
+		for k := kindSVC; k < kindSEP; k++ {
+			if chains&(1<<k) != 0 {
+				delete(w.maybeStale, chainRef{kind: k, hash: ps.hash})
+			}
+		}
+		for i := range w.newSEPs {
+			delete(w.maybeStale, chainRef{kind: kindSEP, hash: w.newSEPs[i].hash})
+		}
+	}
+
+	ps.chains = chains
+	ps.seps = append(ps.seps[:0], w.newSEPs...)
+	ps.sepFlags = flags
+	ps.endpoints = len(eps)
+	ps.noLocal = noLocal
+	return b
+}
+
+// matchSEPs fills w.newSEPs with the endpoint chains of all, reusing the
+// hashes of ps.seps where the endpoint is the same, and w.staleSEPs with
+// the chains of ps.seps that all no longer has. It returns, per entry of
+// w.newSEPs, whether that chain existed before. Both lists are normally
+// sorted by IP and port (EndpointsMap keeps them so), which makes this a
+// merge; unsorted input costs more hashing but gives the same result.
+func (w *Writer) matchSEPs(ps *portState, all []changetracker.Endpoint) []bool {
+	w.newSEPs = w.newSEPs[:0]
+	w.staleSEPs = w.staleSEPs[:0]
+	w.reuse = w.reuse[:0]
+	w.oldMatched = slices.Grow(w.oldMatched[:0], len(ps.seps))[:len(ps.seps)]
+	clear(w.oldMatched)
+	j := 0
+	for _, ep := range all {
+		ip, port := ep.IP(), ep.Port()
+		found := false
+		var h chainHash
+		for j < len(ps.seps) {
+			c := compareEndpoint(ps.seps[j].ep, ip, port)
+			if c > 0 {
+				break
+			}
+			if c == 0 {
+				h, found = ps.seps[j].hash, true
+				w.oldMatched[j] = true
+				j++
+				break
+			}
+			j++
+		}
+		if !found {
+			h = w.endpointHash(ps.name, ip, port)
+		}
+		w.newSEPs = append(w.newSEPs, sepState{ep: ep, hash: h})
+		w.reuse = append(w.reuse, found)
+	}
+	for i := range ps.seps {
+		if w.oldMatched[i] || w.hasNewSEP(ps.seps[i].hash) {
+			continue
+		}
+		w.staleSEPs = append(w.staleSEPs, chainRef{kind: kindSEP, hash: ps.seps[i].hash})
+	}
+	return w.reuse
+}
+
+func (w *Writer) hasNewSEP(h chainHash) bool {
+	for i := range w.newSEPs {
+		if w.newSEPs[i].hash == h {
+			return true
+		}
+	}
+	return false
+}
+
+func compareEndpoint(ep changetracker.Endpoint, ip netip.Addr, port int) int {
+	if c := ep.IP().Compare(ip); c != 0 {
+		return c
+	}
+	return ep.Port() - port
+}
+
+func (w *Writer) endpointHash(name changetracker.ServicePortName, ip netip.Addr, port int) chainHash {
+	w.scratch = appendEndpoint(appendPortKey(w.scratch[:0], name), ip, port)
+	return hashInto(w.scratch)
+}
+
+// sepChain returns the chain of an endpoint of list, which is a
+// subsequence of w.newSEPs in the same order; *k walks w.newSEPs.
+func (w *Writer) sepChain(ps *portState, ep changetracker.Endpoint, k *int) chainRef {
+	ip, port := ep.IP(), ep.Port()
+	for ; *k < len(w.newSEPs); *k++ {
+		if compareEndpoint(w.newSEPs[*k].ep, ip, port) == 0 {
+			return chainRef{kind: kindSEP, hash: w.newSEPs[*k].hash}
+		}
+	}
+	*k = 0
+	return chainRef{kind: kindSEP, hash: w.endpointHash(ps.name, ip, port)}
+}
+
+func (w *Writer) declare(b []byte, r chainRef) []byte {
+	b = append(b, ':')
+	b = r.appendTo(b)
+	return w.endLine(append(b, " - [0:0]"...))
+}
+
+func (w *Writer) ruleStart(b []byte, r chainRef) []byte {
+	return r.appendTo(append(b, "-A "...))
+}
+
+// writeExternalChain writes KUBE-EXT-*, where all traffic to the port's
+// node port, external IPs and load-balancer VIPs goes.
+func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.ServicePort, chains uint8, policy chainKind, hasExternal bool) []byte {
+	ext := chainRef{kind: kindEXT, hash: ps.hash}
+	svcChain := chainRef{kind: kindSVC, hash: ps.hash}
+	if !svc.ExternalPolicyLocal() {
+		// Endpoints may be on other nodes: masquerade so replies come back
+		// through this node.
+		b = w.ruleStart(b, ext)
+		b = appendComment(b, "masquerade traffic for ", ps.name, " external destinations")
+		b = w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
+	} else if chains&(1<<kindSVC) != 0 {
+		// Pods reaching an external address of the service are not
+		// subject to the Local policy: they are sent to all endpoints, as
+		// if they had gone out to the load balancer and come back.
+		if w.cfg.ClusterCIDR.IsValid() {
+			b = w.ruleStart(b, ext)
+			b = appendComment(b, "pod traffic for ", ps.name, " external destinations")
+			b = append(b, " -s "...)
+			b = w.cfg.ClusterCIDR.AppendTo(b)
+			b = w.endLine(svcChain.appendTo(append(b, " -j "...)))
+		}
+		// Traffic from the node itself has a local address as source,
+		// which endpoints elsewhere could not answer: masquerade it and
+		// send it to all endpoints.
+		b = w.ruleStart(b, ext)
+		b = appendComment(b, "masquerade LOCAL traffic for ", ps.name, " external destinations")
+		b = w.endLine(append(b, " -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"...))
+		b = w.ruleStart(b, ext)
+		b = appendComment(b, "route LOCAL traffic for ", ps.name, " external destinations")
+		b = append(b, " -m addrtype --src-type LOCAL -j "...)
+		b = w.endLine(svcChain.appendTo(b))
+	}
+	if hasExternal {
+		b = w.ruleStart(b, ext)
+		b = append(b, " -j "...)
+		b = w.endLine(chainRef{kind: policy, hash: ps.hash}.appendTo(b))
+	}
+	return b
+}
+
+// writeFirewallChain writes KUBE-FW-*, which lets load-balancer traffic
+// from loadBalancerSourceRanges on to KUBE-EXT-*; the rest falls through
+// and is dropped by KUBE-PROXY-FIREWALL in the filter table.
+func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.ServicePort) []byte {
+	fw := chainRef{kind: kindFW, hash: ps.hash}
+	ext := chainRef{kind: kindEXT, hash: ps.hash}
+	allowFromNode := false
+	for _, cidr := range svc.LoadBalancerSourceRanges() {
+		if !w.sameFamily(cidr.Addr()) {
+			continue
+		}
+		b = w.ruleStart(b, fw)
+		b = appendComment(b, "", ps.name, " loadbalancer IP")
+		b = append(b, " -s "...)
+		b = cidr.AppendTo(b)
+		b = w.endLine(ext.appendTo(append(b, " -j "...)))
+		for _, ip := range w.cfg.NodeIPs {
+			allowFromNode = allowFromNode || cidr.Contains(ip)
+		}
+	}
+	// A node that has the VIP as a local address reaches it with the VIP
+	// as source.
+	if allowFromNode {
+		for _, ip := range svc.LoadBalancerVIPs() {
+			if !w.sameFamily(ip) {
+				continue
+			}
+			b = w.ruleStart(b, fw)
+			b = appendComment(b, "", ps.name, " loadbalancer IP")
+			b = append(b, " -s "...)
+			b = ip.AppendTo(b)
+			b = w.endLine(ext.appendTo(append(b, " -j "...)))
+		}
+	}
+	b = w.ruleStart(b, fw)
+	b = appendComment(b, "other traffic to ", ps.name, " will be dropped by KUBE-PROXY-FIREWALL")
+	return w.endLine(b)
+}
+
+// writeMasqueradeRule marks cluster-IP traffic from outside the cluster
+// (or all of it with MasqueradeAll) for masquerading.
+func (w *Writer) writeMasqueradeRule(b []byte, ps *portState, svc changetracker.ServicePort, k chainKind, proto string) []byte {
+	if !w.cfg.MasqueradeAll && !w.cfg.ClusterCIDR.IsValid() {
+		return b
+	}
+	b = w.ruleStart(b, chainRef{kind: k, hash: ps.hash})
+	b = appendComment(b, "", ps.name, " cluster IP")
+	b = appendDestination(appendProtocol(b, proto), svc.ClusterIP(), svc.Port())
+	if !w.cfg.MasqueradeAll {
+		b = append(b, " ! -s "...)
+		b = w.cfg.ClusterCIDR.AppendTo(b)
+	}
+	return w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
+}
+
+// writeBalancing writes the rules of KUBE-SVC-* or KUBE-SVL-* that pick an
+// endpoint: first the session-affinity rules, then one rule per endpoint
+// with probability 1/(endpoints left), the last one unconditional.
+func (w *Writer) writeBalancing(b []byte, ps *portState, svc changetracker.ServicePort, k chainKind, list []changetracker.Endpoint, affinity, comments bool) []byte {
+	self := chainRef{kind: k, hash: ps.hash}
+	if affinity {
+		seconds := strconv.Itoa(svc.StickyMaxAgeSeconds())
+		pos := 0
+		for _, ep := range list {
+			sep := w.sepChain(ps, ep, &pos)
+			b = w.ruleStart(b, self)
+			if comments {
+				b = appendEndpointComment(b, ps.name, ep)
+			}
+			b = append(b, " -m recent --name "...)
+			b = sep.appendTo(b)
+			b = append(b, " --rcheck --seconds "...)
+			b = append(b, seconds...)
+			b = append(b, " --reap -j "...)
+			b = w.endLine(sep.appendTo(b))
+		}
+	}
+	pos := 0
+	n := len(list)
+	for i, ep := range list {
+		sep := w.sepChain(ps, ep, &pos)
+		b = w.ruleStart(b, self)
+		if comments {
+			b = appendEndpointComment(b, ps.name, ep)
+		}
+		if i < n-1 {
+			b = append(b, " -m statistic --mode random --probability "...)
+			b = append(b, w.probability(n-i)...)
+		}
+		b = w.endLine(sep.appendTo(append(b, " -j "...)))
+	}
+	return b
+}
+
+// writeEndpointChain writes KUBE-SEP-*: masquerade hairpin traffic (an
+// endpoint reaching itself through the service), then DNAT.
+func (w *Writer) writeEndpointChain(b []byte, ps *portState, sep sepState, proto string, affinity, comments bool) []byte {
+	self := chainRef{kind: kindSEP, hash: sep.hash}
+	ip := sep.ep.IP()
+	b = w.ruleStart(b, self)
+	if comments {
+		b = appendPlainComment(b, ps.name)
+	}
+	b = append(b, " -s "...)
+	b = ip.AppendTo(b)
+	b = w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
+	b = w.ruleStart(b, self)
+	if comments {
+		b = appendPlainComment(b, ps.name)
+	}
+	if affinity {
+		b = append(b, " -m recent --name "...)
+		b = append(self.appendTo(b), " --set"...)
+	}
+	b = appendProtocol(b, proto)
+	b = append(b, " -j DNAT --to-destination "...)
+	return w.endLine(appendEndpoint(b, ip, sep.ep.Port()))
+}
+
+// writeTopRules builds the port's rules in the top-level chains in
+// w.scratch, then writes them (full) or the difference from ps.top
+// (partial), and records them in ps.top.
+func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, proto string, hasEndpoints, hasInternal, hasExternal bool, internal chainKind, usesFW bool, full bool) {
+	w.scratch = w.scratch[:0]
+	w.specs = w.specs[:0]
+	name := ps.name
+	port := svc.Port()
+	ext := chainRef{kind: kindEXT, hash: ps.hash}
+
+	var internalTarget, externalTarget, internalWhy, externalWhy string
+	if !hasEndpoints {
+		internalTarget, internalWhy = "REJECT", " has no endpoints"
+		externalTarget, externalWhy = "REJECT", " has no endpoints"
+	} else {
+		internalTarget, internalWhy = "DROP", " has no local endpoints"
+		externalTarget, externalWhy = "DROP", " has no local endpoints"
+	}
+
+	start := len(w.scratch)
+	if hasInternal {
+		w.scratch = appendComment(w.scratch, "", name, " cluster IP")
+		w.scratch = appendDestination(appendProtocol(w.scratch, proto), svc.ClusterIP(), port)
+		w.scratch = chainRef{kind: internal, hash: ps.hash}.appendTo(append(w.scratch, " -j "...))
+		start = w.addSpec(natServices, start)
+	} else {
+		w.scratch = appendComment(w.scratch, "", name, internalWhy)
+		w.scratch = appendDestination(appendProtocol(w.scratch, proto), svc.ClusterIP(), port)
+		w.scratch = append(append(w.scratch, " -j "...), internalTarget...)
+		start = w.addSpec(filterServices, start)
+	}
+	for _, ip := range svc.ExternalIPs() {
+		if !w.sameFamily(ip) {
+			continue
+		}
+		if hasEndpoints {
+			w.scratch = appendComment(w.scratch, "", name, " external IP")
+			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
+			w.scratch = ext.appendTo(append(w.scratch, " -j "...))
+			start = w.addSpec(natServices, start)
+		}
+		if !hasExternal {
+			w.scratch = appendComment(w.scratch, "", name, externalWhy)
+			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
+			w.scratch = append(append(w.scratch, " -j "...), externalTarget...)
+			start = w.addSpec(filterExternal, start)
+		}
+	}
+	lbTarget := ext
+	if usesFW {
+		lbTarget = chainRef{kind: kindFW, hash: ps.hash}
+	}
+	for _, ip := range svc.LoadBalancerVIPs() {
+		if !w.sameFamily(ip) {
+			continue
+		}
+		if hasEndpoints {
+			w.scratch = appendComment(w.scratch, "", name, " loadbalancer IP")
+			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
+			w.scratch = lbTarget.appendTo(append(w.scratch, " -j "...))
+			start = w.addSpec(natServices, start)
+		}
+		if usesFW {
+			w.scratch = appendCommentOpen(w.scratch, "", name)
+			w.scratch = append(w.scratch, " traffic not accepted by "...)
+			w.scratch = append(chainRef{kind: kindFW, hash: ps.hash}.appendTo(w.scratch), '"')
+			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
+			w.scratch = append(w.scratch, " -j DROP"...)
+			start = w.addSpec(filterFirewall, start)
+		}
+		if !hasExternal {
+			w.scratch = appendComment(w.scratch, "", name, externalWhy)
+			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
+			w.scratch = append(append(w.scratch, " -j "...), externalTarget...)
+			start = w.addSpec(filterExternal, start)
+		}
+	}
+	if np := svc.NodePort(); np != 0 {
+		if hasEndpoints {
+			w.scratch = appendPlainComment(w.scratch, name)
+			w.scratch = appendProtocol(w.scratch, proto)
+			w.scratch = strconv.AppendInt(append(w.scratch, " --dport "...), int64(np), 10)
+			w.scratch = ext.appendTo(append(w.scratch, " -j "...))
+			start = w.addSpec(natNodePorts, start)
+		}
+		if !hasExternal {
+			w.scratch = appendComment(w.scratch, "", name, externalWhy)
+			w.scratch = append(w.scratch, " -m addrtype --dst-type LOCAL"...)
+			w.scratch = appendProtocol(w.scratch, proto)
+			w.scratch = strconv.AppendInt(append(w.scratch, " --dport "...), int64(np), 10)
+			w.scratch = append(append(w.scratch, " -j "...), externalTarget...)
+			start = w.addSpec(filterExternal, start)
+		}
+	}
+	if hc := svc.HealthCheckNodePort(); hc != 0 {
+		// Health checks must reach the node whether or not it has
+		// endpoints: that is how the load balancer learns it has none.
+		w.scratch = appendComment(w.scratch, "", name, " health check node port")
+		w.scratch = append(w.scratch, " -m tcp -p tcp --dport "...)
+		w.scratch = strconv.AppendInt(w.scratch, int64(hc), 10)
+		w.scratch = append(w.scratch, " -j ACCEPT"...)
+		w.addSpec(filterNodePorts, start)
+	}
+
+	if full {
+		for _, s := range w.specs {
+			w.topRuleLine(s.chain, "-A", w.scratch[s.start:s.end])
+		}
+	} else {
+		w.diffTopRules(ps)
+	}
+	// Record the new rules, keeping the old strings where they did not
+	// change so that steady-state syncs allocate nothing here.
+	old := ps.top
+	if len(old) == len(w.specs) {
+		same := true
+		for i, s := range w.specs {
+			if old[i].chain != s.chain || old[i].spec != string(w.scratch[s.start:s.end]) {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	top := make([]topRule, len(w.specs))
+	for i, s := range w.specs {
+		spec := w.scratch[s.start:s.end]
+		top[i].chain = s.chain
+		if r, ok := findTopRule(old, s.chain, spec); ok {
+			top[i].spec = r
+		} else {
+			top[i].spec = string(spec)
+		}
+	}
+	ps.top = top
+}
+
+func (w *Writer) addSpec(c topChain, start int) int {
+	w.specs = append(w.specs, specRange{chain: c, start: start, end: len(w.scratch)})
+	return len(w.scratch)
+}
+
+func findTopRule(rules []topRule, c topChain, spec []byte) (string, bool) {
+	for _, r := range rules {
+		if r.chain == c && r.spec == string(spec) {
+			return r.spec, true
+		}
+	}
+	return "", false
+}
+
+// diffTopRules writes the deletion of the port's old top-level rules that
+// are not among the new ones, and the insertion of the new ones that are
+// not among the old.
+func (w *Writer) diffTopRules(ps *portState) {
+	for _, r := range ps.top {
+		found := false
+		for _, s := range w.specs {
+			if s.chain == r.chain && r.spec == string(w.scratch[s.start:s.end]) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			w.topRuleDelete(r)
+		}
+	}
+	for _, s := range w.specs {
+		spec := w.scratch[s.start:s.end]
+		if _, ok := findTopRule(ps.top, s.chain, spec); ok {
+			continue
+		}
+		op := "-A"
+		if s.chain == natServices {
+			// Stay ahead of the node-port rule, which must be last.
+			op = "-I"
+		}
+		w.topRuleLine(s.chain, op, spec)
+	}
+}
+
+// topRuleLine appends "OP CHAIN spec" to the nat or filter top-level
+// buffer. "-I" inserts at the top of the chain.
+func (w *Writer) topRuleLine(c topChain, op string, spec []byte) {
+	w.lines++
+	if c.isNAT() {
+		w.natTop = appendTopRule(w.natTop, c, op, spec)
+	} else {
+		w.filter = appendTopRule(w.filter, c, op, spec)
+	}
+}
+
+// topRuleDelete is topRuleLine for a recorded rule.
+func (w *Writer) topRuleDelete(r topRule) {
+	w.lines++
+	if r.chain.isNAT() {
+		w.natTop = appendTopRule(w.natTop, r.chain, "-D", r.spec)
+	} else {
+		w.filter = appendTopRule(w.filter, r.chain, "-D", r.spec)
+	}
+}
+
+// appendTopRule appends the line "OP CHAIN[ 1]spec"; specs start with a
+// space.
+func appendTopRule[T string | []byte](b []byte, c topChain, op string, spec T) []byte {
+	b = append(b, op...)
+	b = append(b, ' ')
+	b = append(b, c.chain()...)
+	if op == "-I" {
+		b = append(b, " 1"...)
+	}
+	b = append(b, spec...)
+	return append(b, '\n')
+}
+
+func protocolName(p v1.Protocol) string {
+	switch p {
+	case v1.ProtocolUDP:
+		return "udp"
+	case v1.ProtocolSCTP:
+		return "sctp"
+	}
+	return "tcp"
+}
+
+// appendComment appends ` -m comment --comment "PREFIXns/name:portSUFFIX"`.
+func appendComment(b []byte, prefix string, name changetracker.ServicePortName, suffix string) []byte {
+	b = appendCommentOpen(b, prefix, name)
+	b = append(b, suffix...)
+	return append(b, '"')
+}
+
+// appendCommentOpen appends a comment up to the port's name, leaving the
+// quote open.
+func appendCommentOpen(b []byte, prefix string, name changetracker.ServicePortName) []byte {
+	b = append(b, " -m comment --comment \""...)
+	b = append(b, prefix...)
+	return appendPortName(b, name)
+}
+
+// appendPlainComment appends an unquoted comment holding the port's name,
+// which has no spaces.
+func appendPlainComment(b []byte, name changetracker.ServicePortName) []byte {
+	b = append(b, " -m comment --comment "...)
+	return appendPortName(b, name)
+}
+
+func appendEndpointComment(b []byte, name changetracker.ServicePortName, ep changetracker.Endpoint) []byte {
+	b = append(b, " -m comment --comment \""...)
+	b = appendPortName(b, name)
+	b = append(b, " -> "...)
+	b = appendEndpoint(b, ep.IP(), ep.Port())
+	return append(b, '"')
+}
+
+// appendPortName appends "ns/name:port" as ServicePortName.String does.
+func appendPortName(b []byte, name changetracker.ServicePortName) []byte {
+	b = append(b, name.Namespace...)
+	b = append(b, '/')
+	b = append(b, name.Name...)
+	if name.Port != "" {
+		b = append(b, ':')
+		b = append(b, name.Port...)
+	}
+	return b
+}
+
+func appendProtocol(b []byte, proto string) []byte {
+	b = append(b, " -m "...)
+	b = append(b, proto...)
+	b = append(b, " -p "...)
+	return append(b, proto...)
+}
+
+func appendDestination(b []byte, ip netip.Addr, port int) []byte {
+	b = append(b, " -d "...)
+	b = ip.AppendTo(b)
+	b = append(b, " --dport "...)
+	return strconv.AppendInt(b, int64(port), 10)
+}
+
+// appendEndpoint appends "ip:port", with brackets around IPv6 addresses,
+// as Endpoint.String does.
+func appendEndpoint(b []byte, ip netip.Addr, port int) []byte {
+	if ip.Is6() {
+		b = append(b, '[')
+		b = ip.AppendTo(b)
+		b = append(b, ']')
+	} else {
+		b = ip.AppendTo(b)
+	}
+	b = append(b, ':')
+	return strconv.AppendInt(b, int64(port), 10)
+}
