@@ -330,11 +330,11 @@ func (r *runner) restore(ctx context.Context, args []string, data []byte, flush 
 		// This iptables-restore cannot wait for the xtables lock, and
 		// without the lock it would race other iptables commands; hold
 		// the lock for it.
-		release, err := grabXtablesLock(ctx, r.clock, r.lockFile, r.feat.lockFile, r.lockWait)
+		lock, err := grabXtablesLock(ctx, r.clock, r.lockFile, r.feat.lockFile, r.lockWait)
 		if err != nil {
 			return &Error{Command: r.cmds.restore, Args: full, ExitStatus: -1, Err: err}
 		}
-		defer release()
+		defer lock.Close()
 	}
 	logger.V(4).Info("Running iptables-restore", "command", r.cmds.restore, "args", full, "bytes", len(data))
 	var stderr bytes.Buffer

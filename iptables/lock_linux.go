@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -20,58 +21,50 @@ const lockRetryInterval = 100 * time.Millisecond
 // cannot wait for it would: an exclusive flock on path (iptables 1.6.0 and
 // later, file true) or the abstract unix socket "@xtables" (earlier
 // versions). It retries until wait has passed on clk or ctx ends, and
-// returns the function that releases the lock.
-func grabXtablesLock(ctx context.Context, clk clock.Clock, path string, file bool, wait time.Duration) (func(), error) {
-	deadline := clk.Now().Add(wait)
-	var try func() (func(), bool, error)
+// returns the lock; closing it releases the lock.
+func grabXtablesLock(ctx context.Context, clk clock.Clock, path string, file bool, wait time.Duration) (io.Closer, error) {
+	var try func() (io.Closer, error)
 	if file {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("opening the xtables lock: %w", err)
 		}
-		try = func() (func(), bool, error) {
-			err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			switch {
-			case err == nil:
-				return func() { f.Close() }, true, nil
-			case errors.Is(err, unix.EWOULDBLOCK):
-				return nil, false, nil
+		try = func() (io.Closer, error) {
+			if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				return nil, err
 			}
-			return nil, false, fmt.Errorf("locking %s: %w", path, err)
+			return f, nil
 		}
-		defer func() {
-			if try != nil {
-				f.Close()
-			}
-		}()
-	} else {
-		path = "@xtables"
-		try = func() (func(), bool, error) {
-			l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-			switch {
-			case err == nil:
-				return func() { l.Close() }, true, nil
-			case errors.Is(err, unix.EADDRINUSE):
-				return nil, false, nil
-			}
-			return nil, false, fmt.Errorf("binding %s: %w", path, err)
-		}
-	}
-	for {
-		release, ok, err := try()
+		lock, err := retryLock(ctx, clk, path, wait, try)
 		if err != nil {
-			return nil, err
+			f.Close()
 		}
-		if ok {
-			try = nil
-			return release, nil
-		}
-		if !clk.Now().Before(deadline) {
+		return lock, err
+	}
+	path = "@xtables"
+	try = func() (io.Closer, error) {
+		return net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	}
+	return retryLock(ctx, clk, path, wait, try)
+}
+
+// retryLock calls try until it succeeds, fails otherwise than with "busy",
+// wait has passed or ctx ends.
+func retryLock(ctx context.Context, clk clock.Clock, path string, wait time.Duration, try func() (io.Closer, error)) (io.Closer, error) {
+	deadline := clk.Now().Add(wait)
+	for {
+		lock, err := try()
+		switch {
+		case err == nil:
+			return lock, nil
+		case !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EADDRINUSE):
+			return nil, fmt.Errorf("taking the xtables lock %s: %w", path, err)
+		case !clk.Now().Before(deadline):
 			return nil, fmt.Errorf("%s held by another program for %v: %w", path, wait, errLockTimeout)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
+			return nil, fmt.Errorf("waiting for the xtables lock %s: %w", path, ctx.Err())
 		case <-clk.After(lockRetryInterval):
 		}
 	}

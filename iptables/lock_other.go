@@ -4,11 +4,12 @@ package iptables
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"k8s.io/utils/clock"
 )
 
-func grabXtablesLock(ctx context.Context, clk clock.Clock, path string, file bool, wait time.Duration) (func(), error) {
+func grabXtablesLock(ctx context.Context, clk clock.Clock, path string, file bool, wait time.Duration) (io.Closer, error) {
 	return nil, platformSupported()
 }

@@ -9,6 +9,7 @@ import (
 
 // Version is an iptables version, such as 1.8.9.
 type Version struct {
+	// Major, Minor and Patch are the numbers of "1.8.9", in order.
 	Major, Minor, Patch int
 }
 

@@ -305,13 +305,7 @@ func TestCrossCheckRestores(t *testing.T) {
 					if out, status := r.restore(tc.input, args...); status != 0 {
 						t.Fatalf("iptables-restore refuses what the fake accepts: %s", out)
 					}
-					var err error
-					if tc.only != "" {
-						err = f.Restore(context.Background(), tc.only, []byte(tc.input), tc.flush, iptables.NoRestoreCounters)
-					} else {
-						err = f.RestoreAll(context.Background(), []byte(tc.input), tc.flush, iptables.NoRestoreCounters)
-					}
-					if err != nil {
+					if err := restoreInto(f, tc.only, tc.input, tc.flush); err != nil {
 						t.Fatal(err)
 					}
 					r.compareWithFake(t, f)

@@ -409,13 +409,7 @@ func TestRestoreSemantics(t *testing.T) {
 			if err := f.ParseDump(before); err != nil {
 				t.Fatal(err)
 			}
-			var err error
-			if tc.only != "" {
-				err = f.Restore(context.Background(), tc.only, []byte(tc.input), tc.flush, iptables.NoRestoreCounters)
-			} else {
-				err = f.RestoreAll(context.Background(), []byte(tc.input), tc.flush, iptables.NoRestoreCounters)
-			}
-			if err != nil {
+			if err := restoreInto(f, tc.only, tc.input, tc.flush); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, f.Dump()); diff != "" {
@@ -440,4 +434,13 @@ func TestParseDumpIsAllOrNothing(t *testing.T) {
 	if err := f.ParseDump(""); err != nil || f.Dump() != "" {
 		t.Errorf("ParseDump(\"\") = %v and left %q; want an empty Fake", err, f.Dump())
 	}
+}
+
+// restoreInto restores input into f: table only, or all tables if only is
+// "".
+func restoreInto(f *Fake, only iptables.Table, input string, flush iptables.FlushFlag) error {
+	if only != "" {
+		return f.Restore(context.Background(), only, []byte(input), flush, iptables.NoRestoreCounters)
+	}
+	return f.RestoreAll(context.Background(), []byte(input), flush, iptables.NoRestoreCounters)
 }

@@ -17,6 +17,8 @@ type cmdError struct {
 	msg    string
 }
 
+// Error returns the message, as the binary would print it after its
+// name.
 func (e *cmdError) Error() string { return e.msg }
 
 // usagef is a bad-arguments error (exit status 2).

@@ -73,18 +73,23 @@ type Outcome struct {
 	// Local says an accepted packet is delivered to the node itself
 	// (it went through INPUT).
 	Local bool
-	// Destination and DestinationPort are where the packet is going when
-	// it ends: after DNAT, the endpoint.
-	Destination     netip.Addr
+	// Destination is where the packet is going when it ends: after DNAT,
+	// the endpoint.
+	Destination netip.Addr
+	// DestinationPort is its destination port when it ends.
 	DestinationPort uint16
 	// DNAT says a DNAT rule rewrote the destination.
 	DNAT bool
-	// Source and SourcePort are the packet's source when it ends, after
-	// any SNAT rule; MASQUERADE leaves them and sets Masquerade, since the
-	// address it picks depends on routes the Fake does not know.
-	Source     netip.Addr
+	// Source is the packet's source address when it ends, after any SNAT
+	// rule.
+	Source netip.Addr
+	// SourcePort is its source port when it ends.
 	SourcePort uint16
-	SNAT       bool
+	// SNAT says an SNAT rule rewrote the source.
+	SNAT bool
+	// Masquerade says a MASQUERADE rule applies: the source becomes an
+	// address of the outgoing interface, which the Fake does not know, so
+	// Source is left as it was.
 	Masquerade bool
 	// Mark is the packet's mark when it ends.
 	Mark uint32
@@ -278,20 +283,17 @@ func (tr *tracer) init() error {
 		return fmt.Errorf("trace: unknown protocol %q", p.Protocol)
 	}
 	tr.proto = n
-	switch strings.ToUpper(p.CTState) {
-	case "", "NEW":
-		tr.states = ctNew
-	case "ESTABLISHED":
-		tr.states = ctEstablished
-	case "RELATED":
-		tr.states = ctRelated
-	case "INVALID":
-		tr.states = ctInvalid
-	case "UNTRACKED":
-		tr.states = ctUntracked
-	default:
+	state := p.CTState
+	if state == "" {
+		state = "NEW"
+	}
+	// The states a connection can be in; SNAT and DNAT are added by the
+	// trace.
+	i := slices.IndexFunc(ctStates[:5], func(s string) bool { return strings.EqualFold(s, state) })
+	if i < 0 {
 		return fmt.Errorf("trace: unknown conntrack state %q", p.CTState)
 	}
+	tr.states = 1 << i
 	return nil
 }
 
