@@ -1,0 +1,281 @@
+package changetracker
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// The fuzz targets decode JSON into API objects, so that the engine mutates
+// real field values. Seeds live in testdata/fuzz/<target>/. Run with e.g.
+//
+//	go test -run XXX -fuzz FuzzServiceChangeTracker -fuzztime 60s ./changetracker/
+
+// serviceEvents is the input of FuzzServiceChangeTracker: a sequence of
+// Service states; an entry with "delete": true deletes the Service of that
+// namespace and name.
+type serviceEvents []struct {
+	Delete  bool       `json:"delete,omitempty"`
+	Service v1.Service `json:"service"`
+}
+
+// FuzzServiceChangeTracker feeds Service events through both families'
+// trackers, one Update every few events, and checks that the result equals a
+// fresh load of the final states, that every stored port is sane, and that
+// deleting everything empties the map.
+func FuzzServiceChangeTracker(f *testing.F) {
+	f.Add([]byte(`[{"service":{"metadata":{"namespace":"ns","name":"a"},"spec":{"clusterIPs":["10.0.0.1","fd00::1"],"ports":[{"name":"p","port":80,"protocol":"UDP"}]}}},{"delete":true,"service":{"metadata":{"namespace":"ns","name":"a"}}}]`))
+	quiet := WithLogger(klog.Background().V(10))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var events serviceEvents
+		if err := json.Unmarshal(data, &events); err != nil || len(events) > 64 {
+			return
+		}
+		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			tr := NewServiceChangeTracker(family, nil, quiet)
+			m := ServicePortMap{}
+			last := map[types.NamespacedName]*v1.Service{}
+			for i := range events {
+				svc := events[i].Service.DeepCopy()
+				nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+				if events[i].Delete {
+					if prev := last[nn]; prev != nil {
+						tr.Update(prev, nil)
+						delete(last, nn)
+					}
+				} else {
+					tr.Update(last[nn], svc)
+					last[nn] = svc
+				}
+				if i%3 == 2 {
+					m.Update(tr)
+				}
+			}
+			m.Update(tr)
+			checkServicePortMap(t, family, m)
+			m.HealthCheckNodePorts()
+
+			fresh := NewServiceChangeTracker(family, nil, quiet)
+			fm := ServicePortMap{}
+			for _, svc := range last {
+				fresh.Update(nil, svc)
+			}
+			fm.Update(fresh)
+			if diff := cmp.Diff(describeServicePortMap(fm), describeServicePortMap(m)); diff != "" {
+				t.Fatalf("%s: incremental map differs from a fresh load (-fresh +incremental):\n%s", family, diff)
+			}
+
+			for _, svc := range last {
+				tr.Update(svc, nil)
+			}
+			m.Update(tr)
+			if len(m) != 0 {
+				t.Fatalf("%s: map not empty after deleting every service: %v", family, describeServicePortMap(m))
+			}
+		}
+	})
+}
+
+func checkServicePortMap(t *testing.T, family v1.IPFamily, m ServicePortMap) {
+	t.Helper()
+	for name, p := range m {
+		if familyOf(p.ClusterIP()) != family {
+			t.Fatalf("%s: cluster IP %s is not %s", name, p.ClusterIP(), family)
+		}
+		if p.Port() < 1 || p.Port() > 65535 {
+			t.Fatalf("%s: port %d out of range", name, p.Port())
+		}
+		if p.Protocol() != name.Protocol {
+			t.Fatalf("%s: protocol %s differs from its name's", name, p.Protocol())
+		}
+		for _, ip := range slices.Concat(p.ExternalIPs(), p.LoadBalancerVIPs()) {
+			if familyOf(ip) != family {
+				t.Fatalf("%s: external or LB address %s is not %s", name, ip, family)
+			}
+		}
+		for _, r := range p.LoadBalancerSourceRanges() {
+			if familyOf(r.Addr()) != family || !r.IsValid() {
+				t.Fatalf("%s: source range %s is not a valid %s prefix", name, r, family)
+			}
+		}
+	}
+}
+
+// sliceEvents is the input of FuzzEndpointSlices: slice events, then a
+// Service whose ports are categorized, and this node's name and zone.
+type sliceEvents struct {
+	Events []struct {
+		Delete bool                      `json:"delete,omitempty"`
+		Slice  discoveryv1.EndpointSlice `json:"slice"`
+	} `json:"events"`
+	Service v1.Service `json:"service"`
+	Node    string     `json:"node"`
+	Zone    string     `json:"zone"`
+}
+
+// FuzzEndpointSlices feeds EndpointSlice events through both families'
+// trackers and checks the lists (sorted, unique, right family, valid ports),
+// that the incremental map equals a fresh load of the final slices, that
+// CategorizeEndpoints returns subsets consistent with its contract, and that
+// deleting every slice empties the map.
+func FuzzEndpointSlices(f *testing.F) {
+	f.Add([]byte(`{"node":"n1","zone":"z1","service":{"metadata":{"namespace":"ns","name":"a"},"spec":{"clusterIP":"10.0.0.1","ports":[{"name":"p","port":80}]}},"events":[{"slice":{"metadata":{"namespace":"ns","name":"a-1","labels":{"kubernetes.io/service-name":"a"}},"addressType":"IPv4","ports":[{"name":"p","port":8080}],"endpoints":[{"addresses":["10.1.0.1"],"nodeName":"n1","hints":{"forZones":[{"name":"z1"}]}}]}}]}`))
+	quiet := WithLogger(klog.Background().V(10))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var in sliceEvents
+		if err := json.Unmarshal(data, &in); err != nil || len(in.Events) > 64 {
+			return
+		}
+		nodeLabels := map[string]string{v1.LabelTopologyZone: in.Zone}
+		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			tr := NewEndpointsChangeTracker(family, in.Node, nil, quiet)
+			m := EndpointsMap{}
+			last := map[types.NamespacedName]*discoveryv1.EndpointSlice{}
+			for i := range in.Events {
+				s := in.Events[i].Slice.DeepCopy()
+				key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+				if in.Events[i].Delete {
+					if prev := last[key]; prev != nil {
+						tr.EndpointSliceUpdate(prev, true)
+						delete(last, key)
+					}
+				} else {
+					// A slice never changes its service label or address
+					// type in the API; an event that does is a new object
+					// as far as this test's bookkeeping goes.
+					if prev := last[key]; prev != nil && (prev.Labels[discoveryv1.LabelServiceName] != s.Labels[discoveryv1.LabelServiceName] || prev.AddressType != s.AddressType) {
+						tr.EndpointSliceUpdate(prev, true)
+					}
+					tr.EndpointSliceUpdate(s, false)
+					last[key] = s
+				}
+				if i%3 == 2 {
+					m.Update(tr)
+				}
+			}
+			m.Update(tr)
+			checkEndpointsMap(t, family, m)
+			m.LocalReadyEndpoints()
+
+			fresh := NewEndpointsChangeTracker(family, in.Node, nil, quiet)
+			fm := EndpointsMap{}
+			for _, s := range last {
+				fresh.EndpointSliceUpdate(s, false)
+			}
+			fm.Update(fresh)
+			if diff := cmp.Diff(describeEndpointsMap(fm), describeEndpointsMap(m)); diff != "" {
+				t.Fatalf("%s: incremental map differs from a fresh load (-fresh +incremental):\n%s", family, diff)
+			}
+
+			svcTracker := NewServiceChangeTracker(family, nil, quiet)
+			svcTracker.Update(nil, &in.Service)
+			svcMap := ServicePortMap{}
+			svcMap.Update(svcTracker)
+			policies := []ServicePort{
+				&BaseServicePort{},
+				&BaseServicePort{internalPolicyLocal: true},
+				&BaseServicePort{externalPolicyLocal: true, nodePort: 30000},
+			}
+			for _, p := range svcMap {
+				policies = append(policies, p)
+			}
+			for name, eps := range m {
+				for _, p := range policies {
+					checkCategorize(t, name, eps, p, in.Node, nodeLabels)
+				}
+			}
+
+			for _, s := range last {
+				tr.EndpointSliceUpdate(s, true)
+			}
+			m.Update(tr)
+			if len(m) != 0 {
+				t.Fatalf("%s: map not empty after deleting every slice: %v", family, describeEndpointsMap(m))
+			}
+		}
+	})
+}
+
+func checkEndpointsMap(t *testing.T, family v1.IPFamily, m EndpointsMap) {
+	t.Helper()
+	for name, eps := range m {
+		if len(eps) == 0 {
+			t.Fatalf("%s: empty endpoint list stored", name)
+		}
+		for i, ep := range eps {
+			if familyOf(ep.IP()) != family {
+				t.Fatalf("%s: endpoint %s is not %s", name, ep, family)
+			}
+			if ep.Port() < 1 || ep.Port() > 65535 {
+				t.Fatalf("%s: endpoint %s has port out of range", name, ep)
+			}
+			if i > 0 {
+				prev := eps[i-1]
+				c := prev.IP().Compare(ep.IP())
+				if c > 0 || (c == 0 && prev.Port() >= ep.Port()) {
+					t.Fatalf("%s: endpoints not sorted or duplicated: %s then %s", name, prev, ep)
+				}
+			}
+		}
+	}
+}
+
+func checkCategorize(t *testing.T, name ServicePortName, eps []Endpoint, svc ServicePort, node string, labels map[string]string) {
+	t.Helper()
+	cluster, local, all, anyEP := CategorizeEndpoints(eps, svc, node, labels)
+	in := map[string]Endpoint{}
+	anyUsable := false
+	for _, ep := range eps {
+		in[ep.String()] = ep
+		if ep.IsReady() || (ep.IsServing() && ep.IsTerminating()) {
+			anyUsable = true
+		}
+	}
+	subset := func(what string, list []Endpoint) map[string]bool {
+		seen := map[string]bool{}
+		for _, ep := range list {
+			if in[ep.String()] != ep {
+				t.Fatalf("%s %s: %s endpoint %s is not an input endpoint", name, svc, what, ep)
+			}
+			if seen[ep.String()] {
+				t.Fatalf("%s %s: %s endpoint %s listed twice", name, svc, what, ep)
+			}
+			seen[ep.String()] = true
+		}
+		return seen
+	}
+	c, l, a := subset("cluster", cluster), subset("local", local), subset("all", all)
+	for k := range l {
+		if !in[k].IsLocal() {
+			t.Fatalf("%s %s: local endpoint %s is not local", name, svc, k)
+		}
+	}
+	union := map[string]bool{}
+	for k := range c {
+		union[k] = true
+	}
+	for k := range l {
+		union[k] = true
+	}
+	if diff := cmp.Diff(union, a); diff != "" {
+		t.Fatalf("%s %s: allReachable is not cluster ∪ local (-union +all):\n%s", name, svc, diff)
+	}
+	if !svc.UsesClusterEndpoints() && len(cluster) > 0 {
+		t.Fatalf("%s %s: cluster endpoints for a service that uses none", name, svc)
+	}
+	if !svc.UsesLocalEndpoints() && len(local) > 0 {
+		t.Fatalf("%s %s: local endpoints for a service that uses none", name, svc)
+	}
+	if anyEP != anyUsable {
+		t.Fatalf("%s %s: hasAnyEndpoints = %v, but usable endpoints exist: %v", name, svc, anyEP, anyUsable)
+	}
+	if svc.UsesClusterEndpoints() && anyUsable && len(cluster) == 0 {
+		t.Fatalf("%s %s: usable endpoints exist but none for cluster traffic", name, svc)
+	}
+}
