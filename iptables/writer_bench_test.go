@@ -1,0 +1,179 @@
+package iptables_test
+
+import (
+	"context"
+	"fmt"
+	"github.com/proxykit/proxykit/iptables"
+	"runtime"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Benchmarks at the sizes of issue 5 (services x endpoints per service).
+// Run them with, for example:
+//
+//	go test -run '^$' -bench 'Sync(Full|Partial)' -benchmem -benchtime 5x ./iptables/
+//
+// Each reports the payload size ("payload-B") beside ns/op and allocations.
+
+type benchSize struct{ services, endpoints int }
+
+func (s benchSize) String() string { return fmt.Sprintf("%dx%d", s.services, s.endpoints) }
+
+var benchSizes = []benchSize{{1000, 10}, {10000, 10}, {5000, 100}}
+
+// benchCluster loads a cluster of ClusterIP services with one TCP port
+// each and one EndpointSlice of ready endpoints each, spread over 100
+// nodes, into a cluster (and so into the change trackers and maps).
+func benchCluster(size benchSize) *cluster {
+	c := newCluster(v1.IPv4Protocol, "node-1")
+	n := 0
+	for i := range size.services {
+		name := fmt.Sprintf("svc-%d", i)
+		c.setService(makeService("bench", name, fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)))
+		eps := make([]ep, 0, size.endpoints)
+		for range size.endpoints {
+			eps = append(eps, ep{ip: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), node: fmt.Sprintf("node-%d", n%100)})
+			n++
+		}
+		c.setEndpoints("bench", name, tcp8080, eps...)
+	}
+	return c
+}
+
+func benchWriter(b *testing.B) *iptables.Writer {
+	w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+// BenchmarkSyncFull measures a full sync of a loaded cluster by a writer
+// that has synced it before (as the periodic or canary-triggered full
+// syncs are).
+func BenchmarkSyncFull(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.String(), func(b *testing.B) {
+			c := benchCluster(size)
+			in := c.input()
+			w := benchWriter(b)
+			ctx := context.Background()
+			w.Sync(ctx, in)
+			w.Applied(nil)
+			b.ReportAllocs()
+			var res iptables.SyncResult
+			for b.Loop() {
+				w.RequestFullSync()
+				res = w.Sync(ctx, in)
+				w.Applied(nil)
+			}
+			if !res.Full {
+				b.Fatal("sync was not full")
+			}
+			b.ReportMetric(float64(len(res.Payload)), "payload-B")
+		})
+	}
+}
+
+// BenchmarkSyncFirst measures the first sync of a writer: a full sync that
+// also computes every chain name.
+func BenchmarkSyncFirst(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.String(), func(b *testing.B) {
+			c := benchCluster(size)
+			in := c.input()
+			ctx := context.Background()
+			b.ReportAllocs()
+			var res iptables.SyncResult
+			for b.Loop() {
+				w := benchWriter(b)
+				res = w.Sync(ctx, in)
+			}
+			b.ReportMetric(float64(len(res.Payload)), "payload-B")
+		})
+	}
+}
+
+// BenchmarkSyncPartial measures a partial sync after one endpoint of one
+// service changed (turned not ready, or back), including the change
+// trackers' Update of the maps, as a proxier's sync does.
+func BenchmarkSyncPartial(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.String(), func(b *testing.B) {
+			c := benchCluster(size)
+			w := benchWriter(b)
+			ctx := context.Background()
+			w.Sync(ctx, c.input())
+			w.Applied(nil)
+			slices := make([]*discoveryv1.EndpointSlice, 0, len(c.slices))
+			for _, s := range c.slices {
+				slices = append(slices, s)
+			}
+			changed := make([]*discoveryv1.EndpointSlice, len(slices))
+			for i, s := range slices {
+				changed[i] = s.DeepCopy()
+				changed[i].Endpoints[0].Conditions.Ready = ptr.To(false)
+			}
+			b.ReportAllocs()
+			var bytes, i int
+			for b.Loop() {
+				k := (i / 2) % len(slices)
+				s := slices[k]
+				if i%2 == 0 {
+					s = changed[k]
+				}
+				i++
+				c.epTracker.EndpointSliceUpdate(s, false)
+				res := w.Sync(ctx, c.input())
+				w.Applied(nil)
+				if res.Full || res.ServicePortsWritten != 1 {
+					b.Fatalf("full=%v, %d ports written; want a partial sync of 1", res.Full, res.ServicePortsWritten)
+				}
+				bytes += len(res.Payload)
+			}
+			b.ReportMetric(float64(bytes)/float64(i), "payload-B")
+		})
+	}
+}
+
+// BenchmarkSyncMemory reports the heap that the maps and a writer keep
+// after a full sync ("retained-MB", payload buffer included) and the most
+// the heap held during the first full sync ("peak-MB"), measured with the
+// garbage collector off during that sync, so it is an upper bound. The
+// time per op is not meaningful.
+func BenchmarkSyncMemory(b *testing.B) {
+	for _, size := range []benchSize{{10000, 10}} {
+		b.Run(size.String(), func(b *testing.B) {
+			var retained, peak float64
+			for b.Loop() {
+				retained, peak = syncMemory(b, size)
+			}
+			b.ReportMetric(retained/(1<<20), "retained-MB")
+			b.ReportMetric(peak/(1<<20), "peak-MB")
+		})
+	}
+}
+
+func syncMemory(b *testing.B, size benchSize) (retained, peak float64) {
+	c := benchCluster(size)
+	in := c.input()
+	c.services, c.slices = nil, nil
+	var before, after, done runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	w := benchWriter(b)
+	w.Sync(context.Background(), in)
+	runtime.ReadMemStats(&after)
+	w.Applied(nil)
+	runtime.GC()
+	runtime.ReadMemStats(&done)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(w)
+	// peak: the maps (live before) plus everything the sync allocated.
+	peak = float64(before.HeapAlloc) + float64(after.TotalAlloc-before.TotalAlloc)
+	return float64(done.HeapAlloc), peak
+}

@@ -1,0 +1,695 @@
+package iptables_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/iptables"
+	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+)
+
+var updateGolden = flag.Bool("update-writer-golden", false, "rewrite the writer's golden files in testdata/writer")
+
+// checkGolden compares got with testdata/writer/NAME.golden.
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "writer", name+".golden")
+	if *updateGolden {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update-writer-golden to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("payload differs from %s (-want +got):\n%s", path, diff)
+	}
+}
+
+// TestWriterFullSyncGolden renders one small cluster per behaviour and
+// compares the full sync's payload with a golden file; each payload must
+// also be accepted by the strict Fake.
+func TestWriterFullSyncGolden(t *testing.T) {
+	const node = "node-a"
+	base := iptables.WriterConfig{
+		IPFamily:    v1.IPv4Protocol,
+		NodeName:    node,
+		NodeIPs:     []netip.Addr{addr("192.168.0.10")},
+		ClusterCIDR: prefix("10.0.0.0/16"),
+		RandomFully: true,
+	}
+	local := func(ip string) ep { return ep{ip: ip, node: node} }
+	remote := func(ip string) ep { return ep{ip: ip, node: "node-b"} }
+	for _, tc := range []struct {
+		name   string
+		family v1.IPFamily
+		config func(*iptables.WriterConfig)
+		labels map[string]string
+		setup  func(c *cluster)
+	}{{
+		name: "cluster-ip",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "web", "10.96.0.10"))
+			c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.2"))
+		},
+	}, {
+		name: "node-port-external-ip",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "web", "10.96.0.10", withNodePort(30080), withExternalIPs("192.0.2.10", "fd00::10")))
+			c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
+		},
+	}, {
+		name: "load-balancer-local-policy",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "lb", "10.96.0.11",
+				withLoadBalancer("203.0.113.5", "198.51.100.0/24", "192.168.0.0/24"), withNodePort(31000),
+				withExternalLocal(), withHealthCheckNodePort(32000)))
+			c.setEndpoints("ns", "lb", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
+		},
+	}, {
+		name: "external-local-no-local-endpoints",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "lb", "10.96.0.11", withLoadBalancer("203.0.113.5"), withNodePort(31000),
+				withExternalIPs("192.0.2.11"), withExternalLocal(), withHealthCheckNodePort(32000)))
+			c.setEndpoints("ns", "lb", tcp8080, remote("10.0.2.1"))
+		},
+	}, {
+		name: "internal-local",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "with-local", "10.96.0.12", withInternalLocal()))
+			c.setEndpoints("ns", "with-local", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
+			c.setService(makeService("ns", "without-local", "10.96.0.13", withInternalLocal()))
+			c.setEndpoints("ns", "without-local", tcp8080, remote("10.0.2.2"))
+		},
+	}, {
+		name: "affinity",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "sticky", "10.96.0.14", withAffinity(300)))
+			c.setEndpoints("ns", "sticky", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.2"))
+		},
+	}, {
+		name: "no-endpoints",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "empty", "10.96.0.15", withLoadBalancer("203.0.113.6", "198.51.100.0/24"),
+				withNodePort(30090), withExternalIPs("192.0.2.15")))
+			// Endpoints that are not ready and not terminating do not count.
+			c.setEndpoints("ns", "empty", tcp8080, ep{ip: "10.0.1.1", node: node, notReady: true})
+		},
+	}, {
+		name: "terminating-fallback",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "rollout", "10.96.0.16"))
+			c.setEndpoints("ns", "rollout", tcp8080, ep{ip: "10.0.1.1", node: node, terminating: true}, ep{ip: "10.0.1.2", node: node, notReady: true})
+		},
+	}, {
+		name:   "topology",
+		labels: map[string]string{v1.LabelTopologyZone: "zone-a"},
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "zoned", "10.96.0.17"))
+			c.setEndpoints("ns", "zoned", tcp8080,
+				ep{ip: "10.0.1.1", node: node, zoneHints: []string{"zone-a"}},
+				ep{ip: "10.0.2.1", node: "node-b", zoneHints: []string{"zone-b"}},
+				ep{ip: "10.0.3.1", node: "node-c", zoneHints: []string{"zone-a"}})
+		},
+	}, {
+		name: "udp-sctp",
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "dns", "10.96.0.18", withPorts(
+				v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP},
+				v1.ServicePort{Name: "sctp", Port: 9999, Protocol: v1.ProtocolSCTP},
+			)))
+			c.setEndpoints("ns", "dns", []discoveryv1.EndpointPort{
+				slicePort("dns", 5353, v1.ProtocolUDP),
+				slicePort("sctp", 9999, v1.ProtocolSCTP),
+			}, local("10.0.1.1"))
+		},
+	}, {
+		name: "masquerade-all-options",
+		config: func(cfg *iptables.WriterConfig) {
+			cfg.ClusterCIDR = netip.Prefix{}
+			cfg.MasqueradeAll = true
+			cfg.MasqueradeBit = ptr.To(0)
+			cfg.RandomFully = false
+			cfg.AcceptInvalid = true
+			cfg.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("172.16.0.0/12")}
+		},
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "web", "10.96.0.10", withNodePort(30080), withExternalLocal()))
+			c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
+		},
+	}, {
+		name:   "large-cluster",
+		config: func(cfg *iptables.WriterConfig) { cfg.LargeClusterThreshold = 2 },
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "web", "10.96.0.10", withAffinity(60)))
+			c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.2"))
+		},
+	}, {
+		name:   "ipv6",
+		family: v1.IPv6Protocol,
+		config: func(cfg *iptables.WriterConfig) {
+			cfg.IPFamily = v1.IPv6Protocol
+			cfg.NodeIPs = []netip.Addr{addr("fd00:1::10")}
+			cfg.ClusterCIDR = prefix("fd00:10::/64")
+		},
+		setup: func(c *cluster) {
+			svc := makeService("ns", "web", "fd00:96::10", withNodePort(30080), withLoadBalancer("fd00:113::5", "fd00:1::/64"))
+			// Dual-stack: the IPv4 side is the other writer's business.
+			svc.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::10"}
+			c.setService(svc)
+			c.setEndpoints("ns", "web", tcp8080, local("fd00:10::1"), remote("fd00:10::2"))
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			family := tc.family
+			if family == "" {
+				family = v1.IPv4Protocol
+			}
+			cfg := base
+			if tc.config != nil {
+				tc.config(&cfg)
+			}
+			c := newCluster(family, node)
+			c.labels = tc.labels
+			tc.setup(c)
+			w := mustWriter(t, cfg)
+			f := iptablestest.NewFake()
+			if family == v1.IPv6Protocol {
+				f = iptablestest.NewIPv6Fake()
+			}
+			res := syncFake(t, w, f, c.input())
+			if !res.Full {
+				t.Fatal("first sync was not full")
+			}
+			if got := bytes.Count(res.Payload, []byte("\n")); got != res.Lines {
+				t.Errorf("Lines = %d, payload has %d", res.Lines, got)
+			}
+			checkGolden(t, tc.name, res.Payload)
+		})
+	}
+}
+
+// topLevel are the chains a partial sync edits rule by rule; their order
+// after partial syncs differs from a full sync's, but not what they hold.
+var topLevel = map[string]bool{
+	"KUBE-SERVICES": true, "KUBE-NODEPORTS": true, "KUBE-EXTERNAL-SERVICES": true, "KUBE-PROXY-FIREWALL": true,
+}
+
+// canonical returns a Fake's dump with the rules of the top-level chains
+// sorted, except the node-port rule, which must stay last.
+func canonical(dump string) string {
+	lines := strings.SplitAfter(dump, "\n")
+	var out []string
+	var block []string
+	flush := func() {
+		slices.SortStableFunc(block, func(a, b string) int {
+			an, bn := strings.Contains(a, "-j KUBE-NODEPORTS"), strings.Contains(b, "-j KUBE-NODEPORTS")
+			switch {
+			case an && !bn:
+				return 1
+			case bn && !an:
+				return -1
+			}
+			return strings.Compare(a, b)
+		})
+		out = append(out, block...)
+		block = nil
+	}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[0] == "-A" && topLevel[f[1]] {
+			block = append(block, l)
+			continue
+		}
+		flush()
+		out = append(out, l)
+	}
+	flush()
+	return strings.Join(out, "")
+}
+
+// step is one change to a cluster, followed by a sync.
+type step struct {
+	name   string
+	change func(c *cluster)
+	// check, if set, looks at the partial payload.
+	check func(t *testing.T, payload string)
+}
+
+// runSteps applies steps one by one with partial syncs, and after each
+// checks that the Fake holds exactly what a fresh writer's full sync of
+// the same cluster gives a fresh Fake.
+func runSteps(t *testing.T, cfg iptables.WriterConfig, c *cluster, steps []step) {
+	t.Helper()
+	w := mustWriter(t, cfg)
+	f := iptablestest.NewFake()
+	syncFake(t, w, f, c.input())
+	for _, s := range steps {
+		s.change(c)
+		res := syncFake(t, w, f, c.input())
+		if res.Full {
+			t.Fatalf("%s: sync was full", s.name)
+		}
+		if s.check != nil {
+			s.check(t, string(res.Payload))
+		}
+		fresh := iptablestest.NewFake()
+		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps, NodeLabels: c.labels})
+		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
+			t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s\npayload:\n%s", s.name, diff, res.Payload)
+		}
+	}
+}
+
+func scnConfig() iptables.WriterConfig { return scnWriterConfig(true) }
+
+func mustContain(t *testing.T, what, payload string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if !strings.Contains(payload, s) {
+			t.Errorf("%s: payload lacks %q:\n%s", what, s, payload)
+		}
+	}
+}
+
+func mustNotContain(t *testing.T, what, payload string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if strings.Contains(payload, s) {
+			t.Errorf("%s: payload has %q:\n%s", what, s, payload)
+		}
+	}
+}
+
+func TestWriterPartialSyncs(t *testing.T) {
+	webTCP := portName(scnNS, "web", "tcp", v1.ProtocolTCP)
+	np := portName(scnNS, "np", "p", v1.ProtocolTCP)
+	added := portName(scnNS, "added", "p", v1.ProtocolTCP)
+	sepA := string(iptables.EndpointChain(webTCP, scnPodA+":8080"))
+	sepB := string(iptables.EndpointChain(webTCP, scnPodB+":8080"))
+	runSteps(t, scnConfig(), scnCluster(), []step{{
+		name:   "remove an endpoint",
+		change: scnRemoveEndpoint,
+		check: func(t *testing.T, p string) {
+			// Endpoint changes never touch the top-level chains, and the
+			// endpoint chain that did not change is not rewritten.
+			mustNotContain(t, "remove an endpoint", p, "KUBE-SERVICES", "KUBE-NODEPORTS", ":"+sepA, "*filter", "ns/np", "ns/lb")
+			mustContain(t, "remove an endpoint", p, ":"+string(iptables.ServiceClusterChain(webTCP))+" ", ":"+sepB+" ", "-X "+sepB+"\n")
+		},
+	}, {
+		name:   "add an endpoint back",
+		change: func(c *cluster) { c.setEndpoints(scnNS, "web", scnWebPorts, scnEP(scnPodA), scnEP(scnPodB)) },
+		check: func(t *testing.T, p string) {
+			mustNotContain(t, "add an endpoint", p, "KUBE-SERVICES", "-X ")
+		},
+	}, {
+		name:   "add a service",
+		change: scnAddService,
+		check: func(t *testing.T, p string) {
+			mustContain(t, "add a service", p, "-I KUBE-SERVICES 1 -m comment --comment \"demo/added:p cluster IP\"")
+			mustNotContain(t, "add a service", p, ":KUBE-SERVICES", "-D ", "ns/web")
+		},
+	}, {
+		name:   "delete a service",
+		change: scnDeleteService,
+		check: func(t *testing.T, p string) {
+			mustContain(t, "delete a service", p,
+				"-D KUBE-SERVICES -m comment --comment \"demo/np:p cluster IP\"",
+				"-D KUBE-SERVICES -m comment --comment \"demo/np:p external IP\"",
+				"-D KUBE-NODEPORTS -m comment --comment demo/np:p ",
+				"-X "+string(iptables.ServiceClusterChain(np))+"\n",
+				"-X "+string(iptables.ServiceExternalChain(np))+"\n")
+			mustNotContain(t, "delete a service", p, ":KUBE-SERVICES", "added")
+		},
+	}, {
+		name: "service loses all endpoints",
+		change: func(c *cluster) {
+			c.deleteEndpoints(scnNS, "added")
+		},
+		check: func(t *testing.T, p string) {
+			mustContain(t, "lose endpoints", p,
+				"-D KUBE-SERVICES -m comment --comment \"demo/added:p cluster IP\"",
+				"*filter\n-A KUBE-SERVICES -m comment --comment \"demo/added:p has no endpoints\"",
+				"-X "+string(iptables.ServiceClusterChain(added))+"\n")
+		},
+	}, {
+		name:   "service gets endpoints again",
+		change: func(c *cluster) { c.setEndpoints(scnNS, "added", tcp8080, scnEP(scnPodC)) },
+		check: func(t *testing.T, p string) {
+			mustContain(t, "regain endpoints", p, "-D KUBE-SERVICES -m comment --comment \"demo/added:p has no endpoints\"")
+		},
+	}, {
+		name: "service changes its cluster IP and ports",
+		change: func(c *cluster) {
+			c.setService(makeService(scnNS, "added", "10.96.0.30", withPorts(
+				v1.ServicePort{Name: "q", Port: 81, Protocol: v1.ProtocolTCP},
+			)))
+			c.setEndpoints(scnNS, "added", []discoveryv1.EndpointPort{slicePort("q", scnPort, v1.ProtocolTCP)}, scnEP(scnPodC))
+		},
+	}, {
+		name: "externalTrafficPolicy flips to Local",
+		change: func(c *cluster) {
+			c.setService(makeService(scnNS, "lb", scnLBIP, withLoadBalancer(scnLBVIP, scnClientIP+"/32"), withExternalLocal(), withHealthCheckNodePort(30999)))
+		},
+	}, {
+		name: "affinity turned on",
+		change: func(c *cluster) {
+			c.setService(makeService(scnNS, "web", scnWebIP, withAffinity(30), withPorts(
+				v1.ServicePort{Name: "tcp", Port: 80, Protocol: v1.ProtocolTCP},
+				v1.ServicePort{Name: "udp", Port: 80, Protocol: v1.ProtocolUDP},
+			)))
+		},
+		check: func(t *testing.T, p string) {
+			// The endpoint chains' content changed (--set), so they are
+			// rewritten even though the endpoints did not change.
+			mustContain(t, "affinity", p, ":"+sepA+" ", "-m recent --name "+sepA+" --set")
+		},
+	}, {
+		name: "delete a service and its endpoints separately",
+		change: func(c *cluster) {
+			c.deleteService(scnNS, "sticky")
+		},
+	}, {
+		name:   "nothing changed",
+		change: func(c *cluster) {},
+		check: func(t *testing.T, p string) {
+			if p != "" {
+				t.Errorf("empty change: payload %q, want none", p)
+			}
+		},
+	}})
+}
+
+// TestWriterPartialSyncCostsOnlyTheChange checks that among many services,
+// changing one writes nothing about the others.
+func TestWriterPartialSyncCostsOnlyTheChange(t *testing.T) {
+	c := newCluster(v1.IPv4Protocol, "node-a")
+	for i := range 50 {
+		name := "svc-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		c.setService(makeService("ns", name, netip.AddrFrom4([4]byte{10, 96, 1, byte(i + 1)}).String(), withNodePort(int32(30000+i))))
+		c.setEndpoints("ns", name, tcp8080, ep{ip: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}).String()}, ep{ip: netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}).String()})
+	}
+	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ClusterCIDR: prefix("10.0.0.0/16")})
+	f := iptablestest.NewFake()
+	full := syncFake(t, w, f, c.input())
+	c.setEndpoints("ns", "svc-aa", tcp8080, ep{ip: "10.0.1.1"})
+	res := syncFake(t, w, f, c.input())
+	if res.Full || res.ServicePortsWritten != 1 {
+		t.Fatalf("full=%v, ports written %d; want a partial sync of one port", res.Full, res.ServicePortsWritten)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(res.Payload)), "\n") {
+		if strings.HasPrefix(line, "*") || line == "COMMIT" {
+			continue
+		}
+		if !strings.Contains(line, "ns/svc-aa:p") && !strings.HasPrefix(line, ":KUBE-") && !strings.HasPrefix(line, "-X KUBE-SEP-") && !strings.HasPrefix(line, "-A KUBE-EXT-") {
+			t.Errorf("partial payload line not about the changed service: %s", line)
+		}
+	}
+	if len(res.Payload) > len(full.Payload)/20 {
+		t.Errorf("partial payload is %d bytes of a %d-byte full one", len(res.Payload), len(full.Payload))
+	}
+}
+
+// TestWriterUnsortedEndpoints feeds endpoints in no particular order (a
+// hand-made EndpointsMap), which the writer must handle as well as the
+// sorted lists of EndpointsMap.Update.
+func TestWriterUnsortedEndpoints(t *testing.T) {
+	svc, err := changetracker.NewBaseServicePort(klog.Background(), makeService("ns", "web", "10.96.0.10"), &v1.ServicePort{Name: "p", Port: 80, Protocol: v1.ProtocolTCP}, v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := portName("ns", "web", "p", v1.ProtocolTCP)
+	mk := func(ips ...string) []changetracker.Endpoint {
+		var eps []changetracker.Endpoint
+		for _, ip := range ips {
+			eps = append(eps, changetracker.NewBaseEndpoint(changetracker.EndpointInfo{IP: addr(ip), Port: 8080, Ready: true, Serving: true}))
+		}
+		return eps
+	}
+	changed := changetracker.UpdateEndpointsMapResult{UpdatedServices: sets.New(name.NamespacedName)}
+	svcs := changetracker.ServicePortMap{name: svc}
+	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol}
+	w := mustWriter(t, cfg)
+	f := iptablestest.NewFake()
+	for i, list := range [][]string{
+		{"10.0.0.3", "10.0.0.1", "10.0.0.2"},
+		{"10.0.0.2", "10.0.0.3", "10.0.0.4"},
+		{"10.0.0.9", "10.0.0.2", "10.0.0.1", "10.0.0.3"},
+		{"10.0.0.1"},
+	} {
+		eps := changetracker.EndpointsMap{name: mk(list...)}
+		res := syncFake(t, w, f, iptables.SyncInput{Services: svcs, Endpoints: eps, EndpointChanges: changed})
+		if i > 0 && res.Full {
+			t.Fatalf("step %d synced fully", i)
+		}
+		fresh := iptablestest.NewFake()
+		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: svcs, Endpoints: eps})
+		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
+			t.Fatalf("step %d (%v): rules differ from a full sync's (-full +partial):\n%s", i, list, diff)
+		}
+	}
+}
+
+func TestWriterFullSyncTriggers(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	c := scnCluster()
+	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: scnNode, FullSyncPeriod: time.Hour, Clock: clk})
+	f := iptablestest.NewFake()
+	type event struct {
+		name     string
+		before   func()
+		wantFull bool
+	}
+	for _, e := range []event{
+		{name: "first sync", wantFull: true},
+		{name: "nothing changed", wantFull: false},
+		{name: "service added", before: func() { scnAddService(c) }, wantFull: false},
+		{name: "RequestFullSync", before: w.RequestFullSync, wantFull: true},
+		{name: "after the requested full sync", wantFull: false},
+		{name: "node labels changed", before: func() { c.labels = map[string]string{v1.LabelTopologyZone: "z"} }, wantFull: true},
+		{name: "node labels unchanged", wantFull: false},
+		{name: "less than FullSyncPeriod later", before: func() { clk.SetTime(clk.Now().Add(59 * time.Minute)) }, wantFull: false},
+		{name: "FullSyncPeriod after the last full sync", before: func() { clk.SetTime(clk.Now().Add(time.Minute)) }, wantFull: true},
+		{name: "just after the periodic full sync", before: func() { clk.SetTime(clk.Now().Add(time.Minute)) }, wantFull: false},
+	} {
+		if e.before != nil {
+			e.before()
+		}
+		res := syncFake(t, w, f, c.input())
+		if res.Full != e.wantFull {
+			t.Errorf("%s: full = %v, want %v", e.name, res.Full, e.wantFull)
+		}
+	}
+
+	// A failed restore, or a sync whose outcome is never reported, makes
+	// the next one full.
+	w.Sync(ctx, c.input())
+	w.Applied(errors.New("iptables-restore: line 3 failed"))
+	if res := syncFake(t, w, f, c.input()); !res.Full {
+		t.Error("sync after a failed restore is not full")
+	}
+	w.Sync(ctx, c.input())
+	if res := syncFake(t, w, f, c.input()); !res.Full {
+		t.Error("sync after an unreported one is not full")
+	}
+	// Reports that match no sync are ignored.
+	w.Applied(errors.New("late"))
+	if res := syncFake(t, w, f, c.input()); res.Full {
+		t.Error("a second Applied for one sync made the next sync full")
+	}
+}
+
+// TestWriterRecoversFromFailedRestore checks that chains a failed partial
+// sync meant to delete are deleted by the full sync that follows, and that
+// the Fake, like the kernel, leaves the rules as they were.
+func TestWriterRecoversFromFailedRestore(t *testing.T) {
+	ctx := context.Background()
+	c := scnCluster()
+	cfg := scnConfig()
+	w := mustWriter(t, cfg)
+	f := iptablestest.NewFake()
+	syncFake(t, w, f, c.input())
+	before := f.Dump()
+
+	scnDeleteService(c)
+	scnRemoveEndpoint(c)
+	scnAddLate(c)
+	res := w.Sync(ctx, c.input())
+	if res.Full || res.ChainsDeleted == 0 {
+		t.Fatalf("full=%v deleted=%d, want a partial sync deleting chains", res.Full, res.ChainsDeleted)
+	}
+	res.Payload = scnBreak(res.Payload)
+	err := applyFake(f, res)
+	if err == nil {
+		t.Fatal("broken payload was accepted")
+	}
+	w.Applied(err)
+	if diff := cmp.Diff(before, f.Dump()); diff != "" {
+		t.Errorf("failed restore changed the rules:\n%s", diff)
+	}
+
+	res = syncFake(t, w, f, c.input())
+	if !res.Full {
+		t.Fatal("sync after the failure is not full")
+	}
+	fresh := iptablestest.NewFake()
+	syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps})
+	if diff := cmp.Diff(fresh.Dump(), f.Dump()); diff != "" {
+		t.Errorf("after recovering, rules differ from a fresh full sync's (-fresh +recovered):\n%s", diff)
+	}
+}
+
+// TestWriterDeletesLeftoverChains checks that chains noted as existing at
+// start-up (a previous run's) are deleted by the first full sync when no
+// service needs them, and that chains that are not the writer's are left
+// alone.
+func TestWriterDeletesLeftoverChains(t *testing.T) {
+	ctx := context.Background()
+	gone := portName("old", "gone", "p", v1.ProtocolTCP)
+	web := portName(scnNS, "web", "tcp", v1.ProtocolTCP)
+	leftover := "*nat\n" +
+		":KUBE-SERVICES - [0:0]\n" +
+		":KUBE-CUSTOM - [0:0]\n" +
+		":" + string(iptables.ServiceClusterChain(gone)) + " - [0:0]\n" +
+		":" + string(iptables.EndpointChain(gone, "10.9.9.9:80")) + " - [0:0]\n" +
+		":" + string(iptables.ServiceClusterChain(web)) + " - [0:0]\n" +
+		"-A KUBE-SERVICES -d 10.96.9.9/32 -j " + string(iptables.ServiceClusterChain(gone)) + "\n" +
+		"-A " + string(iptables.ServiceClusterChain(gone)) + " -j " + string(iptables.EndpointChain(gone, "10.9.9.9:80")) + "\n" +
+		"COMMIT\n"
+	f := iptablestest.NewFake()
+	if err := f.RestoreAll(ctx, []byte(leftover), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
+		t.Fatal(err)
+	}
+	var save bytes.Buffer
+	if err := f.SaveInto(ctx, iptables.TableNAT, &save); err != nil {
+		t.Fatal(err)
+	}
+	w := mustWriter(t, scnConfig())
+	w.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
+	res := syncFake(t, w, f, scnCluster().input())
+	if res.ChainsDeleted != 2 {
+		t.Errorf("ChainsDeleted = %d, want 2", res.ChainsDeleted)
+	}
+	chains := f.Chains(iptables.TableNAT)
+	for _, c := range []iptables.Chain{iptables.ServiceClusterChain(gone), iptables.EndpointChain(gone, "10.9.9.9:80")} {
+		if slices.Contains(chains, c) {
+			t.Errorf("leftover chain %s not deleted", c)
+		}
+	}
+	for _, c := range []iptables.Chain{"KUBE-CUSTOM", iptables.ServiceClusterChain(web)} {
+		if !slices.Contains(chains, c) {
+			t.Errorf("chain %s deleted", c)
+		}
+	}
+}
+
+func TestWriterSkipsBadServicePorts(t *testing.T) {
+	logger := klog.Background().V(10)
+	v6, err := changetracker.NewBaseServicePort(logger, makeService("ns", "v6", "fd00::1"), &v1.ServicePort{Name: "p", Port: 80, Protocol: v1.ProtocolTCP}, v1.IPv6Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := changetracker.NewBaseServicePort(logger, makeService("ns", "good", "10.96.0.1"), &v1.ServicePort{Name: "p", Port: 80, Protocol: v1.ProtocolTCP}, v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := changetracker.ServicePortMap{
+		portName("ns", "v6", "p", v1.ProtocolTCP):   v6,
+		portName("ns", "nil", "p", v1.ProtocolTCP):  nil,
+		portName("ns", "good", "p", v1.ProtocolTCP): good,
+	}
+	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol})
+	res := syncFake(t, w, iptablestest.NewFake(), iptables.SyncInput{Services: svcs})
+	if res.ServicePorts != 1 {
+		t.Errorf("ServicePorts = %d, want 1 (only the IPv4 port)", res.ServicePorts)
+	}
+	mustNotContain(t, "bad ports", string(res.Payload), "ns/v6", "ns/nil")
+	mustContain(t, "bad ports", string(res.Payload), "ns/good:p has no endpoints")
+}
+
+func TestWriterResultCounts(t *testing.T) {
+	c := scnCluster()
+	w := mustWriter(t, scnConfig())
+	res := syncFake(t, w, iptablestest.NewFake(), c.input())
+	want := iptables.SyncResult{
+		Full:                     true,
+		ServicePortsWritten:      10,
+		ServicePorts:             10,
+		Endpoints:                14,
+		NoLocalEndpointsExternal: 1, // remote
+	}
+	got := res
+	got.Payload, got.Lines = nil, 0
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("result (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewWriterRejectsBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  iptables.WriterConfig
+		want string
+	}{
+		{"no family", iptables.WriterConfig{}, "IP family"},
+		{"bad bit", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, MasqueradeBit: ptr.To(32)}, "masquerade bit 32"},
+		{"negative bit", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, MasqueradeBit: ptr.To(-1)}, "masquerade bit -1"},
+		{"cluster CIDR family", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, ClusterCIDR: prefix("fd00::/64")}, "cluster CIDR fd00::/64"},
+		{"node IP family", iptables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{addr("10.0.0.1")}}, "node IP 10.0.0.1"},
+		{"node-port address family", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{prefix("fd00::/64")}}, "node-port address fd00::/64"},
+		{"invalid node-port address", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{{}}}, "node-port address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := iptables.NewWriter(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestEnsureJumpRules(t *testing.T) {
+	ctx := context.Background()
+	f := iptablestest.NewFake()
+	for range 2 {
+		if err := iptables.EnsureJumpRules(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, j := range iptables.JumpRules() {
+		n := 0
+		for _, r := range f.Rules(j.Table, j.Chain) {
+			if strings.HasSuffix(r, "-j "+string(j.Target)) && strings.Contains(r, j.Args[len(j.Args)-3]) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s %s: %d rules jump to %s, want 1: %q", j.Table, j.Chain, n, j.Target, f.Rules(j.Table, j.Chain))
+		}
+	}
+}
