@@ -129,13 +129,7 @@ func hashInto(key []byte) chainHash {
 // appendPortKey appends what a service port's chain names hash: the port's
 // name ("ns/name:port") and its protocol in lower case.
 func appendPortKey(b []byte, name changetracker.ServicePortName) []byte {
-	b = append(b, name.Namespace...)
-	b = append(b, '/')
-	b = append(b, name.Name...)
-	if name.Port != "" {
-		b = append(b, ':')
-		b = append(b, name.Port...)
-	}
+	b = appendPortName(b, name)
 	for i := 0; i < len(name.Protocol); i++ {
 		c := name.Protocol[i]
 		if 'A' <= c && c <= 'Z' {

@@ -153,17 +153,22 @@ type SyncResult struct {
 // KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- chains as its policies
 // need, and each endpoint a KUBE-SEP- chain.
 //
-// Partial syncs cost O(changed services). The top-level chains are never
-// flushed by a partial sync: a service port whose set of top-level rules
-// changed (it was added, deleted, lost or gained all endpoints, or changed
-// addresses or ports) gets its old rules deleted one by one ("-D CHAIN
-// rule") and its new ones inserted ("-I KUBE-SERVICES 1 rule", so they stay
-// before the final node-port rule, or "-A" in chains where order does not
-// matter). A change of endpoints alone never touches the top-level chains,
-// and endpoint chains whose content did not change are not rewritten. If
-// the kernel's rules drifted from what the writer believes (someone
-// deleted a rule), the "-D" fails, the restore fails, and the next sync is
-// full.
+// Partial syncs cost O(changed services). kube-proxy rewrites
+// KUBE-SERVICES on every sync, which costs O(services) bytes however small
+// the change; this writer never flushes a top-level chain in a partial
+// sync. A service port whose set of top-level rules changed (it was added,
+// deleted, lost or gained all endpoints, or changed addresses or ports)
+// gets its old rules deleted one by one ("-D CHAIN rule", exactly as they
+// were written, which the writer remembers) and its new ones inserted
+// ("-I KUBE-SERVICES 1 rule", so they stay before the final node-port rule,
+// or "-A" in chains where order does not matter). A change of endpoints
+// alone never touches the top-level chains, and endpoint chains whose
+// content did not change are not rewritten. Per-service dispatch chains
+// between KUBE-SERVICES and KUBE-SVC-* were considered and rejected: they
+// would still need a KUBE-SERVICES rule per service, and add a jump to
+// every packet's path. If the kernel's rules drifted from what the writer
+// believes (someone deleted a rule), the "-D" fails, the restore fails,
+// and the next sync is full.
 //
 // A Writer is not safe for concurrent use, except RequestFullSync, which
 // may be called from any goroutine.

@@ -405,62 +405,44 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 		externalTarget, externalWhy = "DROP", " has no local endpoints"
 	}
 
-	start := len(w.scratch)
+	internalChain := chainRef{kind: internal, hash: ps.hash}
 	if hasInternal {
-		w.scratch = appendComment(w.scratch, "", name, " cluster IP")
-		w.scratch = appendDestination(appendProtocol(w.scratch, proto), svc.ClusterIP(), port)
-		w.scratch = chainRef{kind: internal, hash: ps.hash}.appendTo(append(w.scratch, " -j "...))
-		start = w.addSpec(natServices, start)
+		w.addServiceSpec(natServices, name, " cluster IP", proto, svc.ClusterIP(), port, "", internalChain)
 	} else {
-		w.scratch = appendComment(w.scratch, "", name, internalWhy)
-		w.scratch = appendDestination(appendProtocol(w.scratch, proto), svc.ClusterIP(), port)
-		w.scratch = append(append(w.scratch, " -j "...), internalTarget...)
-		start = w.addSpec(filterServices, start)
+		w.addServiceSpec(filterServices, name, internalWhy, proto, svc.ClusterIP(), port, internalTarget, chainRef{})
 	}
 	for _, ip := range svc.ExternalIPs() {
 		if !w.sameFamily(ip) {
 			continue
 		}
 		if hasEndpoints {
-			w.scratch = appendComment(w.scratch, "", name, " external IP")
-			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
-			w.scratch = ext.appendTo(append(w.scratch, " -j "...))
-			start = w.addSpec(natServices, start)
+			w.addServiceSpec(natServices, name, " external IP", proto, ip, port, "", ext)
 		}
 		if !hasExternal {
-			w.scratch = appendComment(w.scratch, "", name, externalWhy)
-			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
-			w.scratch = append(append(w.scratch, " -j "...), externalTarget...)
-			start = w.addSpec(filterExternal, start)
+			w.addServiceSpec(filterExternal, name, externalWhy, proto, ip, port, externalTarget, chainRef{})
 		}
 	}
+	fw := chainRef{kind: kindFW, hash: ps.hash}
 	lbTarget := ext
 	if usesFW {
-		lbTarget = chainRef{kind: kindFW, hash: ps.hash}
+		lbTarget = fw
+	}
+	var fwWhy []byte
+	if usesFW {
+		fwWhy = fw.appendTo([]byte(" traffic not accepted by "))
 	}
 	for _, ip := range svc.LoadBalancerVIPs() {
 		if !w.sameFamily(ip) {
 			continue
 		}
 		if hasEndpoints {
-			w.scratch = appendComment(w.scratch, "", name, " loadbalancer IP")
-			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
-			w.scratch = lbTarget.appendTo(append(w.scratch, " -j "...))
-			start = w.addSpec(natServices, start)
+			w.addServiceSpec(natServices, name, " loadbalancer IP", proto, ip, port, "", lbTarget)
 		}
 		if usesFW {
-			w.scratch = appendCommentOpen(w.scratch, "", name)
-			w.scratch = append(w.scratch, " traffic not accepted by "...)
-			w.scratch = append(chainRef{kind: kindFW, hash: ps.hash}.appendTo(w.scratch), '"')
-			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
-			w.scratch = append(w.scratch, " -j DROP"...)
-			start = w.addSpec(filterFirewall, start)
+			w.addServiceSpec(filterFirewall, name, string(fwWhy), proto, ip, port, "DROP", chainRef{})
 		}
 		if !hasExternal {
-			w.scratch = appendComment(w.scratch, "", name, externalWhy)
-			w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
-			w.scratch = append(append(w.scratch, " -j "...), externalTarget...)
-			start = w.addSpec(filterExternal, start)
+			w.addServiceSpec(filterExternal, name, externalWhy, proto, ip, port, externalTarget, chainRef{})
 		}
 	}
 	if np := svc.NodePort(); np != 0 {
@@ -469,7 +451,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 			w.scratch = appendProtocol(w.scratch, proto)
 			w.scratch = strconv.AppendInt(append(w.scratch, " --dport "...), int64(np), 10)
 			w.scratch = ext.appendTo(append(w.scratch, " -j "...))
-			start = w.addSpec(natNodePorts, start)
+			w.addSpec(natNodePorts)
 		}
 		if !hasExternal {
 			w.scratch = appendComment(w.scratch, "", name, externalWhy)
@@ -477,7 +459,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 			w.scratch = appendProtocol(w.scratch, proto)
 			w.scratch = strconv.AppendInt(append(w.scratch, " --dport "...), int64(np), 10)
 			w.scratch = append(append(w.scratch, " -j "...), externalTarget...)
-			start = w.addSpec(filterExternal, start)
+			w.addSpec(filterExternal)
 		}
 	}
 	if hc := svc.HealthCheckNodePort(); hc != 0 {
@@ -487,7 +469,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 		w.scratch = append(w.scratch, " -m tcp -p tcp --dport "...)
 		w.scratch = strconv.AppendInt(w.scratch, int64(hc), 10)
 		w.scratch = append(w.scratch, " -j ACCEPT"...)
-		w.addSpec(filterNodePorts, start)
+		w.addSpec(filterNodePorts)
 	}
 
 	if full {
@@ -525,9 +507,29 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 	ps.top = top
 }
 
-func (w *Writer) addSpec(c topChain, start int) int {
+// addSpec records the text added to w.scratch since the previous spec as
+// a rule of chain c.
+func (w *Writer) addSpec(c topChain) {
+	start := 0
+	if n := len(w.specs); n > 0 {
+		start = w.specs[n-1].end
+	}
 	w.specs = append(w.specs, specRange{chain: c, start: start, end: len(w.scratch)})
-	return len(w.scratch)
+}
+
+// addServiceSpec adds the rule
+// ` -m comment --comment "NAMEwhy" -m PROTO -p PROTO -d IP --dport PORT -j TARGET`,
+// where TARGET is verdict, or chain when verdict is empty.
+func (w *Writer) addServiceSpec(c topChain, name changetracker.ServicePortName, why, proto string, ip netip.Addr, port int, verdict string, chain chainRef) {
+	w.scratch = appendComment(w.scratch, "", name, why)
+	w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
+	w.scratch = append(w.scratch, " -j "...)
+	if verdict != "" {
+		w.scratch = append(w.scratch, verdict...)
+	} else {
+		w.scratch = chain.appendTo(w.scratch)
+	}
+	w.addSpec(c)
 }
 
 func findTopRule(rules []topRule, c topChain, spec []byte) (string, bool) {
@@ -615,17 +617,11 @@ func protocolName(p v1.Protocol) string {
 
 // appendComment appends ` -m comment --comment "PREFIXns/name:portSUFFIX"`.
 func appendComment(b []byte, prefix string, name changetracker.ServicePortName, suffix string) []byte {
-	b = appendCommentOpen(b, prefix, name)
-	b = append(b, suffix...)
-	return append(b, '"')
-}
-
-// appendCommentOpen appends a comment up to the port's name, leaving the
-// quote open.
-func appendCommentOpen(b []byte, prefix string, name changetracker.ServicePortName) []byte {
 	b = append(b, " -m comment --comment \""...)
 	b = append(b, prefix...)
-	return appendPortName(b, name)
+	b = appendPortName(b, name)
+	b = append(b, suffix...)
+	return append(b, '"')
 }
 
 // appendPlainComment appends an unquoted comment holding the port's name,

@@ -282,6 +282,12 @@ func runSteps(t *testing.T, cfg iptables.WriterConfig, c *cluster, steps []step)
 		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
 			t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s\npayload:\n%s", s.name, diff, res.Payload)
 		}
+		// canonical ignores the order of KUBE-SERVICES, except that the
+		// node-port rule must stay last, which it checks here.
+		rules := f.Rules(iptables.TableNAT, iptables.KubeServicesChain)
+		if len(rules) == 0 || !strings.HasSuffix(rules[len(rules)-1], "-j KUBE-NODEPORTS") {
+			t.Fatalf("%s: KUBE-SERVICES does not end with the node-port rule: %q", s.name, rules)
+		}
 	}
 }
 
