@@ -137,7 +137,11 @@ func (e *BaseEndpoint) String() string {
 }
 
 func endpointString(ip netip.Addr, port int) string {
-	b := make([]byte, 0, 48)
+	return string(appendHostPort(make([]byte, 0, 48), ip, port))
+}
+
+// appendHostPort appends "ip:port", with brackets around an IPv6 address.
+func appendHostPort(b []byte, ip netip.Addr, port int) []byte {
 	if ip.Is6() {
 		b = append(b, '[')
 		b = ip.AppendTo(b)
@@ -146,8 +150,7 @@ func endpointString(ip netip.Addr, port int) string {
 		b = ip.AppendTo(b)
 	}
 	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(port), 10)
-	return string(b)
+	return strconv.AppendInt(b, int64(port), 10)
 }
 
 // IP is part of Endpoint.

@@ -109,6 +109,7 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 			return false
 		}
 		ss = &serviceSlices{nn: nn}
+		ss.slices = ss.oneSlice[:0]
 		t.services[nn] = ss
 	}
 	changed := ss.setPending(slice.Name, info)
@@ -280,34 +281,56 @@ func (m EndpointsMap) Update(t *EndpointsChangeTracker) UpdateEndpointsMapResult
 	for i := range changes {
 		c := &changes[i]
 		result.UpdatedServices.Insert(c.nn)
-		for k := range c.previous {
-			p := &c.previous[k]
-			j := findPort(c.current, p.name)
-			if j < 0 {
+		// Both lists are sorted by port name and protocol: walk them
+		// together.
+		prev, cur := c.previous, c.current
+		for len(prev) > 0 || len(cur) > 0 {
+			var order int
+			switch {
+			case len(prev) == 0:
+				order = 1
+			case len(cur) == 0:
+				order = -1
+			default:
+				order = comparePortNames(prev[0].name, cur[0].name)
+			}
+			switch {
+			case order < 0: // port gone
+				p := &prev[0]
 				delete(m, p.name)
 				if p.name.Protocol == v1.ProtocolUDP && len(p.base) > 0 {
 					result.ConntrackCleanupPorts.Insert(p.name)
 				}
-				continue
-			}
-			if p.name.Protocol == v1.ProtocolUDP && !baseListEqual(p.base, c.current[j].base) {
-				result.ConntrackCleanupPorts.Insert(p.name)
-			}
-		}
-		for k := range c.current {
-			p := &c.current[k]
-			if len(p.endpoints) == 0 {
-				delete(m, p.name)
-			} else {
-				m[p.name] = p.endpoints
-			}
-			if p.name.Protocol == v1.ProtocolUDP && len(p.base) > 0 && findPort(c.previous, p.name) < 0 {
-				result.ConntrackCleanupPorts.Insert(p.name)
+				prev = prev[1:]
+			case order > 0: // new port
+				p := &cur[0]
+				storePort(m, p)
+				if p.name.Protocol == v1.ProtocolUDP && len(p.base) > 0 {
+					result.ConntrackCleanupPorts.Insert(p.name)
+				}
+				cur = cur[1:]
+			default: // port kept, endpoints maybe changed
+				p := &cur[0]
+				storePort(m, p)
+				if p.name.Protocol == v1.ProtocolUDP && !baseListEqual(prev[0].base, p.base) {
+					result.ConntrackCleanupPorts.Insert(p.name)
+				}
+				prev, cur = prev[1:], cur[1:]
 			}
 		}
 	}
 	result.ConntrackCleanupRequired = result.ConntrackCleanupPorts.Len() > 0
 	return result
+}
+
+// storePort puts a port's endpoints in m, or removes the port when it has
+// none left.
+func storePort(m EndpointsMap, p *portEndpoints) {
+	if len(p.endpoints) == 0 {
+		delete(m, p.name)
+	} else {
+		m[p.name] = p.endpoints
+	}
 }
 
 // LocalReadyEndpoints returns, for every Service with ready endpoints on this

@@ -1,6 +1,7 @@
 package changetracker
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -334,5 +335,40 @@ func TestEndpointsMapUpdateNilTracker(t *testing.T) {
 	res := m.Update(nil)
 	if res.UpdatedServices == nil || res.ConntrackCleanupPorts == nil || res.LastChangeTriggerTimes == nil || len(m) != 0 {
 		t.Errorf("Update(nil) = %+v; want empty non-nil results", res)
+	}
+}
+
+// TestOversizedSlice feeds a slice far beyond the API's limits (thousands of
+// endpoints, hundreds of ports, duplicates) next to a normal one: both are
+// used, neither blocks the other.
+func TestOversizedSlice(t *testing.T) {
+	var ports []port
+	for i := range 300 {
+		ports = append(ports, namedPort(fmt.Sprintf("p%03d", i), int32(1000+i), v1.ProtocolTCP))
+	}
+	ports = append(ports, namedPort("p000", 9999, v1.ProtocolTCP)) // duplicate name: dropped
+	var eps []ep
+	for i := range 5000 {
+		eps = append(eps, readyEP(fmt.Sprintf("10.%d.%d.%d", 1+i/65536, i/256%256, i%256), "node-b"))
+	}
+	eps = append(eps, readyEP("10.1.0.0", "node-a")) // duplicate address, local: preferred
+	big := makeSlice("ns", "big", "big-1", discoveryv1.AddressTypeIPv4, ports, eps...)
+	small := makeSlice("ns", "small", "small-1", discoveryv1.AddressTypeIPv4, []port{namedPort("http", 80, v1.ProtocolTCP)}, readyEP("10.9.0.1", "node-a"))
+
+	tr := NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil)
+	if !tr.EndpointSliceUpdate(big, false) || !tr.EndpointSliceUpdate(small, false) {
+		t.Fatal("slices not recorded")
+	}
+	m := EndpointsMap{}
+	res := m.Update(tr)
+	if res.UpdatedServices.Len() != 2 || len(m) != 301 {
+		t.Fatalf("updated %v, %d ports in map; want 2 services and 301 ports", res.UpdatedServices, len(m))
+	}
+	p0 := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "big"}, Port: "p000", Protocol: v1.ProtocolTCP}
+	if got := m[p0]; len(got) != 5000 || got[0].Port() != 1000 || !got[0].IsLocal() || got[0].String() != "10.1.0.0:1000" {
+		t.Errorf("port p000: %d endpoints, first %s (local %v); want 5000, first 10.1.0.0:1000 local", len(got), got[0], got[0].IsLocal())
+	}
+	if diff := cmp.Diff(map[types.NamespacedName]int{{Namespace: "ns", Name: "big"}: 1, {Namespace: "ns", Name: "small"}: 1}, m.LocalReadyEndpoints()); diff != "" {
+		t.Errorf("LocalReadyEndpoints (-want +got):\n%s", diff)
 	}
 }

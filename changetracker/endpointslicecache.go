@@ -26,6 +26,8 @@ type serviceSlices struct {
 	nn     types.NamespacedName
 	dirty  bool // listed in EndpointsChangeTracker.dirty
 	slices []*sliceState
+	// oneSlice backs slices for the usual single-slice Service.
+	oneSlice [1]*sliceState
 	// ports holds the endpoints built from the applied slices, as stored in
 	// the EndpointsMap, sorted by port name and protocol.
 	ports []portEndpoints
@@ -45,6 +47,9 @@ type sliceState struct {
 // because there is one per slice in the cluster.
 type sliceInfo struct {
 	ports []slicePort // sorted by name, then protocol
+	// onePort backs ports for the usual single-port slice, saving an
+	// allocation per slice.
+	onePort [1]slicePort
 	// endpoints is sorted by address. When the slice has exactly one port
 	// its number is filled in, and a Service with that one slice uses this
 	// array as its endpoint list as it is: the common case then costs one
@@ -86,7 +91,9 @@ func sliceKey(slice *discoveryv1.EndpointSlice) (types.NamespacedName, error) {
 // family.
 func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily v1.IPFamily, nodeName string) *sliceInfo {
 	info := &sliceInfo{}
-	if len(slice.Ports) > 0 {
+	if len(slice.Ports) == 1 {
+		info.ports = info.onePort[:0]
+	} else if len(slice.Ports) > 1 {
 		info.ports = make([]slicePort, 0, len(slice.Ports))
 	}
 	for i := range slice.Ports {
@@ -105,17 +112,17 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			continue
 		}
 		sp.port = *p.Port
-		if slices.ContainsFunc(info.ports, func(o slicePort) bool { return o.name == sp.name && o.protocol == sp.protocol }) {
-			logger.Error(nil, "Ignoring duplicate endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", sp.name, "protocol", sp.protocol)
-			continue
-		}
 		info.ports = append(info.ports, sp)
 	}
-	slices.SortFunc(info.ports, func(a, b slicePort) int {
-		if c := cmp.Compare(a.name, b.name); c != 0 {
-			return c
+	// Sort (stably, so the first of duplicates stays first) and drop
+	// duplicate names: sorting keeps this O(n log n) for hostile input.
+	slices.SortStableFunc(info.ports, compareSlicePorts)
+	info.ports = slices.CompactFunc(info.ports, func(a, b slicePort) bool {
+		if a.name == b.name && a.protocol == b.protocol {
+			logger.Error(nil, "Ignoring duplicate endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", b.name, "protocol", b.protocol)
+			return true
 		}
-		return cmp.Compare(a.protocol, b.protocol)
+		return false
 	})
 
 	if len(slice.Endpoints) > maxEndpointsPerSlice {
@@ -184,6 +191,13 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 		slices.SortStableFunc(info.endpoints, func(a, b BaseEndpoint) int { return a.ip.Compare(b.ip) })
 	}
 	return info
+}
+
+func compareSlicePorts(a, b slicePort) int {
+	if c := cmp.Compare(a.name, b.name); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.protocol, b.protocol)
 }
 
 func hintSets(h *discoveryv1.EndpointHints) (zones, nodes sets.Set[string]) {
@@ -312,46 +326,47 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate)
 			base: info.endpoints,
 		}}, scratch
 	}
-	var out []portEndpoints
-	cands := scratch
-	for i, st := range s.slices {
+	// Group the ports of all slices by name and protocol; sorting keeps
+	// this O(n log n) however many ports and slices there are.
+	type portRef struct {
+		slicePort
+		info *sliceInfo
+	}
+	var refs []portRef
+	for _, st := range s.slices {
 		for _, p := range st.applied.ports {
-			name := ServicePortName{NamespacedName: nn, Port: p.name, Protocol: p.protocol}
-			if slices.ContainsFunc(out, func(pe portEndpoints) bool { return pe.name == name }) {
-				continue // already built from an earlier slice
-			}
-			cands = cands[:0]
-			multi := false
-			for _, other := range s.slices[i:] {
-				for _, op := range other.applied.ports {
-					if op.name != p.name || op.protocol != p.protocol {
-						continue
-					}
-					if other != st {
-						multi = true
-					}
-					for k := range other.applied.endpoints {
-						cands = append(cands, candidate{ep: &other.applied.endpoints[k], port: op.port})
-					}
-				}
-			}
-			if multi {
-				slices.SortStableFunc(cands, func(a, b candidate) int {
-					if c := a.ep.ip.Compare(b.ep.ip); c != 0 {
-						return c
-					}
-					return cmp.Compare(a.port, b.port)
-				})
-			}
-			out = append(out, portEndpoints{name: name, base: baseEndpoints(cands)})
+			refs = append(refs, portRef{slicePort: p, info: st.applied})
 		}
 	}
-	slices.SortFunc(out, func(a, b portEndpoints) int {
-		if c := cmp.Compare(a.name.Port, b.name.Port); c != 0 {
-			return c
+	slices.SortStableFunc(refs, func(a, b portRef) int { return compareSlicePorts(a.slicePort, b.slicePort) })
+	var out []portEndpoints
+	cands := scratch
+	for i := 0; i < len(refs); {
+		j := i + 1
+		for j < len(refs) && refs[j].name == refs[i].name && refs[j].protocol == refs[i].protocol {
+			j++
 		}
-		return cmp.Compare(a.name.Protocol, b.name.Protocol)
-	})
+		cands = cands[:0]
+		for _, r := range refs[i:j] {
+			for k := range r.info.endpoints {
+				cands = append(cands, candidate{ep: &r.info.endpoints[k], port: r.port})
+			}
+		}
+		if j-i > 1 {
+			// Several slices: merge their (sorted) lists.
+			slices.SortStableFunc(cands, func(a, b candidate) int {
+				if c := a.ep.ip.Compare(b.ep.ip); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.port, b.port)
+			})
+		}
+		out = append(out, portEndpoints{
+			name: ServicePortName{NamespacedName: nn, Port: refs[i].name, Protocol: refs[i].protocol},
+			base: baseEndpoints(cands),
+		})
+		i = j
+	}
 	clear(cands) // do not keep slice data alive through the buffer
 	return out, cands[:0]
 }
@@ -426,12 +441,11 @@ func baseListEqual(a, b []BaseEndpoint) bool {
 	return true
 }
 
-// findPort returns the index of name in ports, or -1.
-func findPort(ports []portEndpoints, name ServicePortName) int {
-	for i := range ports {
-		if ports[i].name == name {
-			return i
-		}
+// comparePortNames orders the ports of one Service by name, then protocol,
+// the order of portEndpoints lists.
+func comparePortNames(a, b ServicePortName) int {
+	if c := cmp.Compare(a.Port, b.Port); c != 0 {
+		return c
 	}
-	return -1
+	return cmp.Compare(a.Protocol, b.Protocol)
 }

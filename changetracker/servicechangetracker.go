@@ -162,7 +162,7 @@ func (t *ServiceChangeTracker) servicePorts(service *v1.Service) []namedServiceP
 			t.logger.Error(nil, "Ignoring duplicate service port", "service", klog.KObj(service), "portName", sp.Name, "protocol", proto)
 			continue
 		}
-		base := newBaseServicePort(t.logger, service, sp, t.ipFamily, clusterIP, w)
+		base := newBaseServicePort(service, sp, clusterIP, w)
 		var port ServicePort = base
 		if t.makeServicePort != nil {
 			port = t.makeServicePort(sp, service, base)

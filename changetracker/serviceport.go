@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -217,7 +216,7 @@ func NewBaseServicePort(logger klog.Logger, service *v1.Service, port *v1.Servic
 	if err != nil {
 		return nil, fmt.Errorf("service %s/%s: %w", service.Namespace, service.Name, err)
 	}
-	return newBaseServicePort(logger, service, port, ipFamily, clusterIP, serviceWide(logger, service, ipFamily)), nil
+	return newBaseServicePort(service, port, clusterIP, serviceWide(logger, service, ipFamily)), nil
 }
 
 // serviceWideInfo holds what all ports of one Service share, so that it is
@@ -294,7 +293,7 @@ func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) 
 	return w
 }
 
-func newBaseServicePort(_ klog.Logger, service *v1.Service, port *v1.ServicePort, _ v1.IPFamily, clusterIP netip.Addr, w serviceWideInfo) *BaseServicePort {
+func newBaseServicePort(service *v1.Service, port *v1.ServicePort, clusterIP netip.Addr, w serviceWideInfo) *BaseServicePort {
 	p := &BaseServicePort{
 		clusterIP:                clusterIP,
 		port:                     int(port.Port),
@@ -325,16 +324,7 @@ func newBaseServicePort(_ klog.Logger, service *v1.Service, port *v1.ServicePort
 
 // servicePortString formats "ip:port/proto" with one allocation.
 func servicePortString(ip netip.Addr, port int, proto v1.Protocol) string {
-	b := make([]byte, 0, 48)
-	if ip.Is6() {
-		b = append(b, '[')
-		b = ip.AppendTo(b)
-		b = append(b, ']')
-	} else {
-		b = ip.AppendTo(b)
-	}
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(port), 10)
+	b := appendHostPort(make([]byte, 0, 48), ip, port)
 	b = append(b, '/')
 	b = append(b, proto...)
 	return string(b)
