@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/proxykit/proxykit/iptables"
@@ -76,14 +77,10 @@ func BenchmarkFakeRestore(b *testing.B) {
 // valid and really as large as it says.
 func TestFakeRestoreLoadsLargeInput(t *testing.T) {
 	f := NewFake()
-	if err := f.RestoreAll(context.Background(), serviceRestore(100000), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
+	if err := f.RestoreAll(context.Background(), serviceRestore(10000), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
 		t.Fatal(err)
 	}
-	rules := 0
-	for _, c := range f.Chains(iptables.TableNAT) {
-		rules += len(f.Rules(iptables.TableNAT, c))
-	}
-	if rules < 100000 {
+	if rules := strings.Count(f.Dump(), "\n-A "); rules < 10000 {
 		t.Errorf("only %d rules", rules)
 	}
 	// A partial restore of one service touches only its chains.

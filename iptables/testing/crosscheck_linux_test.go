@@ -58,9 +58,10 @@ func (r *realIPTables) run(stdin string, suffix string, args ...string) (string,
 	return out.String(), status
 }
 
-// restore runs iptables-restore with args and input.
+// restore runs iptables-restore with args and input. It waits for the
+// xtables lock, which other tests on the machine may hold.
 func (r *realIPTables) restore(input string, args ...string) (string, int) {
-	return r.run(input, "-restore", args...)
+	return r.run(input, "-restore", append([]string{"-w", "30"}, args...)...)
 }
 
 // reset empties every table the tests use and loads state.

@@ -33,6 +33,8 @@ type Fake struct {
 	// scratch is reused to build rule text; guarded by mu.
 	scratch []byte
 	words   []string
+	// maxBranches bounds Trace; a field so tests can lower it.
+	maxBranches int
 }
 
 var _ iptables.Interface = (*Fake)(nil)
@@ -88,6 +90,8 @@ func newFake(p iptables.Protocol, opts []Option) *Fake {
 		clock:    clock.RealClock{},
 		tables:   map[iptables.Table]*table{},
 		env:      fakeEnv{family: p, backend: iptables.BackendNFT},
+
+		maxBranches: maxBranches,
 	}
 	for _, o := range opts {
 		o(f)
@@ -302,6 +306,9 @@ func (f *Fake) RestoreAll(ctx context.Context, data []byte, flush iptables.Flush
 func (f *Fake) restore(tables map[iptables.Table]*table, data []byte, args restoreArgs) error {
 	rs := restorer{env: &f.env, tables: tables, args: args, command: f.binary("-restore"), scratch: &f.scratch, words: f.words}
 	err := rs.restore(data)
+	// Keep the slice for the next restore, but not the input it points
+	// into.
+	clear(rs.words)
 	f.words = rs.words[:0]
 	return err
 }

@@ -26,7 +26,7 @@ type Packet struct {
 	// InInterface (it starts in PREROUTING).
 	FromNode bool
 	// InInterface is the interface an arriving packet came in on, matched
-	// by -i; OutInterface is the one it leaves by, matched by -o in the
+	// by -i (ignored with FromNode); OutInterface is the one it leaves by, matched by -o in the
 	// FORWARD, OUTPUT and POSTROUTING chains. Empty means unknown: "-i X"
 	// does not match and "! -i X" does. A packet from the node that is
 	// delivered to the node itself comes in on "lo".
@@ -152,9 +152,9 @@ func (o Outcome) String() string {
 	return b.String()
 }
 
-// maxOutcomes bounds a trace, whose branches multiply with every
+// maxBranches bounds a trace, whose branches multiply with every
 // undecided match.
-const maxOutcomes = 100000
+const maxBranches = 100000
 
 // maxDepth bounds nested jumps.
 const maxDepth = 128
@@ -199,7 +199,7 @@ const maxDepth = 128
 func (f *Fake) Trace(p Packet) ([]Outcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tr := &tracer{f: f, p: &p}
+	tr := &tracer{f: f, p: &p, maxBranches: f.maxBranches}
 	if err := tr.init(); err != nil {
 		return nil, err
 	}
@@ -269,7 +269,8 @@ type tracer struct {
 	p      *Packet
 	proto  int
 	states uint8
-	count  int
+	// count counts branches, up to maxBranches.
+	count, maxBranches int
 }
 
 func (tr *tracer) init() error {
@@ -323,6 +324,11 @@ func (tr *tracer) run() ([]Outcome, error) {
 	p := tr.p
 	start := traceState{src: p.Source, dst: p.Destination, sport: p.SourcePort, dport: p.DestinationPort,
 		in: p.InInterface, out: p.OutInterface, mark: p.Mark, prob: 1}
+	if p.FromNode {
+		// A packet made on the node has no input interface until it
+		// loops back.
+		start.in = ""
+	}
 	items := []item{{s: start}}
 	var err error
 	// stage runs the hooks on the travelling items whose locality is
@@ -444,8 +450,8 @@ func (tr *tracer) chain(t *table, c *chain, i int, s traceState, depth int) ([]e
 			s = alts[0].s
 			continue
 		}
-		if tr.count += len(alts); tr.count > maxOutcomes {
-			return nil, fmt.Errorf("trace: more than %d branches", maxOutcomes)
+		if tr.count += len(alts); tr.count > tr.maxBranches {
+			return nil, fmt.Errorf("trace: more than %d branches", tr.maxBranches)
 		}
 		var ends []end
 		for _, a := range alts {

@@ -434,7 +434,8 @@ func TestTraceBranchLimit(t *testing.T) {
 	}
 	b.WriteString("COMMIT\n")
 	f := loadRules(t, NewFake(), b.String())
-	if _, err := f.Trace(tcpTo(podIP, "10.0.0.1", 80)); err == nil || !strings.Contains(err.Error(), "branches") {
+	f.maxBranches = 1000
+	if _, err := f.Trace(tcpTo(podIP, "10.0.0.1", 80)); err == nil || !strings.Contains(err.Error(), "more than 1000 branches") {
 		t.Errorf("got %v, want a branch limit error", err)
 	}
 }
