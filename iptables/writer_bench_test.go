@@ -140,6 +140,42 @@ func BenchmarkSyncPartial(b *testing.B) {
 	}
 }
 
+// BenchmarkSyncServiceChange measures a partial sync after one Service was
+// added or deleted (alternately), trackers included. A Service change
+// makes the writer look through the ServicePortMap once for the Service's
+// ports, so this grows with the cluster, unlike an endpoint change.
+func BenchmarkSyncServiceChange(b *testing.B) {
+	for _, size := range benchSizes[:2] {
+		b.Run(size.String(), func(b *testing.B) {
+			c := benchCluster(size)
+			w := benchWriter(b)
+			ctx := context.Background()
+			w.Sync(ctx, c.input())
+			w.Applied(nil)
+			svc := makeService("bench", "extra", "10.97.0.1")
+			b.ReportAllocs()
+			var bytes, i int
+			for b.Loop() {
+				if i%2 == 0 {
+					c.setService(svc)
+					c.setEndpoints("bench", "extra", tcp8080, ep{ip: "10.200.0.1"}, ep{ip: "10.200.0.2"})
+				} else {
+					c.deleteService("bench", "extra")
+					c.deleteEndpoints("bench", "extra")
+				}
+				i++
+				res := w.Sync(ctx, c.input())
+				w.Applied(nil)
+				if res.Full || res.ServicePortsWritten > 1 {
+					b.Fatalf("full=%v, %d ports written", res.Full, res.ServicePortsWritten)
+				}
+				bytes += len(res.Payload)
+			}
+			b.ReportMetric(float64(bytes)/float64(i), "payload-B")
+		})
+	}
+}
+
 // BenchmarkSyncMemory reports the heap that the maps and a writer keep
 // after a full sync ("retained-MB", payload buffer included) and the most
 // the heap held during the first full sync ("peak-MB"), measured with the
