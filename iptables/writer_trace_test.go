@@ -3,6 +3,7 @@ package iptables_test
 import (
 	"math"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -149,6 +150,28 @@ func TestWriterTrace(t *testing.T) {
 		n.expect(t, "no local endpoint: node port", scnPacket("tcp", scnClientIP, scnNodeIP, scnRemoteNodePort), result{to: map[string]float64{"DROP": 1}})
 		n.expect(t, "no local endpoint: cluster IP", scnPacket("tcp", scnClientIP, scnRemoteIP, 80),
 			result{to: map[string]float64{ep8080(scnPodB): 1}, masq: true})
+	})
+
+	t.Run("KUBE-FORWARD", func(t *testing.T) {
+		// With a FORWARD policy of DROP, service traffic still gets
+		// through: KUBE-FORWARD accepts what KUBE-MARK-MASQ marked, and
+		// the rest of its connection. Whatever the policy, it drops
+		// conntrack INVALID packets.
+		strict := iptablestest.NewFake()
+		dump := strings.Replace(n.f.Dump(), ":FORWARD ACCEPT", ":FORWARD DROP", 1)
+		if err := strict.ParseDump(dump); err != nil {
+			t.Fatal(err)
+		}
+		s := &traceNode{f: strict}
+		s.expect(t, "new connection", scnPacket("tcp", scnClientIP, scnWebIP, 80), balanced)
+		later := scnPacket("tcp", scnClientIP, scnPodA, scnPort)
+		later.CTState = "ESTABLISHED"
+		s.expect(t, "established", later, result{to: map[string]float64{"forward": 1}})
+		invalid := scnPacket("tcp", scnClientIP, scnWebIP, 80)
+		invalid.CTState = "INVALID"
+		n.expect(t, "invalid, FORWARD policy ACCEPT", invalid, result{to: map[string]float64{"DROP": 1}})
+		unmarked := scnPacket("tcp", scnClientIP, scnPodA, scnPort)
+		s.expect(t, "not service traffic", unmarked, result{to: map[string]float64{"DROP": 1}})
 	})
 
 	t.Run("hairpin", func(t *testing.T) {
