@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ type options struct {
 	backend  Backend
 	clock    clock.Clock
 	lockWait time.Duration
+	lockFile string
 }
 
 // WithExec makes the Interface run commands through e instead of the real
@@ -68,6 +70,17 @@ func WithLockWait(d time.Duration) Option {
 	return func(o *options) { o.lockWait = d }
 }
 
+// WithLockFile makes the Interface use path as the xtables lock instead of
+// /run/xtables.lock: it runs the binaries with XTABLES_LOCKFILE=path in
+// their environment (iptables 1.8 honours it) and takes that file itself
+// for an iptables-restore too old to wait. The lock only needs to be
+// shared by the programs that change the same network namespace's legacy
+// tables, so a program working in a namespace of its own can use a lock
+// of its own and not wait for the host's. An empty path is ignored.
+func WithLockFile(path string) Option {
+	return func(o *options) { o.lockFile = path }
+}
+
 // runner is the Interface that runs the real binaries.
 type runner struct {
 	exec     utilexec.Interface
@@ -78,9 +91,10 @@ type runner struct {
 	version  Version
 	feat     features
 	lockWait time.Duration
-	// lockFile is the path of the xtables lock file, a field so tests can
-	// move it.
+	// lockFile is the path of the xtables lock file.
 	lockFile string
+	// env is the environment of the commands, nil for the process's own.
+	env []string
 
 	// mu makes the check-then-change of EnsureRule, DeleteRule and
 	// EnsureChain atomic with respect to each other within this process.
@@ -135,6 +149,10 @@ func newRunner(ctx context.Context, protocol Protocol, o options) (*runner, erro
 		lockWait: o.lockWait,
 		lockFile: lockFilePath,
 	}
+	if o.lockFile != "" {
+		r.lockFile = o.lockFile
+		r.env = append(os.Environ(), "XTABLES_LOCKFILE="+o.lockFile)
+	}
 	klog.FromContext(ctx).V(2).Info("Using iptables", "protocol", protocol, "backend", backend, "command", cmds.iptables, "version", version, "randomFully", r.feat.randomFully)
 	return r, nil
 }
@@ -148,6 +166,16 @@ func newError(command string, args []string, err error, stderr string) *Error {
 	return e
 }
 
+// command returns the command name with args, in the runner's
+// environment.
+func (r *runner) command(ctx context.Context, name string, args ...string) utilexec.Cmd {
+	cmd := r.exec.CommandContext(ctx, name, args...)
+	if r.env != nil {
+		cmd.SetEnv(r.env)
+	}
+	return cmd
+}
+
 // run runs iptables with the wait flag and args, and returns its standard
 // output.
 func (r *runner) run(ctx context.Context, args ...string) ([]byte, error) {
@@ -155,7 +183,7 @@ func (r *runner) run(ctx context.Context, args ...string) ([]byte, error) {
 	full = append(append(full, r.feat.waitFlag...), args...)
 	klog.FromContext(ctx).V(4).Info("Running iptables", "command", r.cmds.iptables, "args", full)
 	var stdout, stderr bytes.Buffer
-	cmd := r.exec.CommandContext(ctx, r.cmds.iptables, full...)
+	cmd := r.command(ctx, r.cmds.iptables, full...)
 	cmd.SetStdout(&stdout)
 	cmd.SetStderr(&stderr)
 	if err := cmd.Run(); err != nil {
@@ -293,7 +321,7 @@ func (r *runner) SaveInto(ctx context.Context, table Table, buffer *bytes.Buffer
 	klog.FromContext(ctx).V(4).Info("Running iptables-save", "command", r.cmds.save, "args", args)
 	start := buffer.Len()
 	var stderr bytes.Buffer
-	cmd := r.exec.CommandContext(ctx, r.cmds.save, args...)
+	cmd := r.command(ctx, r.cmds.save, args...)
 	cmd.SetStdout(buffer)
 	cmd.SetStderr(&stderr)
 	if err := cmd.Run(); err != nil {
@@ -338,7 +366,7 @@ func (r *runner) restore(ctx context.Context, args []string, data []byte, flush 
 	}
 	logger.V(4).Info("Running iptables-restore", "command", r.cmds.restore, "args", full, "bytes", len(data))
 	var stderr bytes.Buffer
-	cmd := r.exec.CommandContext(ctx, r.cmds.restore, full...)
+	cmd := r.command(ctx, r.cmds.restore, full...)
 	cmd.SetStdin(bytes.NewReader(data))
 	cmd.SetStdout(&stderr)
 	cmd.SetStderr(&stderr)

@@ -32,6 +32,7 @@ type scriptExec struct {
 	handle func(name string, args []string, stdin string) result
 	calls  []string
 	stdins []string
+	envs   [][]string
 }
 
 func (e *scriptExec) Command(name string, args ...string) utilexec.Cmd {
@@ -59,6 +60,7 @@ type scriptCmd struct {
 	e              *scriptExec
 	name           string
 	args           []string
+	env            []string
 	stdin          io.Reader
 	stdout, stderr io.Writer
 }
@@ -78,6 +80,7 @@ func (c *scriptCmd) Run() error {
 	c.e.mu.Lock()
 	c.e.calls = append(c.e.calls, strings.Join(append([]string{c.name}, c.args...), " "))
 	c.e.stdins = append(c.e.stdins, string(in))
+	c.e.envs = append(c.e.envs, c.env)
 	c.e.mu.Unlock()
 	r := c.e.handle(c.name, c.args, string(in))
 	if c.stdout != nil {
@@ -110,7 +113,7 @@ func (c *scriptCmd) SetDir(string)                      {}
 func (c *scriptCmd) SetStdin(in io.Reader)              { c.stdin = in }
 func (c *scriptCmd) SetStdout(out io.Writer)            { c.stdout = out }
 func (c *scriptCmd) SetStderr(out io.Writer)            { c.stderr = out }
-func (c *scriptCmd) SetEnv([]string)                    {}
+func (c *scriptCmd) SetEnv(env []string)                { c.env = env }
 func (c *scriptCmd) StdoutPipe() (io.ReadCloser, error) { return nil, errors.New("not supported") }
 func (c *scriptCmd) StderrPipe() (io.ReadCloser, error) { return nil, errors.New("not supported") }
 func (c *scriptCmd) Start() error                       { return errors.New("not supported") }
@@ -383,6 +386,27 @@ func TestRunnerFeatures(t *testing.T) {
 		if tc.checkErr && (!strings.Contains(err.Error(), "1.4.11") || len(e.commands()) != 0) {
 			t.Errorf("%s: EnsureRule should fail without running anything and name the version needed: %v, ran %v", tc.version, err, e.commands())
 		}
+	}
+}
+
+func TestLockFileOption(t *testing.T) {
+	e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{stdout: "iptables v1.8.9 (legacy)\n"} }}
+	r, err := newRunner(context.Background(), ProtocolIPv4, options{exec: e, backend: BackendLegacy, lockFile: "/tmp/my.lock", lockWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.FlushChain(context.Background(), TableNAT, "X"); err != nil {
+		t.Fatal(err)
+	}
+	env := e.envs[len(e.envs)-1]
+	if !slices.Contains(env, "XTABLES_LOCKFILE=/tmp/my.lock") || len(env) < 2 || r.lockFile != "/tmp/my.lock" {
+		t.Errorf("environment %v, lock file %q; want XTABLES_LOCKFILE=/tmp/my.lock added to the process's environment", env, r.lockFile)
+	}
+	var o options
+	WithLockFile("")(&o)
+	WithLockFile("/a")(&o)
+	if o.lockFile != "/a" {
+		t.Errorf("WithLockFile: %q", o.lockFile)
 	}
 }
 

@@ -44,17 +44,36 @@ type nsIPT struct {
 	ipt iptables.Interface
 }
 
+// newNSIPT makes an Interface for the namespace. Unless opts say
+// otherwise, it uses the namespace's own xtables lock (lockFile(ns)):
+// legacy tables are per namespace, and other tests on the machine may hold
+// the host's lock for seconds.
 func newNSIPT(t *testing.T, ns *kerneltest.NS, backend iptables.Backend, p iptables.Protocol, opts ...iptables.Option) *nsIPT {
 	t.Helper()
 	n := &nsIPT{t: t, ns: ns}
+	t.Cleanup(func() { os.Remove(lockFile(ns)) })
+	opts = append([]iptables.Option{iptables.WithBackend(backend), iptables.WithLockFile(lockFile(ns))}, opts...)
 	err := ns.Do(func() (err error) {
-		n.ipt, err = iptables.New(context.Background(), p, append([]iptables.Option{iptables.WithBackend(backend)}, opts...)...)
+		n.ipt, err = iptables.New(context.Background(), p, opts...)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// lockFile returns the xtables lock file the tests use for ns.
+func lockFile(ns *kerneltest.NS) string {
+	return os.TempDir() + "/proxykit-xtables-" + ns.Name + ".lock"
+}
+
+// execIn runs an iptables binary in ns with the namespace's lock, and
+// fails t on error.
+func execIn(t *testing.T, ns *kerneltest.NS, binary string, args ...string) string {
+	t.Helper()
+	t.Cleanup(func() { os.Remove(lockFile(ns)) })
+	return ns.MustExec(t, "env", append([]string{"XTABLES_LOCKFILE=" + lockFile(ns), binary}, args...)...)
 }
 
 // do runs fn in the namespace.
@@ -380,7 +399,7 @@ func TestKernelMonitor(t *testing.T) {
 				canariesIn := func() int {
 					count := 0
 					for _, table := range tables {
-						out, err := ns.Exec(binary, "-t", string(table), "-S", string(canary))
+						out, err := ns.Exec("env", "XTABLES_LOCKFILE="+lockFile(ns), binary, "-w", "-t", string(table), "-S", string(canary))
 						if err == nil && strings.Contains(out, "-A "+string(canary)+" -j RETURN") {
 							count++
 						}
@@ -404,7 +423,7 @@ func TestKernelMonitor(t *testing.T) {
 				default:
 				}
 				for _, args := range tc.disturb {
-					ns.MustExec(t, binary, args...)
+					execIn(t, ns, binary, args...)
 				}
 				select {
 				case <-reloads:
@@ -420,8 +439,8 @@ func TestKernelMonitor(t *testing.T) {
 // TestKernelXtablesLock holds the xtables lock while a legacy iptables
 // command runs: with the wait flag it waits and succeeds once the lock is
 // released; with a short wait it fails with a lock timeout. The lock is
-// the host's /run/xtables.lock (a file, not a network object), held for
-// at most a second or two.
+// the host's default /run/xtables.lock (a file, not a network object),
+// held for at most a second or two.
 func TestKernelXtablesLock(t *testing.T) {
 	requireKernel(t)
 	ctx := context.Background()
@@ -451,7 +470,7 @@ func TestKernelXtablesLock(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name+" waits", func(t *testing.T) {
-			n := newNSIPT(t, ns, iptables.BackendLegacy, iptables.ProtocolIPv4)
+			n := newNSIPT(t, ns, iptables.BackendLegacy, iptables.ProtocolIPv4, iptables.WithLockFile("/run/xtables.lock"))
 			release := hold()
 			result := make(chan error, 1)
 			go func() { result <- n.do(tc.op) }()
@@ -467,7 +486,7 @@ func TestKernelXtablesLock(t *testing.T) {
 			}
 		})
 		t.Run(tc.name+" times out", func(t *testing.T) {
-			n := newNSIPT(t, ns, iptables.BackendLegacy, iptables.ProtocolIPv4, iptables.WithLockWait(time.Second))
+			n := newNSIPT(t, ns, iptables.BackendLegacy, iptables.ProtocolIPv4, iptables.WithLockFile("/run/xtables.lock"), iptables.WithLockWait(time.Second))
 			release := hold()
 			defer release()
 			err := n.do(tc.op)
@@ -494,18 +513,18 @@ func TestKernelDetectBackend(t *testing.T) {
 	if got := detect(); got != iptables.BackendNFT {
 		t.Errorf("empty namespace: detected %s, want nft", got)
 	}
-	ns.MustExec(t, "iptables-legacy", "-A", "INPUT", "-j", "ACCEPT")
-	ns.MustExec(t, "ip6tables-legacy", "-A", "INPUT", "-j", "ACCEPT")
+	execIn(t, ns, "iptables-legacy", "-A", "INPUT", "-j", "ACCEPT")
+	execIn(t, ns, "ip6tables-legacy", "-A", "INPUT", "-j", "ACCEPT")
 	if got := detect(); got != iptables.BackendLegacy {
 		t.Errorf("legacy rules only: detected %s, want legacy", got)
 	}
 	for range 3 {
-		ns.MustExec(t, "iptables-nft", "-A", "INPUT", "-j", "ACCEPT")
+		execIn(t, ns, "iptables-nft", "-A", "INPUT", "-j", "ACCEPT")
 	}
 	if got := detect(); got != iptables.BackendNFT {
 		t.Errorf("more nft rules: detected %s, want nft", got)
 	}
-	ns.MustExec(t, "iptables-legacy", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT")
+	execIn(t, ns, "iptables-legacy", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT")
 	if got := detect(); got != iptables.BackendLegacy {
 		t.Errorf("kubelet's hint in legacy: detected %s, want legacy", got)
 	}

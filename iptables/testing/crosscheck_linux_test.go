@@ -40,6 +40,9 @@ func (r *realIPTables) run(stdin string, suffix string, args ...string) (string,
 	status := 0
 	err := r.ns.Do(func() error {
 		cmd := exec.Command(r.binary(suffix), args...)
+		// Legacy tables are per namespace: a lock of the namespace's
+		// own keeps other tests' iptables runs from delaying these.
+		cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+r.lockFile())
 		cmd.Stdin = strings.NewReader(stdin)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
@@ -56,6 +59,13 @@ func (r *realIPTables) run(stdin string, suffix string, args ...string) (string,
 		r.t.Fatalf("%s %v: %v", r.binary(suffix), args, err)
 	}
 	return out.String(), status
+}
+
+// lockFile is the namespace's own xtables lock, removed when the test ends.
+func (r *realIPTables) lockFile() string {
+	path := os.TempDir() + "/proxykit-xtables-" + r.ns.Name + ".lock"
+	r.t.Cleanup(func() { os.Remove(path) })
+	return path
 }
 
 // restore runs iptables-restore with args and input. It waits for the
