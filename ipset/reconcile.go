@@ -67,10 +67,6 @@ func NewReconciler(iface Interface, prefix string) *Reconciler {
 	return &Reconciler{iface: iface, prefix: prefix}
 }
 
-// tempSuffixLen is the length of what a temporary set's name adds to the
-// prefix: "tmp-" and eight hex digits.
-const tempSuffixLen = 12
-
 // tempName returns the name of the temporary set used to replace the set
 // name. It starts with the prefix, so one left behind by a crash is
 // destroyed by the next call.

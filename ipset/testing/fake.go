@@ -50,8 +50,10 @@ var _ ipset.Interface = (*Fake)(nil)
 // was made or last reset, failed calls included, calls refused before
 // reaching the "kernel" (invalid names or entries) excluded.
 type Counts struct {
+	// Writes, by method.
 	Create, Destroy, Flush, Swap, Add, Del int
-	Test, ListEntries, ListSets, Version   int
+	// Reads, by method.
+	Test, ListEntries, ListSets, Version int
 }
 
 // Writes returns the number of calls that change state (or try to).
