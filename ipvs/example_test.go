@@ -3,9 +3,43 @@ package ipvs_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/ipvs"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
+
+func ExampleGracefulTerminator() {
+	ctx := context.Background()
+	lb := ipvstest.NewFake()
+	web := ipvs.VirtualServer{Address: netip.MustParseAddr("10.96.0.1"), Protocol: v1.ProtocolTCP, Port: 80}
+	pod := ipvs.RealServer{Address: netip.MustParseAddr("10.244.1.5"), Port: 8080, Weight: 1}
+	_ = lb.AddVirtualServer(ctx, web)
+	_ = lb.AddRealServer(ctx, web, pod)
+	_ = lb.SetConnections(web, pod, 3, 0) // three open connections
+
+	g := ipvs.NewGracefulTerminator(lb)
+	listed, _ := lb.ListRealServers(ctx, web)
+	how, _ := g.Terminate(ctx, web, listed[0])
+	fmt.Println(how)
+	fmt.Print(lb.Dump())
+
+	n, _ := g.Sweep(ctx) // still connected: kept
+	fmt.Println("deleted", n)
+	_ = lb.SetConnections(web, pod, 0, 0)
+	n, _ = g.Sweep(ctx)
+	fmt.Println("deleted", n)
+	fmt.Print(lb.Dump())
+	// Output:
+	// draining
+	// TCP 10.96.0.1:80 rr
+	//   -> 10.244.1.5:8080 weight 0 active 3 inactive 0
+	// deleted 0
+	// deleted 1
+	// TCP 10.96.0.1:80 rr
+}
 
 func ExampleNew() {
 	ctx := context.Background()
