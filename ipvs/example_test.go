@@ -11,6 +11,41 @@ import (
 	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
 
+func ExampleReconciler() {
+	ctx := context.Background()
+	lb, addrs := ipvstest.NewFake(), ipvstest.NewBinder() // ipvs.New and ipvs.NewDummyBinder on a node
+	r := ipvs.NewReconciler(lb, addrs)
+
+	svc := ipvs.VirtualServer{Address: netip.MustParseAddr("10.96.0.10"), Protocol: v1.ProtocolUDP, Port: 53}
+	pods := []ipvs.RealServer{
+		{Address: netip.MustParseAddr("10.244.1.5"), Port: 53, Weight: 1},
+		{Address: netip.MustParseAddr("10.244.2.7"), Port: 53, Weight: 1},
+	}
+	res, err := r.Reconcile(ctx, []ipvs.Service{{VirtualServer: svc, RealServers: pods, Bind: true}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("first sync:", res.Writes, "writes")
+	fmt.Print(lb.Dump())
+
+	res, _ = r.Reconcile(ctx, []ipvs.Service{{VirtualServer: svc, RealServers: pods, Bind: true}})
+	fmt.Println("resync:", res.Writes, "writes")
+
+	// One pod goes away: a UDP real server is deleted at once.
+	res, _ = r.Reconcile(ctx, []ipvs.Service{{VirtualServer: svc, RealServers: pods[:1], Bind: true}})
+	fmt.Println("scale down:", res.RealServersDeleted, "deleted")
+	bound, _ := addrs.Addresses(ctx, ipvs.DummyDevice)
+	fmt.Println(ipvs.DummyDevice, bound)
+	// Output:
+	// first sync: 5 writes
+	// UDP 10.96.0.10:53 rr
+	//   -> 10.244.1.5:53 weight 1
+	//   -> 10.244.2.7:53 weight 1
+	// resync: 0 writes
+	// scale down: 1 deleted
+	// kube-ipvs0 [10.96.0.10]
+}
+
 func ExampleGracefulTerminator() {
 	ctx := context.Background()
 	lb := ipvstest.NewFake()

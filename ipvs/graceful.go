@@ -189,6 +189,14 @@ func (g *GracefulTerminator) Forget(vs VirtualServer) {
 	delete(g.pending, vs.key())
 }
 
+// draining reports whether any real server of the virtual server k is
+// draining.
+func (g *GracefulTerminator) draining(k key) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending[k]) > 0
+}
+
 // Draining returns the real servers waiting to be deleted, ordered by
 // virtual server and real server.
 func (g *GracefulTerminator) Draining() []Draining {
