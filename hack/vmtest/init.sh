@@ -1,0 +1,36 @@
+#!/bin/busybox sh
+# /init of the VM that hack/vmtest/run.sh boots: load the kernel modules the
+# tests need, run every test binary in /tests with the flags in /args, print
+# the combined exit status as PROXYKIT_VM_EXIT=N (run.sh looks for that
+# line) and power off.
+/bin/busybox --install -s /bin
+export PATH=/bin
+mkdir -p /proc /sys /dev /tmp /run
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -p /run/netns
+ip link set lo up
+
+for m in $(cat /modules); do
+	modprobe "$m" || echo "vmtest: modprobe $m failed"
+done
+
+status=0
+for t in /tests/*.test; do
+	[ -x "$t" ] || continue
+	echo "vmtest: running ${t#/tests/}"
+	cd /tests
+	# Word splitting of the flags is intended.
+	# shellcheck disable=SC2046
+	PROXYKIT_VM=1 PROXYKIT_REQUIRE_KERNEL=1 HOME=/tmp TMPDIR=/tmp "$t" $(cat /args)
+	rc=$?
+	echo "vmtest: ${t#/tests/} exited with $rc"
+	[ "$rc" = 0 ] || status=$rc
+done
+
+echo "PROXYKIT_VM_EXIT=$status"
+sync
+poweroff -f
