@@ -28,6 +28,10 @@ const DefaultMasqueradeBit = 14
 // WriterConfig.LargeClusterThreshold is zero.
 const DefaultLargeClusterThreshold = 1000
 
+// NFTChainsPerCommit is the WriterConfig.ChainsPerCommit to use with the
+// nft backend.
+const NFTChainsPerCommit = 1000
+
 // WriterConfig configures a [Writer]. Only IPFamily is required.
 type WriterConfig struct {
 	// IPFamily is the family the writer's rules are for, v1.IPv4Protocol
@@ -79,6 +83,22 @@ type WriterConfig struct {
 	// per-endpoint comments are left out to save bytes; zero means
 	// DefaultLargeClusterThreshold.
 	LargeClusterThreshold int
+
+	// ChainsPerCommit, when positive, splits the nat table of a payload
+	// into several commits ("*nat ... COMMIT" sections of the same
+	// iptables-restore input) that each declare about that many chains;
+	// the chains of one service port always share a commit.
+	// iptables-nft-restore takes time quadratic in the number of chains one
+	// commit declares with --noflush: on the test machine 4,000 services of
+	// 10 endpoints took 171 s in one commit and 2.3 s in commits of 1,000
+	// chains. Use NFTChainsPerCommit for the nft backend and zero for
+	// legacy, whose iptables-restore rewrites the whole table at every
+	// commit. The service chains come first and the commit that rewrites
+	// the top-level chains (and deletes stale chains) last, so traffic keeps
+	// flowing in between: a service's chains are rewritten in place, and new
+	// services become reachable with the last commit. If a commit fails,
+	// the ones before it stay applied and the next sync is full.
+	ChainsPerCommit int
 
 	// FullSyncPeriod, when positive, makes a sync full if the last full
 	// sync is at least that old. Zero means full syncs happen only at the
@@ -217,6 +237,10 @@ type Writer struct {
 	reuse      []bool
 	oldMatched []bool
 	lines      int
+	// batchChains counts the chains declared in the current nat commit;
+	// splitDue says the next declaration starts a new commit.
+	batchChains int
+	splitDue    bool
 }
 
 // serviceState is what the writer last wrote for the ports of one service.
@@ -438,6 +462,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	w.filter = w.filter[:0]
 	w.deleting = w.deleting[:0]
 	w.lines = 0
+	w.batchChains, w.splitDue = 0, false
 	var written int
 	if full {
 		written = w.syncFull(logger, &in)
@@ -500,7 +525,7 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 	w.noLocalInt, w.noLocalExt = 0, 0
 
 	b := w.endLine(append(slices.Grow(w.payload, w.estimateFullSize()), "*nat"...))
-	for _, c := range []Chain{KubeServicesChain, KubeNodePortsChain, KubePostroutingChain, KubeMarkMasqChain} {
+	for _, c := range []Chain{KubePostroutingChain, KubeMarkMasqChain} {
 		b = w.chainLine(b, c)
 	}
 	b = w.staticNATRules(b)
@@ -520,8 +545,8 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 			ss.ports = append(ss.ports, ps)
 		}
 		ps.gen = w.gen
-		eps := in.Endpoints[name]
-		b = w.writePort(b, ps, in.Services[name], eps, true)
+		w.startPort()
+		b = w.writePort(b, ps, in.Services[name], in.Endpoints[name], true)
 		w.countNoLocal(ps, +1)
 	}
 
@@ -545,6 +570,11 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 	}
 	clear(w.maybeStale)
 
+	// The top-level chains are flushed and refilled together, after every
+	// chain they send traffic to exists.
+	for _, c := range []Chain{KubeServicesChain, KubeNodePortsChain} {
+		b = w.chainLine(b, c)
+	}
 	b = append(b, w.natTop...)
 	for _, m := range w.nodePortMatch {
 		b = append(b, "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" "...)
@@ -660,6 +690,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 				w.countNoLocal(ps, -1)
 			}
 			ps.gen = w.gen
+			w.startPort()
 			b = w.writePort(b, ps, in.Services[name], in.Endpoints[name], false)
 			w.countNoLocal(ps, +1)
 		}
@@ -773,6 +804,13 @@ func (w *Writer) writeDeletions(b []byte) []byte {
 		b = w.endLine(r.appendTo(b))
 	}
 	return b
+}
+
+// startPort is called before a service port's chains are written: if the
+// current nat commit has its share of chains, the port's first declaration
+// starts a new one.
+func (w *Writer) startPort() {
+	w.splitDue = w.cfg.ChainsPerCommit > 0 && w.batchChains >= w.cfg.ChainsPerCommit
 }
 
 func (w *Writer) chainLine(b []byte, c Chain) []byte {

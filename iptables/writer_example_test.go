@@ -107,14 +107,14 @@ func ExampleWriter_dryRun() {
 	fmt.Print(string(res.Payload))
 	// Output:
 	// *nat
-	// :KUBE-SERVICES - [0:0]
-	// :KUBE-NODEPORTS - [0:0]
 	// :KUBE-POSTROUTING - [0:0]
 	// :KUBE-MARK-MASQ - [0:0]
 	// -A KUBE-POSTROUTING -m mark ! --mark 0x00004000/0x00004000 -j RETURN
 	// -A KUBE-POSTROUTING -j MARK --xor-mark 0x00004000
 	// -A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
 	// -A KUBE-MARK-MASQ -j MARK --or-mark 0x00004000
+	// :KUBE-SERVICES - [0:0]
+	// :KUBE-NODEPORTS - [0:0]
 	// -A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j KUBE-NODEPORTS
 	// COMMIT
 	// *filter

@@ -79,7 +79,13 @@ func newKernelNode(t *testing.T, backend iptables.Backend) *kernelNode {
 	}
 	k.ipt = ipt
 	k.fake = iptablestest.NewFake(iptablestest.WithBackend(backend))
-	k.w = mustWriter(t, scnWriterConfig(ipt.HasRandomFully()))
+	cfg := scnWriterConfig(ipt.HasRandomFully())
+	if backend == iptables.BackendNFT {
+		// Split the nat table into many small commits, as nft wants
+		// (with NFTChainsPerCommit, at a size this cluster never reaches).
+		cfg.ChainsPerCommit = 4
+	}
+	k.w = mustWriter(t, cfg)
 	k.c = scnCluster()
 	return k
 }
@@ -422,7 +428,11 @@ func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {
 		t.Fatal(err)
 	}
 	c := benchCluster(size)
-	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: ipt.HasRandomFully()})
+	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: ipt.HasRandomFully()}
+	if backend == iptables.BackendNFT {
+		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
+	}
+	w := mustWriter(t, cfg)
 	apply := func(what string, res iptables.SyncResult) {
 		t.Helper()
 		var took time.Duration

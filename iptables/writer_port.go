@@ -217,6 +217,13 @@ func (w *Writer) sepChain(ps *portState, ep changetracker.Endpoint, k *int) chai
 }
 
 func (w *Writer) declare(b []byte, r chainRef) []byte {
+	if w.splitDue {
+		w.splitDue = false
+		w.batchChains = 0
+		b = w.endLine(append(b, "COMMIT"...))
+		b = w.endLine(append(b, "*nat"...))
+	}
+	w.batchChains++
 	b = append(b, ':')
 	b = r.appendTo(b)
 	return w.endLine(append(b, " - [0:0]"...))

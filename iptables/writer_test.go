@@ -169,6 +169,18 @@ func TestWriterFullSyncGolden(t *testing.T) {
 			c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.2"))
 		},
 	}, {
+		name:   "chains-per-commit",
+		config: func(cfg *iptables.WriterConfig) { cfg.ChainsPerCommit = 3 },
+		setup: func(c *cluster) {
+			c.setService(makeService("ns", "a", "10.96.0.10"))
+			c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
+			c.setService(makeService("ns", "b", "10.96.0.11"))
+			c.setEndpoints("ns", "b", tcp8080, local("10.0.1.2"))
+			c.setService(makeService("ns", "c", "10.96.0.12"))
+			c.setService(makeService("ns", "d", "10.96.0.13"))
+			c.setEndpoints("ns", "d", tcp8080, local("10.0.1.3"))
+		},
+	}, {
 		name:   "ipv6",
 		family: v1.IPv6Protocol,
 		config: func(cfg *iptables.WriterConfig) {
@@ -309,6 +321,26 @@ func mustNotContain(t *testing.T, what, payload string, subs ...string) {
 			t.Errorf("%s: payload has %q:\n%s", what, s, payload)
 		}
 	}
+}
+
+// TestWriterPartialSyncsInSmallCommits runs the partial syncs with the nat
+// table split into commits of a few chains.
+func TestWriterPartialSyncsInSmallCommits(t *testing.T) {
+	cfg := scnConfig()
+	cfg.ChainsPerCommit = 2
+	runSteps(t, cfg, scnCluster(), []step{
+		{name: "remove an endpoint", change: scnRemoveEndpoint},
+		{name: "add a service", change: scnAddService},
+		{name: "delete a service", change: scnDeleteService},
+		{name: "add another and change web", change: func(c *cluster) {
+			scnAddLate(c)
+			c.setEndpoints(scnNS, "web", scnWebPorts, scnEP(scnPodA), scnEP(scnPodB))
+		}, check: func(t *testing.T, p string) {
+			if n := strings.Count(p, "*nat\n"); n < 2 {
+				t.Errorf("payload has %d nat commits, want several:\n%s", n, p)
+			}
+		}},
+	})
 }
 
 func TestWriterPartialSyncs(t *testing.T) {
