@@ -23,12 +23,16 @@ import (
 func ExampleWriter() {
 	ctx := context.Background()
 	ipt := iptablestest.NewFake()
-	w, err := iptables.NewWriter(iptables.WriterConfig{
+	cfg := iptables.WriterConfig{
 		IPFamily:    v1.IPv4Protocol,
 		NodeName:    "node-a",
 		ClusterCIDR: netip.MustParsePrefix("10.0.0.0/16"),
 		RandomFully: ipt.HasRandomFully(),
-	})
+	}
+	if ipt.Backend() == iptables.BackendNFT {
+		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
+	}
+	w, err := iptables.NewWriter(cfg)
 	if err != nil {
 		panic(err)
 	}
