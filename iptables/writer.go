@@ -134,11 +134,13 @@ type SyncResult struct {
 	// longer needed are deleted. Before applying a full sync, make sure
 	// the built-in chains jump to the writer's chains (EnsureJumpRules).
 	Full bool
-	// Payload is the iptables-restore input, for the nat and then the
-	// filter table. Apply it with RestoreAll(ctx, Payload, NoFlushTables,
-	// RestoreCounters), or print it for a dry run. It is empty when a
-	// partial sync found nothing to change. It belongs to the writer and
-	// is overwritten by the next Sync: copy it to keep it.
+	// Payload is the iptables-restore input: the nat table (in one
+	// commit, or several with ChainsPerCommit), then the filter table;
+	// a partial sync leaves out a table it does not change. Apply it with
+	// one RestoreAll(ctx, Payload, NoFlushTables, RestoreCounters), or
+	// print it for a dry run. It is empty when a partial sync found
+	// nothing to change. It belongs to the writer and is overwritten by
+	// the next Sync: copy it to keep it.
 	Payload []byte
 	// Lines is the number of lines of Payload.
 	Lines int
