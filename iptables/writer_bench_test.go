@@ -44,6 +44,16 @@ func benchCluster(size benchSize) *cluster {
 	return c
 }
 
+// loadedWriter returns a cluster of the given size and a writer that has
+// synced it.
+func loadedWriter(b *testing.B, size benchSize) (*cluster, *iptables.Writer) {
+	c := benchCluster(size)
+	w := benchWriter(b)
+	w.Sync(context.Background(), c.input())
+	w.Applied(nil)
+	return c, w
+}
+
 func benchWriter(b *testing.B) *iptables.Writer {
 	w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: true})
 	if err != nil {
@@ -104,11 +114,8 @@ func BenchmarkSyncFirst(b *testing.B) {
 func BenchmarkSyncPartial(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.String(), func(b *testing.B) {
-			c := benchCluster(size)
-			w := benchWriter(b)
+			c, w := loadedWriter(b, size)
 			ctx := context.Background()
-			w.Sync(ctx, c.input())
-			w.Applied(nil)
 			slices := make([]*discoveryv1.EndpointSlice, 0, len(c.slices))
 			for _, s := range c.slices {
 				slices = append(slices, s)
@@ -147,11 +154,8 @@ func BenchmarkSyncPartial(b *testing.B) {
 func BenchmarkSyncServiceChange(b *testing.B) {
 	for _, size := range benchSizes[:2] {
 		b.Run(size.String(), func(b *testing.B) {
-			c := benchCluster(size)
-			w := benchWriter(b)
+			c, w := loadedWriter(b, size)
 			ctx := context.Background()
-			w.Sync(ctx, c.input())
-			w.Applied(nil)
 			svc := makeService("bench", "extra", "10.97.0.1")
 			b.ReportAllocs()
 			var bytes, i int

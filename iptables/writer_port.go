@@ -280,16 +280,18 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.ServicePort) []byte {
 	fw := chainRef{kind: kindFW, hash: ps.hash}
 	ext := chainRef{kind: kindEXT, hash: ps.hash}
+	allow := func(b []byte, appendSource func([]byte) []byte) []byte {
+		b = w.ruleStart(b, fw)
+		b = appendComment(b, "", ps.name, " loadbalancer IP")
+		b = appendSource(append(b, " -s "...))
+		return w.endLine(ext.appendTo(append(b, " -j "...)))
+	}
 	allowFromNode := false
 	for _, cidr := range svc.LoadBalancerSourceRanges() {
 		if !w.sameFamily(cidr.Addr()) {
 			continue
 		}
-		b = w.ruleStart(b, fw)
-		b = appendComment(b, "", ps.name, " loadbalancer IP")
-		b = append(b, " -s "...)
-		b = cidr.AppendTo(b)
-		b = w.endLine(ext.appendTo(append(b, " -j "...)))
+		b = allow(b, cidr.AppendTo)
 		for _, ip := range w.cfg.NodeIPs {
 			allowFromNode = allowFromNode || cidr.Contains(ip)
 		}
@@ -298,14 +300,9 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 	// as source.
 	if allowFromNode {
 		for _, ip := range svc.LoadBalancerVIPs() {
-			if !w.sameFamily(ip) {
-				continue
+			if w.sameFamily(ip) {
+				b = allow(b, ip.AppendTo)
 			}
-			b = w.ruleStart(b, fw)
-			b = appendComment(b, "", ps.name, " loadbalancer IP")
-			b = append(b, " -s "...)
-			b = ip.AppendTo(b)
-			b = w.endLine(ext.appendTo(append(b, " -j "...)))
 		}
 	}
 	b = w.ruleStart(b, fw)
