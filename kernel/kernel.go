@@ -65,24 +65,6 @@ func (k *Kernel) readFile(p string) ([]byte, error) {
 	return data, nil
 }
 
-// exists reports whether the file at absolute path p under k.Root exists.
-// Errors other than "does not exist" (permission denied, say) are returned.
-func (k *Kernel) exists(p string) (bool, error) {
-	full, err := k.path(p)
-	if err != nil {
-		return false, err
-	}
-	_, err = os.Stat(full)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	default:
-		return false, fmt.Errorf("checking %s: %w", p, unwrapPathError(err))
-	}
-}
-
 // unwrapPathError drops the *fs.PathError around err, whose path would be
 // the root-prefixed one; the caller names the path itself.
 func unwrapPathError(err error) error {
