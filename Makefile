@@ -1,14 +1,19 @@
 # proxykit's developer entry points. `make test` is the command the README and
 # CI run: as root it also installs the tools the kernel tests need and runs
-# them; elsewhere the kernel tests skip with a reason.
+# them, then runs the VM tier (IPVS) when qemu is usable; elsewhere the kernel
+# tests skip with a reason.
 
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 BENCH ?= .
 BENCHTIME ?= 1s
 TESTFLAGS ?=
+# The packages whose tests also run in the VM tier (a kernel with IPVS and
+# dummy links; see hack/vmtest/run.sh), and flags for run.sh such as -v.
+VMTEST_PKGS ?= ./ipvs
+VMTESTFLAGS ?=
 
-.PHONY: all test test-tools bench lint fmt
+.PHONY: all test test-tools vmtest bench lint fmt
 
 all: lint test
 
@@ -17,6 +22,10 @@ test-tools:
 
 test: test-tools
 	$(GO) test -race $(TESTFLAGS) ./...
+	./hack/vmtest/tier.sh $(VMTESTFLAGS) $(VMTEST_PKGS)
+
+vmtest:
+	./hack/vmtest/run.sh $(VMTESTFLAGS) $(VMTEST_PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
