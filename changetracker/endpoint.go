@@ -84,15 +84,21 @@ var _ Endpoint = (*BaseEndpoint)(nil)
 
 // EndpointInfo describes an endpoint for NewBaseEndpoint.
 type EndpointInfo struct {
-	IP          netip.Addr
-	Port        int
-	NodeName    string
-	Zone        string
-	IsLocal     bool
+	// IP and Port are where the endpoint listens.
+	IP   netip.Addr
+	Port int
+	// NodeName and Zone are where the endpoint runs; either may be empty.
+	NodeName string
+	Zone     string
+	// IsLocal says the endpoint runs on the proxy's own node.
+	IsLocal bool
+	// Ready, Serving and Terminating are the EndpointSlice conditions.
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	// ZoneHints and NodeHints may be nil. They are kept, not copied.
+	// ZoneHints and NodeHints are the topology hints: the zones and nodes
+	// that should use this endpoint. They may be nil. They are kept, not
+	// copied.
 	ZoneHints sets.Set[string]
 	NodeHints sets.Set[string]
 }

@@ -45,6 +45,7 @@ type Problem struct {
 	Err error
 }
 
+// Error returns "file: document N: what is wrong".
 func (p Problem) Error() string {
 	return fmt.Sprintf("%s: document %d: %v", p.File, p.Document, p.Err)
 }
