@@ -6,17 +6,25 @@
 // interface ([AddressBinder]), and a [Reconciler] that brings all three to
 // a desired list of services with the fewest netlink writes.
 //
+// It also holds IPVS mode itself: a [Translator] renders, for one IP
+// family, the tracker's maps (package changetracker) into the virtual
+// servers, the ipsets (package ipset) and the few iptables rules (package
+// iptables) that kube-proxy's IPVS mode programs, with its names; an
+// [Applier] applies the translations of a node's families in the order the
+// kernel needs, and [Cleanup] removes all of it. Every sync is a full
+// reconcile, cheap when nothing changed.
+//
 // It is what an IPVS-mode service proxier, or a kube-router-style load
 // balancer, needs under its own sync loop. It is not the proxier: it does
-// not watch the API, choose endpoints, write the iptables rules and ipsets
-// that IPVS mode still needs (see package ipset), or tune sysctls. It
-// supports NAT ("masquerade") real servers on address, protocol and port
-// virtual servers; firewall-mark virtual servers, tunnelling and direct
-// routing are not supported. [New] refuses, with the list of missing
-// modules, on a kernel that cannot run IPVS mode. The package ipvs/testing
-// has strict in-memory fakes of [Interface] and [AddressBinder].
+// not watch the API, decide when to sync, or tune sysctls. It supports NAT
+// ("masquerade") real servers on address, protocol and port virtual
+// servers; firewall-mark virtual servers, tunnelling and direct routing are
+// not supported. [New] refuses, with the list of missing modules, on a
+// kernel that cannot run IPVS mode. The package ipvs/testing has strict
+// in-memory fakes of [Interface] and [AddressBinder].
 //
-// The smallest use, as root on a node with IPVS:
+// The smallest use of the kernel side, as root on a node with IPVS (see the
+// Translator's example for IPVS mode):
 //
 //	lb, err := ipvs.New(ctx) // checks the kernel first
 //	if err != nil { ... }    // errors.Is(err, ipvs.ErrNotSupported) on a kernel without IPVS

@@ -122,3 +122,8 @@ func (d *DummyBinder) Bind(ctx context.Context, name string, addrs ...netip.Addr
 func (d *DummyBinder) Unbind(ctx context.Context, name string, addrs ...netip.Addr) error {
 	return errNotSupported()
 }
+
+// NodeAddresses returns an error wrapping [ErrNotSupported].
+func (d *DummyBinder) NodeAddresses(ctx context.Context, dummy string) ([]netip.Addr, error) {
+	return nil, errNotSupported()
+}

@@ -1,0 +1,604 @@
+package ipvs
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/ipset"
+	"github.com/proxykit/proxykit/iptables"
+)
+
+// TranslatorConfig configures a [Translator]. Only IPFamily is required.
+type TranslatorConfig struct {
+	// IPFamily is the family translated, v1.IPv4Protocol or
+	// v1.IPv6Protocol; a dual-stack node has one Translator per family.
+	// Service ports whose cluster IP is of the other family are skipped,
+	// and so are addresses of the other family anywhere else.
+	IPFamily v1.IPFamily
+
+	// NodeName is this node's name, for topology
+	// (changetracker.CategorizeEndpoints).
+	NodeName string
+
+	// NodeIPs are the node's own addresses of this family, on its real
+	// interfaces (not the dummy interface; see DummyBinder.NodeAddresses).
+	// Node ports get a virtual server on each of those inside
+	// NodePortAddresses. An external IP or load-balancer VIP that is one
+	// of them is not bound to the dummy interface, since the node has it
+	// already. A load balancer whose source ranges contain one of them
+	// also admits traffic whose source is the VIP itself, which is what
+	// the node sends when it reaches the VIP.
+	NodeIPs []netip.Addr
+
+	// NodePortAddresses restricts node ports to the NodeIPs inside these
+	// prefixes (--nodeport-addresses). Empty, or a prefix of length 0,
+	// means all of them. Loopback addresses never serve node ports
+	// (kubernetes#90259). With no address left, node ports get no virtual
+	// server.
+	NodePortAddresses []netip.Prefix
+
+	// ClusterCIDR is the pod network of this family: traffic to a cluster
+	// IP from outside it is masqueraded. The zero Prefix turns that off;
+	// then only traffic the node sends from a service address is
+	// masqueraded, as kube-proxy does without a local-traffic detector.
+	ClusterCIDR netip.Prefix
+
+	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
+	// source.
+	MasqueradeAll bool
+
+	// MasqueradeBit is the bit (0 to 31) of the packet mark that flags
+	// traffic for masquerading; nil means iptables.DefaultMasqueradeBit.
+	MasqueradeBit *int
+
+	// RandomFully adds --random-fully to the MASQUERADE rule. Set it from
+	// iptables.Interface.HasRandomFully.
+	RandomFully bool
+
+	// Scheduler is the IPVS scheduler of every virtual server; empty
+	// means DefaultScheduler. The kernel needs its module (ip_vs_NAME).
+	Scheduler string
+
+	// SchedulerFlags are added to every virtual server: FlagSched1,
+	// FlagSched2 and FlagSched3 are the scheduler's options (kube-proxy
+	// sets FlagSched2 with "mh", to hash the source port too).
+	SchedulerFlags Flags
+}
+
+// TranslateInput is what [Translator.Translate] reads.
+type TranslateInput struct {
+	// Services and Endpoints are the proxier's maps for the translator's
+	// family, brought up to date with ServicePortMap.Update and
+	// EndpointsMap.Update. Translate never modifies them.
+	Services  changetracker.ServicePortMap
+	Endpoints changetracker.EndpointsMap
+	// NodeLabels are this node's labels, for topology.
+	NodeLabels map[string]string
+}
+
+// Translation is the whole IPVS-mode state of one family, as
+// [Translator.Translate] renders it. Its slices belong to the Translator
+// and are overwritten by the next Translate: apply (or copy) them first.
+//
+// Apply it in this order, as [Applier] does: Sets (the rules match on
+// them), then the jump rules ([EnsureJumpRules]) and Payload, then
+// Services. Each sync is a full reconcile; the reconcilers make one that
+// changes nothing write nothing.
+type Translation struct {
+	// IPFamily is the translator's family.
+	IPFamily v1.IPFamily
+
+	// Services are the virtual servers, for Reconciler.Reconcile: each
+	// service port's cluster IP, external IPs and load-balancer VIPs
+	// (bound to the dummy interface, unless the node has the address
+	// already), and its node port on each node-port address (not bound),
+	// in the order of the service port names. Real servers have weight 1.
+	// A service port with no usable endpoint has virtual servers with no
+	// real server: the kernel answers a new connection to them with ICMP
+	// port unreachable, so clients are refused at once.
+	Services []Service
+
+	// Sets are every ipset of the family, with their members, in a fixed
+	// order, empty ones included, for ipset.Reconciler.Reconcile (with
+	// SetPrefix). The names are kube-proxy's, with "KUBE-6-" instead of
+	// "KUBE-" for IPv6.
+	Sets []ipset.Desired
+
+	// Payload is the iptables-restore input for the family's nat and
+	// filter tables (iptables or ip6tables). It declares, and so flushes,
+	// every chain it fills. Apply it with RestoreAll(ctx, Payload,
+	// iptables.NoFlushTables, iptables.RestoreCounters) after
+	// EnsureJumpRules. Its size does not depend on the number of services.
+	Payload []byte
+	// Lines is the number of lines of Payload.
+	Lines int
+
+	// ServicePorts counts the service ports translated; SkippedServicePorts
+	// those skipped as bad input (each is logged).
+	ServicePorts, SkippedServicePorts int
+	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
+	// service ports whose internal (external) traffic policy is Local and
+	// that have endpoints, none of them on this node (kube-proxy's
+	// sync_proxy_rules_no_local_endpoints_total).
+	NoLocalEndpointsInternal, NoLocalEndpointsExternal int
+}
+
+// Translator renders the IPVS-mode state of one IP family from the
+// tracker's maps: the virtual servers, the ipsets and the few iptables rules
+// IPVS mode needs (masquerading, source ranges, node ports, and refusing
+// ports of service addresses that no service uses). It reads nothing from
+// the kernel and keeps no state between calls except buffers, so that a
+// sync of 10,000 services allocates little.
+//
+// Traffic policies follow kube-proxy's IPVS mode. Cluster IPs use the
+// endpoints for internal traffic: with internalTrafficPolicy Local only
+// this node's, and none when it has none. External IPs, load-balancer VIPs
+// and node ports use this node's endpoints under externalTrafficPolicy
+// Local and keep the client's address (they are in the -LOCAL sets, so not
+// masqueraded); when the node has no endpoint of the service, they fall
+// back to the cluster's endpoints, so that pods on this node can still
+// reach the service through those addresses (kubernetes#97081), while a
+// well-behaved load balancer sends this node nothing, its health check
+// failing. Topology hints and the fallback to serving, terminating
+// endpoints come from changetracker.CategorizeEndpoints.
+//
+// The node needs net.ipv4.vs.conntrack=1 (kernel.SysctlVSConntrack), for
+// the masquerading rules to see IPVS connections, and forwarding on;
+// setting sysctls is the caller's job.
+//
+// A Translator is not safe for concurrent use.
+type Translator struct {
+	cfg         TranslatorConfig
+	isIPv6      bool
+	loopback    string // "127.0.0.0/8" or "::1/128"
+	mark        string // "0x00004000"
+	markMask    string // "0x00004000/0x00004000"
+	clusterCIDR string
+	nodeIPs     []netip.Addr
+	nodePortIPs []netip.Addr
+	// nodePortDst restricts the jump to KUBE-NODE-PORT to the node-port
+	// prefixes; nil means any local address.
+	nodePortDst []string
+	setNames    [numSets]string
+
+	// Buffers reused from call to call.
+	names    []changetracker.ServicePortName
+	services []Service
+	reals    []RealServer
+	entries  [numSets][]ipset.Entry
+	sets     []ipset.Desired
+	owners   map[key]changetracker.ServicePortName
+	bound    map[netip.Addr]struct{}
+	loops    map[ipset.Entry]struct{}
+	buf      iptables.LineBuffer
+}
+
+// NewTranslator returns a translator for cfg. It fails, naming the field,
+// when the family is unknown, the masquerade bit is out of range, the
+// scheduler or flags are unknown to IPVS, or an address or prefix is of the
+// other family.
+func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
+	t := &Translator{cfg: cfg, owners: map[key]changetracker.ServicePortName{}, bound: map[netip.Addr]struct{}{}, loops: map[ipset.Entry]struct{}{}}
+	switch cfg.IPFamily {
+	case v1.IPv4Protocol:
+		t.loopback = "127.0.0.0/8"
+	case v1.IPv6Protocol:
+		t.isIPv6, t.loopback = true, "::1/128"
+	default:
+		return nil, fmt.Errorf("IPVS translator: unknown IP family %q", cfg.IPFamily)
+	}
+	bit := iptables.DefaultMasqueradeBit
+	if cfg.MasqueradeBit != nil {
+		bit = *cfg.MasqueradeBit
+	}
+	if bit < 0 || bit > 31 {
+		return nil, fmt.Errorf("IPVS translator: masquerade bit %d is not in 0..31", bit)
+	}
+	t.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
+	t.markMask = t.mark + "/" + t.mark
+	if cfg.SchedulerFlags&FlagPersistent != 0 {
+		return nil, fmt.Errorf("IPVS translator: %w: scheduler flags %#x: persistence comes from session affinity", ErrInvalid, uint32(cfg.SchedulerFlags))
+	}
+	probe := VirtualServer{Address: netip.IPv6Loopback(), Protocol: v1.ProtocolTCP, Port: 1, Scheduler: cfg.Scheduler, Flags: cfg.SchedulerFlags}
+	if err := probe.validate(); err != nil {
+		return nil, fmt.Errorf("IPVS translator: %w: scheduler %q with flags %#x: %s", ErrInvalid, cfg.Scheduler, uint32(cfg.SchedulerFlags), err)
+	}
+	if cfg.ClusterCIDR.IsValid() {
+		if !t.sameFamily(cfg.ClusterCIDR.Addr()) {
+			return nil, fmt.Errorf("IPVS translator: cluster CIDR %s is not %s", cfg.ClusterCIDR, cfg.IPFamily)
+		}
+		t.clusterCIDR = cfg.ClusterCIDR.Masked().String()
+	}
+	for _, ip := range cfg.NodeIPs {
+		if !t.sameFamily(ip) {
+			return nil, fmt.Errorf("IPVS translator: node IP %s is not %s", ip, cfg.IPFamily)
+		}
+		ip, _ = t.own(ip)
+		t.nodeIPs = append(t.nodeIPs, ip)
+	}
+	all := len(cfg.NodePortAddresses) == 0
+	for _, p := range cfg.NodePortAddresses {
+		if !p.IsValid() || !t.sameFamily(p.Addr()) {
+			return nil, fmt.Errorf("IPVS translator: node-port address %s is not %s", p, cfg.IPFamily)
+		}
+		all = all || p.Bits() == 0
+	}
+	for _, ip := range t.nodeIPs {
+		if ip.IsLoopback() || slices.Contains(t.nodePortIPs, ip) {
+			continue
+		}
+		if all || slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			t.nodePortIPs = append(t.nodePortIPs, ip)
+		}
+	}
+	if !all {
+		for _, p := range cfg.NodePortAddresses {
+			t.nodePortDst = append(t.nodePortDst, p.Masked().String())
+		}
+	}
+	for k := range numSets {
+		t.setNames[k] = setName(k, cfg.IPFamily)
+	}
+	return t, nil
+}
+
+func (t *Translator) sameFamily(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	return ip.IsValid() && ip.Is6() == t.isIPv6
+}
+
+// Translate renders in. Bad input is logged through the logger in ctx and
+// skipped for the service port it belongs to alone, never panicking: a
+// port whose cluster IP is not of the family, or whose protocol, port,
+// node port, health-check node port or affinity timeout is out of range,
+// is skipped; endpoints and addresses of the other family, or with bad
+// ports, are left out; a virtual server that an earlier service port (in
+// name order) has already is left to that port.
+func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translation {
+	logger := klog.FromContext(ctx)
+	res := Translation{IPFamily: t.cfg.IPFamily}
+
+	t.names = t.names[:0]
+	endpoints := 0
+	for name := range in.Services {
+		t.names = append(t.names, name)
+		endpoints += len(in.Endpoints[name])
+	}
+	slices.SortFunc(t.names, compareServicePortNames)
+
+	// Each port uses at most two lists of real servers, one per traffic
+	// policy; room for both means the arena is allocated once.
+	if cap(t.reals) < 2*endpoints {
+		t.reals = make([]RealServer, 0, 2*endpoints)
+	}
+	t.reals = t.reals[:0]
+	t.services = t.services[:0]
+	for k := range t.entries {
+		t.entries[k] = t.entries[k][:0]
+	}
+	clear(t.owners)
+	clear(t.bound)
+	clear(t.loops)
+
+	for _, name := range t.names {
+		if t.translatePort(logger, name, in.Services[name], in.Endpoints[name], in.NodeLabels, &res) {
+			res.ServicePorts++
+		} else {
+			res.SkippedServicePorts++
+		}
+	}
+
+	t.sets = t.sets[:0]
+	for k := range numSets {
+		t.sets = append(t.sets, ipset.Desired{Set: setDesc(k, t.cfg.IPFamily, len(t.entries[k])), Entries: t.entries[k]})
+	}
+	t.render()
+
+	res.Services = t.services
+	res.Sets = t.sets
+	res.Payload = t.buf.Bytes()
+	res.Lines = t.buf.Lines()
+	logger.V(2).Info("Translated services for IPVS mode", "ipFamily", t.cfg.IPFamily,
+		"servicePorts", res.ServicePorts, "skipped", res.SkippedServicePorts,
+		"virtualServers", len(res.Services), "payloadBytes", len(res.Payload))
+	return res
+}
+
+// translatePort adds what one service port needs and reports whether it
+// was usable.
+func (t *Translator) translatePort(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort, eps []changetracker.Endpoint, labels map[string]string, res *Translation) bool {
+	if svc == nil {
+		return false
+	}
+	skip := func(why string, kv ...any) bool {
+		logger.Error(nil, "Skipping service port: "+why, append([]any{"servicePort", name.String(), "ipFamily", t.cfg.IPFamily}, kv...)...)
+		return false
+	}
+	clusterIP, ok := t.own(svc.ClusterIP())
+	if !ok {
+		return skip("cluster IP is not of the translator's family", "clusterIP", svc.ClusterIP())
+	}
+	proto := svc.Protocol()
+	if _, ok := protocolNumbers[proto]; !ok {
+		return skip("protocol is not TCP, UDP or SCTP", "protocol", proto)
+	}
+	port, nodePort, hcPort := svc.Port(), svc.NodePort(), svc.HealthCheckNodePort()
+	if port < 1 || port > math.MaxUint16 || nodePort < 0 || nodePort > math.MaxUint16 || hcPort < 0 || hcPort > math.MaxUint16 {
+		return skip("port out of range", "port", port, "nodePort", nodePort, "healthCheckNodePort", hcPort)
+	}
+	vs := VirtualServer{Protocol: proto, Port: uint16(port), Scheduler: t.cfg.Scheduler, Flags: t.cfg.SchedulerFlags}
+	if svc.SessionAffinityType() == v1.ServiceAffinityClientIP {
+		timeout := svc.StickyMaxAgeSeconds()
+		if timeout < 1 || timeout > math.MaxInt32 {
+			return skip("ClientIP affinity timeout out of range", "timeoutSeconds", timeout)
+		}
+		vs.Flags |= FlagPersistent
+		vs.Timeout = uint32(timeout)
+	}
+
+	cluster, local, _, hasAny := changetracker.CategorizeEndpoints(eps, svc, t.cfg.NodeName, labels)
+	internal := cluster
+	if svc.InternalPolicyLocal() {
+		internal = local
+		if hasAny && len(local) == 0 {
+			res.NoLocalEndpointsInternal++
+		}
+	}
+	external := cluster
+	localPolicy := svc.ExternalPolicyLocal()
+	if localPolicy {
+		if len(local) > 0 {
+			external = local
+		} else if hasAny {
+			res.NoLocalEndpointsExternal++
+		}
+	}
+	internalRS := t.realServers(logger, name, internal)
+	externalRS := internalRS
+	if !sameEndpoints(internal, external) {
+		externalRS = t.realServers(logger, name, external)
+	}
+
+	// Cluster IP.
+	vs.Address = clusterIP
+	t.addService(logger, name, vs, internalRS, true)
+	t.add(setClusterIP, ipset.IPPortEntry(clusterIP, proto, vs.Port))
+	// A local endpoint that reaches itself through the service must be
+	// masqueraded, or it would see its own address as the source.
+	// A pod behind several services is listed once.
+	for _, ep := range eps {
+		if !ep.IsLocal() {
+			continue
+		}
+		if ip, p, ok := t.endpointAddr(ep); ok {
+			e := ipset.IPPortIPEntry(ip, proto, p, ip)
+			if _, dup := t.loops[e]; !dup {
+				t.loops[e] = struct{}{}
+				t.add(setLoopBack, e)
+			}
+		}
+	}
+
+	// External IPs.
+	extSet := setExternalIP
+	if localPolicy {
+		extSet = setExternalIPLocal
+	}
+	for _, ip := range svc.ExternalIPs() {
+		if ip, ok := t.addExternal(logger, name, vs, ip, externalRS); ok {
+			t.add(extSet, ipset.IPPortEntry(ip, proto, vs.Port))
+		}
+	}
+
+	// Load-balancer VIPs, with their source ranges. A range of length 0
+	// admits everyone (and cannot be an ipset member), so it turns the
+	// firewall off.
+	ranges := svc.LoadBalancerSourceRanges()
+	firewall := false
+	for _, r := range ranges {
+		if t.ownPrefix(r) {
+			firewall = true
+			if r.Bits() == 0 {
+				firewall = false
+				break
+			}
+		}
+	}
+	for _, vip := range svc.LoadBalancerVIPs() {
+		vip, ok := t.addExternal(logger, name, vs, vip, externalRS)
+		if !ok {
+			continue
+		}
+		e := ipset.IPPortEntry(vip, proto, vs.Port)
+		t.add(setLoadBalancer, e)
+		if localPolicy {
+			t.add(setLoadBalancerLocal, e)
+		}
+		if !firewall {
+			continue
+		}
+		t.add(setLoadBalancerFW, e)
+		fromNode := false
+		for _, r := range ranges {
+			if !t.ownPrefix(r) {
+				continue
+			}
+			t.add(setLoadBalancerSourceCIDR, ipset.IPPortNetEntry(vip, proto, vs.Port, r))
+			fromNode = fromNode || slices.ContainsFunc(t.nodeIPs, r.Contains)
+		}
+		if fromNode {
+			t.add(setLoadBalancerSourceIP, ipset.IPPortIPEntry(vip, proto, vs.Port, vip))
+		}
+	}
+
+	// Node ports, on each node-port address.
+	if nodePort > 0 && len(t.nodePortIPs) > 0 {
+		vs.Port = uint16(nodePort)
+		for _, ip := range t.nodePortIPs {
+			vs.Address = ip
+			t.addService(logger, name, vs, externalRS, false)
+		}
+		switch proto {
+		case v1.ProtocolTCP:
+			t.addNodePort(setNodePortTCP, setNodePortLocalTCP, localPolicy, ipset.PortEntry(vs.Port))
+		case v1.ProtocolUDP:
+			t.addNodePort(setNodePortUDP, setNodePortLocalUDP, localPolicy, ipset.PortEntry(vs.Port))
+		case v1.ProtocolSCTP:
+			for _, ip := range t.nodePortIPs {
+				t.addNodePort(setNodePortSCTP, setNodePortLocalSCTP, localPolicy, ipset.IPPortEntry(ip, proto, vs.Port))
+			}
+		}
+	}
+	if hcPort > 0 {
+		t.add(setHealthCheckNodePort, ipset.PortEntry(uint16(hcPort)))
+	}
+	return true
+}
+
+func (t *Translator) add(k setKind, e ipset.Entry) { t.entries[k] = append(t.entries[k], e) }
+
+func (t *Translator) addNodePort(all, local setKind, localPolicy bool, e ipset.Entry) {
+	t.add(all, e)
+	if localPolicy {
+		t.add(local, e)
+	}
+}
+
+// addExternal adds the virtual server of vs's port on an external IP or
+// load-balancer VIP, bound unless it is the node's own, and returns the
+// address in the kernel's form, or false if it is not of the family.
+func (t *Translator) addExternal(logger klog.Logger, name changetracker.ServicePortName, vs VirtualServer, ip netip.Addr, rs []RealServer) (netip.Addr, bool) {
+	ip, ok := t.own(ip)
+	if ok {
+		vs.Address = ip
+		t.addService(logger, name, vs, rs, !t.isNodeIP(ip))
+	}
+	return ip, ok
+}
+
+// addService adds a virtual server unless an earlier service port has it:
+// the kernel has one virtual server per address, protocol and port.
+func (t *Translator) addService(logger klog.Logger, name changetracker.ServicePortName, vs VirtualServer, rs []RealServer, bind bool) {
+	k := vs.key()
+	if owner, taken := t.owners[k]; taken {
+		logger.Error(nil, "Skipping virtual server: another service port has it", "virtualServer", vs.String(), "servicePort", name.String(), "owner", owner.String())
+		return
+	}
+	t.owners[k] = name
+	t.services = append(t.services, Service{VirtualServer: vs, RealServers: rs, Bind: bind})
+	if !bind {
+		return
+	}
+	if _, done := t.bound[vs.Address]; !done {
+		t.bound[vs.Address] = struct{}{}
+		t.add(setIPVSIPs, ipset.IPEntry(vs.Address))
+	}
+}
+
+// realServers converts eps into real servers in the arena and returns
+// them, or nil if none is usable.
+func (t *Translator) realServers(logger klog.Logger, name changetracker.ServicePortName, eps []changetracker.Endpoint) []RealServer {
+	start := len(t.reals)
+	for _, ep := range eps {
+		ip, port, ok := t.endpointAddr(ep)
+		if !ok {
+			logger.Error(nil, "Skipping endpoint: address not of the translator's family or port out of range", "servicePort", name.String(), "ip", ep.IP(), "port", ep.Port(), "ipFamily", t.cfg.IPFamily)
+			continue
+		}
+		// The map keeps endpoints sorted, so a repeat is the previous one.
+		if n := len(t.reals); n > start && t.reals[n-1].Address == ip && t.reals[n-1].Port == port {
+			continue
+		}
+		t.reals = append(t.reals, RealServer{Address: ip, Port: port, Weight: 1})
+	}
+	if len(t.reals) == start {
+		return nil
+	}
+	end := len(t.reals)
+	return t.reals[start:end:end]
+}
+
+func (t *Translator) endpointAddr(ep changetracker.Endpoint) (netip.Addr, uint16, bool) {
+	ip, ok := t.own(ep.IP())
+	port := ep.Port()
+	return ip, uint16(port), ok && port > 0 && port <= math.MaxUint16
+}
+
+// own returns ip in the form the kernel takes (not IPv4-mapped, no zone)
+// and whether it is a valid address of the translator's family.
+func (t *Translator) own(ip netip.Addr) (netip.Addr, bool) {
+	ip = ip.Unmap().WithZone("")
+	return ip, t.sameFamily(ip)
+}
+
+// ownPrefix reports whether p is a valid prefix of the translator's
+// family, in the form the kernel takes.
+func (t *Translator) ownPrefix(p netip.Prefix) bool {
+	a := p.Addr()
+	return p.IsValid() && a.Zone() == "" && !a.Is4In6() && a.Is6() == t.isIPv6
+}
+
+func (t *Translator) isNodeIP(ip netip.Addr) bool { return slices.Contains(t.nodeIPs, ip) }
+
+// sameEndpoints reports whether a and b are the same slice.
+func sameEndpoints(a, b []changetracker.Endpoint) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+func compareServicePortNames(a, b changetracker.ServicePortName) int {
+	return cmp.Or(
+		strings.Compare(a.Namespace, b.Namespace),
+		strings.Compare(a.Name, b.Name),
+		strings.Compare(a.Port, b.Port),
+		strings.Compare(string(a.Protocol), string(b.Protocol)),
+	)
+}
+
+// WriteTo writes tr to w in a form for people, such as a proxier's dry
+// run prints: the virtual servers as ipvsadm lists them ("TCP
+// 10.96.0.1:443 rr persistent 10800 bound", then "  -> 10.244.1.5:6443
+// weight 1" per real server), the sets as `ipset save` writes them, then
+// Payload, each part after a "#" heading that names it and the family.
+// Nothing is sorted: the order is tr's.
+func (tr Translation) WriteTo(w io.Writer) (int64, error) {
+	var b []byte
+	b = fmt.Appendf(b, "# IPVS virtual servers (%s)\n", tr.IPFamily)
+	for _, s := range tr.Services {
+		vs := s.VirtualServer.Normalized()
+		b = fmt.Appendf(b, "%s %s %s", vs.Protocol, netip.AddrPortFrom(vs.Address, vs.Port), vs.Scheduler)
+		if vs.Flags&FlagPersistent != 0 {
+			b = fmt.Appendf(b, " persistent %d", vs.Timeout)
+		}
+		if f := vs.Flags &^ FlagPersistent; f != 0 {
+			b = fmt.Appendf(b, " flags %#x", uint32(f))
+		}
+		if s.Bind {
+			b = append(b, " bound"...)
+		}
+		b = append(b, '\n')
+		for _, rs := range s.RealServers {
+			b = fmt.Appendf(b, "  -> %s weight %d\n", rs, rs.Weight)
+		}
+	}
+	b = fmt.Appendf(b, "# ipsets (%s)\n", tr.IPFamily)
+	for _, d := range tr.Sets {
+		b = fmt.Appendf(b, "create %s\n", d.Set.WithDefaults())
+		for _, e := range d.Entries {
+			b = fmt.Appendf(b, "add %s %s\n", d.Set.Name, e)
+		}
+	}
+	b = fmt.Appendf(b, "# iptables-restore input (%s)\n", tr.IPFamily)
+	b = append(b, tr.Payload...)
+	n, err := w.Write(b)
+	return int64(n), err
+}

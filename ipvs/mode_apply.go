@@ -1,0 +1,96 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/ipset"
+	"github.com/proxykit/proxykit/iptables"
+)
+
+// Applier programs a node with the [Translation] of each of its IP
+// families, in the order IPVS mode needs: the ipsets first, since the
+// rules match on them; then, per family, the jump rules ([EnsureJumpRules])
+// and the iptables payload; then the virtual servers and the dummy
+// interface's addresses, so that a new service address starts taking
+// traffic only once its rules are in place.
+//
+// The kernel holds the virtual servers and ipsets of both families in one
+// table, and the reconcilers own all of them, so every Apply must be given
+// the translations of every family the node serves: the virtual servers
+// and sets of a family left out are deleted.
+//
+// An Applier is not safe for concurrent use.
+type Applier struct {
+	ipvs *Reconciler
+	sets *ipset.Reconciler
+	ipt  map[v1.IPFamily]iptables.Interface
+
+	services []Service
+	desired  []ipset.Desired
+}
+
+// ApplyResult says what an [Applier.Apply] call did.
+type ApplyResult struct {
+	// IPSets is what the ipset reconciler did.
+	IPSets ipset.Result
+	// IPVS is what the IPVS reconciler did.
+	IPVS Result
+}
+
+// NewApplier returns an applier that reconciles virtual servers with
+// ipvs, sets with sets (made with [SetPrefix]) and applies each family's
+// rules with the one of ipts whose Protocol is that family.
+func NewApplier(ipvs *Reconciler, sets *ipset.Reconciler, ipts ...iptables.Interface) *Applier {
+	a := &Applier{ipvs: ipvs, sets: sets, ipt: map[v1.IPFamily]iptables.Interface{}}
+	for _, ipt := range ipts {
+		switch ipt.Protocol() {
+		case iptables.ProtocolIPv4:
+			a.ipt[v1.IPv4Protocol] = ipt
+		case iptables.ProtocolIPv6:
+			a.ipt[v1.IPv6Protocol] = ipt
+		}
+	}
+	return a
+}
+
+// Apply programs translations, one per family. A failed step does not stop
+// the later ones (a resync repairs what failed); the error joins each
+// step's error, naming the step and family. A translation of a family
+// with no iptables Interface is an error, and its rules are not applied.
+func (a *Applier) Apply(ctx context.Context, translations ...Translation) (ApplyResult, error) {
+	var res ApplyResult
+	var errs []error
+	a.desired = a.desired[:0]
+	a.services = a.services[:0]
+	for i := range translations {
+		a.desired = append(a.desired, translations[i].Sets...)
+		a.services = append(a.services, translations[i].Services...)
+	}
+
+	var err error
+	if res.IPSets, err = a.sets.Reconcile(ctx, a.desired); err != nil {
+		errs = append(errs, fmt.Errorf("IPVS mode: ipsets: %w", err))
+	}
+	for i := range translations {
+		tr := &translations[i]
+		ipt := a.ipt[tr.IPFamily]
+		if ipt == nil {
+			errs = append(errs, fmt.Errorf("IPVS mode: no iptables for %s", tr.IPFamily))
+			continue
+		}
+		if err := EnsureJumpRules(ctx, ipt); err != nil {
+			errs = append(errs, fmt.Errorf("IPVS mode: %s jump rules: %w", tr.IPFamily, err))
+		}
+		if err := ipt.RestoreAll(ctx, tr.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {
+			errs = append(errs, fmt.Errorf("IPVS mode: %s rules: %w", tr.IPFamily, err))
+		}
+	}
+	if res.IPVS, err = a.ipvs.Reconcile(ctx, a.services); err != nil {
+		errs = append(errs, fmt.Errorf("IPVS mode: virtual servers: %w", err))
+	}
+	return res, errors.Join(errs...)
+}
