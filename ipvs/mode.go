@@ -30,21 +30,23 @@ type TranslatorConfig struct {
 	// (changetracker.CategorizeEndpoints).
 	NodeName string
 
-	// NodeIPs are the node's own addresses of this family, on its real
-	// interfaces (not the dummy interface; see DummyBinder.NodeAddresses).
-	// Node ports get a virtual server on each of those inside
-	// NodePortAddresses. An external IP or load-balancer VIP that is one
-	// of them is not bound to the dummy interface, since the node has it
-	// already. A load balancer whose source ranges contain one of them
-	// also admits traffic whose source is the VIP itself, which is what
-	// the node sends when it reaches the VIP.
+	// NodeIPs are the node's own addresses, on its real interfaces (not
+	// the dummy interface; see DummyBinder.NodeAddresses); those of the
+	// other family are ignored, so both translators of a dual-stack node
+	// can take the same list. Node ports get a virtual server on each of
+	// them inside NodePortAddresses. An external IP or load-balancer VIP
+	// that is one of them is not bound to the dummy interface, since the
+	// node has it already. A load balancer whose source ranges contain
+	// one of them also admits traffic whose source is the VIP itself,
+	// which is what the node sends when it reaches the VIP.
 	NodeIPs []netip.Addr
 
 	// NodePortAddresses restricts node ports to the NodeIPs inside these
-	// prefixes (--nodeport-addresses). Empty, or a prefix of length 0,
-	// means all of them. Loopback addresses never serve node ports
-	// (kubernetes#90259). With no address left, node ports get no virtual
-	// server.
+	// prefixes (--nodeport-addresses); prefixes of the other family are
+	// ignored. None of this family, or a prefix of length 0, means all
+	// NodeIPs, as in kube-proxy. Loopback addresses never serve node
+	// ports (kubernetes#90259). With no address left, node ports get no
+	// virtual server.
 	NodePortAddresses []netip.Prefix
 
 	// ClusterCIDR is the pod network of this family: traffic to a cluster
@@ -185,8 +187,8 @@ type Translator struct {
 
 // NewTranslator returns a translator for cfg. It fails, naming the field,
 // when the family is unknown, the masquerade bit is out of range, the
-// scheduler or flags are unknown to IPVS, or an address or prefix is of the
-// other family.
+// scheduler or flags are unknown to IPVS, the cluster CIDR is of the other
+// family, or a node IP or node-port prefix is not valid.
 func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 	t := &Translator{cfg: cfg, owners: map[key]changetracker.ServicePortName{}, bound: map[netip.Addr]struct{}{}, loops: map[ipset.Entry]struct{}{}}
 	switch cfg.IPFamily {
@@ -220,30 +222,36 @@ func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 		t.clusterCIDR = cfg.ClusterCIDR.Masked().String()
 	}
 	for _, ip := range cfg.NodeIPs {
-		if !t.sameFamily(ip) {
-			return nil, fmt.Errorf("IPVS translator: node IP %s is not %s", ip, cfg.IPFamily)
+		if !ip.IsValid() {
+			return nil, fmt.Errorf("IPVS translator: node IP %s is not valid", ip)
 		}
-		ip, _ = t.own(ip)
-		t.nodeIPs = append(t.nodeIPs, ip)
+		if ip, ok := t.own(ip); ok {
+			t.nodeIPs = append(t.nodeIPs, ip)
+		}
 	}
-	all := len(cfg.NodePortAddresses) == 0
+	var prefixes []netip.Prefix
+	all := false
 	for _, p := range cfg.NodePortAddresses {
-		if !p.IsValid() || !t.sameFamily(p.Addr()) {
-			return nil, fmt.Errorf("IPVS translator: node-port address %s is not %s", p, cfg.IPFamily)
+		if !p.IsValid() {
+			return nil, fmt.Errorf("IPVS translator: node-port address %s is not valid", p)
 		}
-		all = all || p.Bits() == 0
+		if t.ownPrefix(p) {
+			prefixes = append(prefixes, p.Masked())
+			all = all || p.Bits() == 0
+		}
 	}
+	all = all || len(prefixes) == 0
 	for _, ip := range t.nodeIPs {
 		if ip.IsLoopback() || slices.Contains(t.nodePortIPs, ip) {
 			continue
 		}
-		if all || slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+		if all || slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			t.nodePortIPs = append(t.nodePortIPs, ip)
 		}
 	}
 	if !all {
-		for _, p := range cfg.NodePortAddresses {
-			t.nodePortDst = append(t.nodePortDst, p.Masked().String())
+		for _, p := range prefixes {
+			t.nodePortDst = append(t.nodePortDst, p.String())
 		}
 	}
 	for k := range numSets {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,12 +26,18 @@ import (
 // servers and sets, see them together.
 func TestTranslateDualStack(t *testing.T) {
 	ctx := context.Background()
+	// Both translators take the node's addresses and node-port prefixes
+	// of both families, and use their own.
+	nodeIPs := append(slices.Clone(modeCfg.NodeIPs), addr("fd00:1::10"), addr("fd00:2::10"), addr("::1"))
+	nodePorts := []netip.Prefix{prefix("fd00:1::/64")}
 	cfg4 := modeCfg
+	cfg4.NodeIPs, cfg4.NodePortAddresses = nodeIPs, nodePorts
 	cfg6 := ipvs.TranslatorConfig{
-		IPFamily:    v1.IPv6Protocol,
-		NodeName:    nodeName,
-		NodeIPs:     []netip.Addr{addr("fd00:1::10"), addr("::1")},
-		ClusterCIDR: prefix("fd00:244::/56"),
+		IPFamily:          v1.IPv6Protocol,
+		NodeName:          nodeName,
+		NodeIPs:           nodeIPs,
+		NodePortAddresses: nodePorts,
+		ClusterCIDR:       prefix("fd00:244::/56"),
 	}
 	web4 := svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, lbVIPs: []string{"198.51.100.10"}, sourceRanges: []string{"203.0.113.0/24"}, endpoints: []endpoint{localPod, remotePod}}
 	web6 := svcPort{
@@ -46,7 +53,7 @@ func TestTranslateDualStack(t *testing.T) {
 	}
 	checkGolden(t, filepath.Join("testdata", "mode", "ipv6.golden"), out.Bytes())
 
-	n := newNode(append(cfg4.NodeIPs, cfg6.NodeIPs...)...)
+	n := newNode(nodeIPs...)
 	n.apply(t, t4, t6)
 	checkApplied(t, n, t4, t6)
 	if diff := cmp.Diff([]string{
@@ -258,8 +265,8 @@ func TestNewTranslatorErrors(t *testing.T) {
 		{"scheduler", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, Scheduler: "fastest"}, `scheduler "fastest"`},
 		{"persistence flag", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, SchedulerFlags: ipvs.FlagPersistent}, "session affinity"},
 		{"cluster CIDR", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, ClusterCIDR: prefix("fd00::/64")}, "cluster CIDR fd00::/64 is not IPv4"},
-		{"node IP", ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{addr("10.0.0.1")}}, "node IP 10.0.0.1 is not IPv6"},
-		{"node-port address", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{{}}}, "node-port address invalid Prefix"},
+		{"node IP", ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{{}}}, "node IP invalid IP is not valid"},
+		{"node-port address", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{{}}}, "node-port address invalid Prefix is not valid"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ipvs.NewTranslator(tc.cfg)
