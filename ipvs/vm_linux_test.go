@@ -146,16 +146,18 @@ type topology struct {
 	director, client *kerneltest.NS
 	backends         []*kerneltest.NS
 	clientIP         netip.Addr
-	backendIPs       []netip.Addr
-	iface            *ipvs.Netlink
-	binder           *ipvs.DummyBinder
+	// clientLink is the client's end of its link to the director.
+	clientLink string
+	backendIPs []netip.Addr
+	iface      *ipvs.Netlink
+	binder     *ipvs.DummyBinder
 }
 
 func newTopology(t *testing.T, backends int) *topology {
 	t.Helper()
 	d, n, b := vmNS(t)
 	tp := &topology{director: d, client: kerneltest.NewNS(t), iface: n, binder: b, clientIP: netip.MustParseAddr("10.1.0.2")}
-	kerneltest.Link(t, tp.client, d, netip.MustParsePrefix("10.1.0.2/24"), netip.MustParsePrefix("10.1.0.1/24"))
+	tp.clientLink = kerneltest.Link(t, tp.client, d, netip.MustParsePrefix("10.1.0.2/24"), netip.MustParsePrefix("10.1.0.1/24")).A
 	tp.client.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("10.1.0.1"))
 	for i := range backends {
 		ns := kerneltest.NewNS(t)

@@ -1,10 +1,12 @@
 #!/bin/busybox sh
 # /init of the VM that hack/vmtest/run.sh boots: load the kernel modules the
-# tests need, run every test binary in /tests with the flags in /args, print
+# tests need, run every test binary in /tests/*/ (from its own directory,
+# which holds its package's testdata) with the flags in /args, print
 # the combined exit status as PROXYKIT_VM_EXIT=N (run.sh looks for that
 # line) and power off.
 /bin/busybox --install -s /bin
-export PATH=/bin
+# /usr/sbin holds iptables-legacy, from the host.
+export PATH=/bin:/usr/sbin
 mkdir -p /proc /sys /dev /tmp /run
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -17,17 +19,22 @@ ip link set lo up
 for m in $(cat /modules); do
 	modprobe "$m" || echo "vmtest: modprobe $m failed"
 done
+# Where the kernel runs modprobe to load a module on demand (an iptables
+# match or target that /modules forgot).
+echo /bin/modprobe >/proc/sys/kernel/modprobe
+iptables-legacy --version >/dev/null 2>&1 || echo "vmtest: iptables-legacy does not run"
 
 status=0
-for t in /tests/*.test; do
+for t in /tests/*/*.test; do
 	[ -x "$t" ] || continue
-	echo "vmtest: running ${t#/tests/}"
-	cd /tests
+	name=${t##*/}
+	echo "vmtest: running $name"
+	cd "${t%/*}"
 	# Word splitting of the flags is intended.
 	# shellcheck disable=SC2046
 	PROXYKIT_VM=1 PROXYKIT_REQUIRE_KERNEL=1 HOME=/tmp TMPDIR=/tmp "$t" $(cat /args)
 	rc=$?
-	echo "vmtest: ${t#/tests/} exited with $rc"
+	echo "vmtest: $name exited with $rc"
 	[ "$rc" = 0 ] || status=$rc
 done
 

@@ -7,15 +7,17 @@
 #        hack/vmtest/run.sh -v -run 'TestVMScale' ./ipvs
 #
 # Each package is built into a static test binary (CGO_ENABLED=0 go test -c)
-# and put, with busybox, the IPVS, conntrack, ipset, veth and dummy modules
-# and hack/vmtest/init.sh as /init, into an initramfs. QEMU boots it with
+# and put, with busybox, the IPVS, conntrack, ipset, veth and dummy modules,
+# the netfilter modules of IPVS mode's iptables rules, the host's
+# iptables-legacy binaries (with their shared libraries, dynamic loader and
+# extensions) and hack/vmtest/init.sh as /init, into an initramfs. QEMU boots it with
 # software emulation (-accel tcg -cpu max: /dev/kvm on the CI machines cannot
 # boot a stock kernel); init loads the modules, runs each binary with
 # PROXYKIT_VM=1 and PROXYKIT_REQUIRE_KERNEL=1, prints the exit status and
 # powers off. The script exits with that status: 0 only if every package
 # passed.
 #
-# Missing tools (qemu-system-x86, busybox-static, cpio, kmod) are installed
+# Missing tools (qemu-system-x86, busybox-static, cpio, kmod, iptables) are installed
 # with apt-get when running as root. The kernel package is fetched with
 # `apt-get download` and unpacked once into the cache directory:
 # $PROXYKIT_VM_CACHE, else $XDG_CACHE_HOME/proxykit-vm, else
@@ -64,12 +66,18 @@ for b in /bin/busybox /usr/bin/busybox; do
 	if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then busybox=$b; break; fi
 done
 [ -n "$busybox" ] || need="$need busybox-static"
+xtables=""
+for x in /usr/sbin/xtables-legacy-multi /sbin/xtables-legacy-multi; do
+	if [ -x "$x" ]; then xtables=$x; break; fi
+done
+[ -n "$xtables" ] || need="$need iptables"
 if [ -n "$need" ]; then
 	[ "$(id -u)" = 0 ] || die "missing packages:$need (install them, or run as root to have them installed)"
 	log "installing$need"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
 	busybox=/bin/busybox
+	xtables=/usr/sbin/xtables-legacy-multi
 fi
 command -v go >/dev/null || die "go not found on PATH"
 
@@ -120,10 +128,16 @@ cp "$here/init.sh" "$root/init"
 chmod 755 "$root/init"
 
 # xfrm_user: vishvananda/netlink handles made without a family list open an
-# XFRM socket too, and fail without it.
+# XFRM socket too, and fail without it. The second half are the legacy
+# x_tables and the matches and targets of IPVS mode's rules, loaded up front
+# because the kernel's on-demand loading needs a modprobe where the kernel
+# looks for one.
 modules="ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh ip_vs_lc nf_conntrack veth dummy xfrm_user
 ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet
-ip_set_hash_net ip_set_hash_netport ip_set_bitmap_port xt_set"
+ip_set_hash_net ip_set_hash_netport ip_set_bitmap_port xt_set
+ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter nf_nat
+xt_comment xt_mark xt_MASQUERADE xt_addrtype xt_conntrack xt_tcpudp xt_multiport
+xt_statistic xt_recent xt_nat ipt_REJECT ip6t_REJECT"
 for m in $modules; do
 	modprobe -d "$kroot" -S "$kver" --show-depends "$m" 2>/dev/null | while read -r kind path _; do
 		[ "$kind" = insmod ] || continue
@@ -142,6 +156,32 @@ for f in modules.builtin modules.builtin.modinfo modules.order; do
 done
 depmod -b "$root" "$kver"
 echo "$modules" >"$root/modules"
+
+# iptables-legacy from the host, which the initramfs's busybox lacks: the
+# multi-call binary with its names, and every shared library that it and
+# its extensions (dlopened from the directory it was built with) load,
+# at the paths ldd resolves, the dynamic loader included.
+withlibs() {
+	for f in "$@"; do
+		ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'
+	done | sort -u | while read -r lib; do
+		mkdir -p "$root$(dirname "$lib")"
+		cp -L "$lib" "$root$lib"
+	done
+}
+mkdir -p "$root/usr/sbin"
+cp -L "$xtables" "$root/usr/sbin/xtables-legacy-multi"
+for name in iptables-legacy iptables-legacy-save iptables-legacy-restore ip6tables-legacy ip6tables-legacy-save ip6tables-legacy-restore; do
+	ln -s xtables-legacy-multi "$root/usr/sbin/$name"
+done
+xtlib=""
+for d in /usr/lib/x86_64-linux-gnu/xtables /usr/lib64/xtables /usr/lib/xtables; do
+	if [ -d "$d" ]; then xtlib=$d; break; fi
+done
+[ -n "$xtlib" ] || die "no xtables extension directory for $xtables"
+mkdir -p "$root$xtlib"
+cp -L "$xtlib"/*.so "$root$xtlib/"
+withlibs "$xtables" "$xtlib"/*.so
 echo "$testargs" >"$root/args"
 
 n=0
@@ -149,8 +189,13 @@ for p in $pkgs; do
 	n=$((n + 1))
 	name=$(printf '%02d-%s' "$n" "$(echo "$p" | sed 's#^\./##; s#[/.]#_#g')")
 	log "building $p"
-	(cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/$name.test" "$p") || die "building $p failed"
-	[ -f "$root/tests/$name.test" ] || log "$p has no tests"
+	# Each binary runs in a directory of its own with the package's
+	# testdata, as go test runs it in the package's directory.
+	mkdir -p "$root/tests/$name"
+	(cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/$name/$name.test" "$p") || die "building $p failed"
+	[ -f "$root/tests/$name/$name.test" ] || log "$p has no tests"
+	dir=$(cd "$repo" && go list -f '{{.Dir}}' "$p") || die "go list $p failed"
+	[ ! -d "$dir/testdata" ] || cp -R "$dir/testdata" "$root/tests/$name/"
 done
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.gz"

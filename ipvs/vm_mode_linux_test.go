@@ -1,0 +1,239 @@
+package ipvs_test
+
+// IPVS mode on a real kernel, in the VM tier (see vm_linux_test.go): the
+// translation applied by the Applier with the real reconcilers, ipsets over
+// netlink and iptables-legacy-restore, in a director namespace that stands
+// for the node, with real packets from a client namespace to backend
+// namespaces.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/ipset"
+	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
+)
+
+// modeNode is a topology whose director runs IPVS mode.
+type modeNode struct {
+	*topology
+	ipt     iptables.Interface
+	sets    *ipset.Netlink
+	applier *ipvs.Applier
+}
+
+func newModeNode(t *testing.T) *modeNode {
+	t.Helper()
+	tp := newTopology(t, 2)
+	kerneltest.Require(t, "iptables-legacy", "iptables-legacy-save", "iptables-legacy-restore")
+	ctx := context.Background()
+	d := tp.director
+	// IPVS keeps conntrack entries for its connections, which the
+	// masquerading rules need; rejections must reach the client at once.
+	d.Sysctl(t, "net.ipv4.vs.conntrack", "1")
+	d.Sysctl(t, "net.ipv4.conf.all.send_redirects", "0")
+	d.Sysctl(t, "net.ipv4.conf.default.send_redirects", "0")
+	d.Sysctl(t, "net.ipv4.icmp_ratelimit", "0")
+	// A second client address, outside the load balancer's source range.
+	tp.client.AddAddr(t, tp.clientLink, netip.MustParsePrefix("10.1.0.3/24"))
+
+	m := &modeNode{topology: tp}
+	lock := filepath.Join(t.TempDir(), "xtables.lock")
+	err := d.Do(func() (err error) {
+		m.ipt, err = iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(iptables.BackendLegacy), iptables.WithLockFile(lock))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.sets, err = ipset.New(ipset.WithNetNSPath("/run/netns/" + d.Name)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.sets.Close)
+	m.applier = ipvs.NewApplier(ipvs.NewReconciler(tp.iface, tp.binder), ipset.NewReconciler(m.sets, ipvs.SetPrefix), m.ipt)
+	return m
+}
+
+// apply applies tr in the director, where iptables must run.
+func (m *modeNode) apply(t *testing.T, tr ipvs.Translation) ipvs.ApplyResult {
+	t.Helper()
+	var res ipvs.ApplyResult
+	err := m.director.Do(func() (err error) {
+		res, err = m.applier.Apply(context.Background(), tr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Apply: %v\n%s", err, tr.Payload)
+	}
+	return res
+}
+
+// dial dials dst from src (zero: the client's own address) n times and
+// counts the replies per backend, and the sources the backends saw.
+func (m *modeNode) dial(t *testing.T, src netip.Addr, dst string, n int) (backends map[string]int, sources map[string]bool) {
+	t.Helper()
+	backends, sources = map[string]int{}, map[string]bool{}
+	for range n {
+		r, err := kerneltest.DialFrom(m.client, "tcp", src, netip.MustParseAddrPort(dst), 5*time.Second)
+		if err != nil {
+			t.Fatalf("tcp to %s: %v", dst, err)
+		}
+		backends[r.Name]++
+		sources[r.Name+" saw "+r.Client.String()] = true
+	}
+	return backends, sources
+}
+
+// expect dials dst n times from the client's own address and compares the
+// replies per backend, and the sources the backends saw, with the wanted
+// ones.
+func (m *modeNode) expect(t *testing.T, dst string, n int, backends map[string]int, sources map[string]bool) {
+	t.Helper()
+	got, seen := m.dial(t, netip.Addr{}, dst, n)
+	if diff := cmp.Diff(backends, got); diff != "" {
+		t.Errorf("replies per backend from %s (-want +got):\n%s", dst, diff)
+	}
+	if diff := cmp.Diff(sources, seen); diff != "" {
+		t.Errorf("sources the backends of %s saw (-want +got):\n%s", dst, diff)
+	}
+}
+
+// refused dials dst and checks that the connection is refused well within
+// a second.
+func (m *modeNode) refused(t *testing.T, dst string) {
+	t.Helper()
+	start := time.Now()
+	_, err := kerneltest.Dial(m.client, "tcp", netip.MustParseAddrPort(dst), 5*time.Second)
+	if took := time.Since(start); !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
+		t.Errorf("tcp to %s: %v after %v, want a refusal at once", dst, err, took.Round(time.Millisecond))
+	}
+}
+
+func TestVMMode(t *testing.T) {
+	m := newModeNode(t)
+	ctx := context.Background()
+	kerneltest.StartBackend(t, m.backends[0], "b1", 8080)
+	kerneltest.StartBackend(t, m.backends[1], "b2", 8080)
+
+	nodeIPs, err := m.binder.NodeAddresses(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ipvs.TranslatorConfig{
+		IPFamily: v1.IPv4Protocol,
+		NodeName: nodeName,
+		NodeIPs:  nodeIPs,
+		// Node ports on the client's side only.
+		NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
+		// The backends stand for pods; the client is outside the cluster.
+		ClusterCIDR: netip.MustParsePrefix("10.2.0.0/16"),
+		RandomFully: m.ipt.HasRandomFully(),
+	}
+	b1 := endpoint{ip: m.backendIPs[0].String(), local: true}
+	b2 := endpoint{ip: m.backendIPs[1].String()}
+	tr := translate(t, cfg,
+		svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, endpoints: []endpoint{b1, b2}},
+		svcPort{name: "default/lb", clusterIP: "10.96.0.11", port: 80, lbVIPs: []string{"198.51.100.10"}, sourceRanges: []string{"10.1.0.2/32"}, endpoints: []endpoint{b1, b2}},
+		svcPort{name: "default/empty", clusterIP: "10.96.0.12", port: 80, nodePort: 30082},
+		svcPort{name: "default/local", clusterIP: "10.96.0.13", port: 80, lbVIPs: []string{"198.51.100.13"}, etpLocal: true, hcNodePort: 32013, endpoints: []endpoint{b1, b2}},
+	)
+	if res := m.apply(t, tr); res.IPVS.VirtualServersAdded != len(tr.Services) {
+		t.Fatalf("first apply: %+v, want %d virtual servers added", res, len(tr.Services))
+	}
+	// What the node's backends see when the director masquerades.
+	masqueraded := map[string]bool{"b1 saw 10.2.0.1": true, "b2 saw 10.2.1.1": true}
+
+	t.Run("ClusterIP: round robin, masqueraded from outside the cluster", func(t *testing.T) {
+		m.expect(t, "10.96.0.10:80", 10, map[string]int{"b1": 5, "b2": 5}, masqueraded)
+	})
+
+	t.Run("NodePort on the node address", func(t *testing.T) {
+		m.expect(t, "10.1.0.1:30080", 4, map[string]int{"b1": 2, "b2": 2}, masqueraded)
+		// 10.2.0.1 is the node's too, but outside the node-port
+		// addresses: nothing listens there.
+		m.refused(t, "10.2.0.1:30080")
+	})
+
+	t.Run("a port no service has on a service address is refused", func(t *testing.T) {
+		m.refused(t, "10.96.0.10:81")
+	})
+
+	t.Run("load balancer with a source range", func(t *testing.T) {
+		if got, _ := m.dial(t, m.clientIP, "198.51.100.10:80", 2); got["b1"]+got["b2"] != 2 {
+			t.Errorf("from the source range: %v", got)
+		}
+		_, err := kerneltest.DialFrom(m.client, "tcp", netip.MustParseAddr("10.1.0.3"), netip.MustParseAddrPort("198.51.100.10:80"), time.Second)
+		if !kerneltest.IsTimeout(err) {
+			t.Errorf("from outside the source range: %v, want no answer", err)
+		}
+	})
+
+	t.Run("no endpoints: refused at once", func(t *testing.T) {
+		m.refused(t, "10.96.0.12:80")
+		m.refused(t, "10.1.0.1:30082")
+	})
+
+	t.Run("externalTrafficPolicy Local: the local endpoint only, source kept", func(t *testing.T) {
+		m.expect(t, "198.51.100.13:80", 6, map[string]int{"b1": 6}, map[string]bool{"b1 saw 10.1.0.2": true})
+	})
+
+	t.Run("a resync changes nothing", func(t *testing.T) {
+		res := m.apply(t, tr)
+		if res.IPVS.Writes != 0 || res.IPSets.Writes != 0 {
+			t.Errorf("resync: %+v, want no IPVS or ipset writes", res)
+		}
+	})
+
+	t.Run("NodeAddresses leaves out the dummy interface", func(t *testing.T) {
+		got, err := m.binder.NodeAddresses(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"10.1.0.1", "10.2.0.1", "10.2.1.1", "127.0.0.1", "::1"}, addrStrings(got)); diff != "" {
+			t.Errorf("NodeAddresses (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("Cleanup removes it all", func(t *testing.T) {
+		err := m.director.Do(func() error {
+			return ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: []iptables.Interface{m.ipt}, IPSets: m.sets, IPVS: m.iface, Binder: m.binder})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if list, err := m.iface.ListVirtualServers(ctx); err != nil || len(list) != 0 {
+			t.Errorf("virtual servers left: %v (%v)", list, err)
+		}
+		infos, err := m.sets.ListSets(ctx)
+		if err != nil || len(infos) != 0 {
+			t.Errorf("sets left: %v (%v)", infos, err)
+		}
+		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
+			var buf bytes.Buffer
+			if err := m.director.Do(func() error { return m.ipt.SaveInto(ctx, table, &buf) }); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(buf.String(), "KUBE-") {
+				t.Errorf("%s table after Cleanup:\n%s", table, buf.String())
+			}
+		}
+		if _, err := m.binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
+			t.Errorf("%s after Cleanup: %v", ipvs.DummyDevice, err)
+		}
+		if _, err := kerneltest.Dial(m.client, "tcp", netip.MustParseAddrPort("10.96.0.10:80"), time.Second); err == nil {
+			t.Error("the cluster IP still answers")
+		}
+	})
+}
