@@ -144,7 +144,10 @@ type Translation struct {
 //
 // Traffic policies follow kube-proxy's IPVS mode. Cluster IPs use the
 // endpoints for internal traffic: with internalTrafficPolicy Local only
-// this node's, and none when it has none. External IPs, load-balancer VIPs
+// this node's, and none when it has none, so that the cluster IP refuses
+// connections rather than send them to another node (kube-proxy's IPVS
+// mode may do that when the Service also has Cluster external traffic).
+// External IPs, load-balancer VIPs
 // and node ports use this node's endpoints under externalTrafficPolicy
 // Local and keep the client's address (they are in the -LOCAL sets, so not
 // masqueraded); when the node has no endpoint of the service, they fall

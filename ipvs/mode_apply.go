@@ -23,6 +23,13 @@ import (
 // the translations of every family the node serves: the virtual servers
 // and sets of a family left out are deleted.
 //
+// IPVS mode shares chain names (KUBE-SERVICES, KUBE-POSTROUTING,
+// KUBE-MARK-MASQ, KUBE-FORWARD, KUBE-PROXY-FIREWALL) with the iptables
+// rule writer's layout. A node that ran the iptables mode before should
+// have that mode's rules cleaned up before the first Apply, or its
+// KUBE-NODEPORTS and KUBE-EXTERNAL-SERVICES rules and per-service chains
+// stay behind.
+//
 // An Applier is not safe for concurrent use.
 type Applier struct {
 	ipvs *Reconciler

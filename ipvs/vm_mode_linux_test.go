@@ -237,3 +237,99 @@ func TestVMMode(t *testing.T) {
 		}
 	})
 }
+
+// TestVMModeDualStack applies both families' translations, with a member
+// in every set and every rule the translator writes, to the kernel: the
+// real ip6tables-legacy-restore, the kernel's set matches and IPVS must
+// accept all of it. Then Cleanup removes all of it.
+func TestVMModeDualStack(t *testing.T) {
+	d, iface, binder := vmNS(t)
+	kerneltest.Require(t, "iptables-legacy-restore", "ip6tables-legacy-restore")
+	ctx := context.Background()
+	lock := filepath.Join(t.TempDir(), "xtables.lock")
+	var ipts []iptables.Interface
+	for _, p := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		err := d.Do(func() error {
+			ipt, err := iptables.New(ctx, p, iptables.WithBackend(iptables.BackendLegacy), iptables.WithLockFile(lock))
+			ipts = append(ipts, ipt)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sets, err := ipset.New(ipset.WithNetNSPath("/run/netns/" + d.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sets.Close)
+
+	// One of each kind of service, per family.
+	every := func(a map[string]string) []svcPort {
+		local := endpoint{ip: a["pod1"], local: true}
+		remote := endpoint{ip: a["pod2"]}
+		return []svcPort{
+			{name: "default/web", clusterIP: a["web"], port: 80, nodePort: 30080, externalIPs: []string{a["ext1"]},
+				lbVIPs: []string{a["vip1"]}, sourceRanges: []string{a["range"], a["nodeRange"]}, endpoints: []endpoint{local, remote}},
+			{name: "default/local", clusterIP: a["local"], port: 80, nodePort: 30081, externalIPs: []string{a["ext2"]},
+				lbVIPs: []string{a["vip2"]}, etpLocal: true, hcNodePort: 32000, endpoints: []endpoint{local, remote}},
+			{name: "default/dns", proto: v1.ProtocolUDP, clusterIP: a["dns"], port: 53, nodePort: 30053, etpLocal: true, endpoints: []endpoint{{ip: a["pod1"], port: 53, local: true}}},
+			{name: "default/sig", proto: v1.ProtocolSCTP, clusterIP: a["sig"], port: 9000, nodePort: 30900, etpLocal: true, endpoints: []endpoint{{ip: a["pod1"], port: 9000, local: true}}},
+		}
+	}
+	cfg4 := ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, NodeName: nodeName, NodeIPs: []netip.Addr{addr("10.1.0.1")}, ClusterCIDR: prefix("10.244.0.0/16"), RandomFully: ipts[0].HasRandomFully()}
+	// Without a cluster CIDR: the src,dst variant of the masquerade rule.
+	cfg6 := ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol, NodeName: nodeName, NodeIPs: []netip.Addr{addr("fd00:1::1")}, Scheduler: "sh", SchedulerFlags: ipvs.FlagSched1}
+	t4 := translate(t, cfg4, every(map[string]string{
+		"web": "10.96.0.10", "local": "10.96.0.11", "dns": "10.96.0.53", "sig": "10.96.0.20",
+		"ext1": "203.0.113.5", "ext2": "203.0.113.6", "vip1": "198.51.100.10", "vip2": "198.51.100.11",
+		"pod1": "10.244.1.5", "pod2": "10.244.2.7", "range": "203.0.113.0/24", "nodeRange": "10.1.0.0/24",
+	})...)
+	t6 := translate(t, cfg6, every(map[string]string{
+		"web": "fd00:96::10", "local": "fd00:96::11", "dns": "fd00:96::53", "sig": "fd00:96::20",
+		"ext1": "2001:db8:203::5", "ext2": "2001:db8:203::6", "vip1": "2001:db8:198::10", "vip2": "2001:db8:198::11",
+		"pod1": "fd00:244:1::5", "pod2": "fd00:244:2::7", "range": "2001:db8:203::/64", "nodeRange": "fd00:1::/64",
+	})...)
+	for _, tr := range []ipvs.Translation{t4, t6} {
+		for _, s := range tr.Sets {
+			if len(s.Entries) == 0 {
+				t.Errorf("%s has no member: the test misses a rule", s.Set.Name)
+			}
+		}
+	}
+
+	a := ipvs.NewApplier(ipvs.NewReconciler(iface, binder), ipset.NewReconciler(sets, ipvs.SetPrefix), ipts...)
+	var res ipvs.ApplyResult
+	err = d.Do(func() (err error) {
+		res, err = a.Apply(ctx, t4, t6)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Apply: %v\n%s\n%s", err, t4.Payload, t6.Payload)
+	}
+	if want := len(t4.Services) + len(t6.Services); res.IPVS.VirtualServersAdded != want || res.IPSets.Created != len(t4.Sets)+len(t6.Sets) {
+		t.Errorf("Apply: %+v, want %d virtual servers and %d sets created", res, want, len(t4.Sets)+len(t6.Sets))
+	}
+	for i, tr := range []ipvs.Translation{t4, t6} {
+		var buf bytes.Buffer
+		if err := d.Do(func() error { return ipts[i].SaveInto(ctx, iptables.TableFilter, &buf) }); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set "+tr.Sets[len(tr.Sets)-1].Set.Name+" dst -j REJECT") {
+			t.Errorf("%s filter table:\n%s", tr.IPFamily, buf.String())
+		}
+	}
+
+	err = d.Do(func() error {
+		return ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: ipts, IPSets: sets, IPVS: iface, Binder: binder})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := iface.ListVirtualServers(ctx); len(list) != 0 {
+		t.Errorf("virtual servers left: %v", list)
+	}
+	if infos, _ := sets.ListSets(ctx); len(infos) != 0 {
+		t.Errorf("sets left: %v", infos)
+	}
+}
