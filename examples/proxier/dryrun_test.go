@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// demoArgs are demoCommand's flags, with the manifests path as seen from
+// this package's directory.
+func demoArgs(t *testing.T) []string {
+	t.Helper()
+	const prefix = "go run ./examples/proxier "
+	if !strings.HasPrefix(demoCommand, prefix) {
+		t.Fatalf("demoCommand %q does not start with %q", demoCommand, prefix)
+	}
+	args := strings.Fields(strings.TrimPrefix(demoCommand, prefix))
+	for i, a := range args {
+		args[i] = strings.Replace(a, "examples/proxier/testdata", "testdata", 1)
+	}
+	return args
+}
+
+// TestDryRunDemoCluster checks the README's first command: its output for
+// the demo cluster is the golden file, it touches nothing (the environment
+// fails the test if iptables, conntrack, the kernel or the host's
+// addresses are used), and the README and the demo file show the same
+// command.
+func TestDryRunDemoCluster(t *testing.T) {
+	var out bytes.Buffer
+	log, err := runArgs(t, dryRunEnvironment(t, &out), demoArgs(t)...)
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, log)
+	}
+	checkGolden(t, "demo-cluster.dry-run.golden", out.Bytes())
+
+	for _, path := range []string{"../../README.md", "testdata/demo-cluster.yaml", "README.md"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, []byte(demoCommand)) {
+			t.Errorf("%s does not show the first command %q", path, demoCommand)
+		}
+	}
+}
+
+// TestDryRunBinary runs the built proxier as the README says, from the
+// repository's root, with an empty PATH (so that running any program, such
+// as iptables, fails) and, when the test runs as root, as the user nobody:
+// the output must still be the golden one.
+func TestDryRunBinary(t *testing.T) {
+	bin := proxierBinary(t)
+	noPath := t.TempDir()
+	args := strings.Fields(strings.TrimPrefix(demoCommand, "go run ./examples/proxier "))
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = []string{"PATH=" + noPath, "HOME=/nonexistent"}
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(noPath, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, stderr.String())
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "demo-cluster.dry-run.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, stdout.Bytes()) {
+		t.Errorf("the binary's output differs from the golden file:\n%s", cmp.Diff(string(want), stdout.String()))
+	}
+}
+
+// TestDryRunFamilies checks that the IP families proxied are those of the
+// node's addresses: IPv4 only, IPv6 only, or both, each with its own rules.
+func TestDryRunFamilies(t *testing.T) {
+	const services = `
+apiVersion: v1
+kind: Service
+metadata: {name: v4, namespace: ns}
+spec:
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ports: [{name: p, port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: v6, namespace: ns}
+spec:
+  clusterIP: fd00:96::10
+  clusterIPs: [fd00:96::10]
+  ipFamilies: [IPv6]
+  ports: [{name: p, port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dual, namespace: ns}
+spec:
+  clusterIP: 10.96.0.11
+  clusterIPs: [10.96.0.11, fd00:96::11]
+  ipFamilies: [IPv4, IPv6]
+  ports: [{name: p, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dual-v4, namespace: ns, labels: {kubernetes.io/service-name: dual}}
+addressType: IPv4
+endpoints: [{addresses: [10.244.0.5]}]
+ports: [{name: p, port: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dual-v6, namespace: ns, labels: {kubernetes.io/service-name: dual}}
+addressType: IPv6
+endpoints: [{addresses: ["fd00:244::5"]}]
+ports: [{name: p, port: 8080, protocol: TCP}]
+`
+	node := func(addrs ...string) string {
+		s := "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\nstatus:\n  addresses:\n"
+		for _, a := range addrs {
+			s += "  - {type: InternalIP, address: \"" + a + "\"}\n"
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name       string
+		node       string
+		want, dont []string
+	}{{
+		name: "IPv4 only",
+		node: node("192.168.0.1"),
+		want: []string{"# IPv4: iptables-restore input\n", "-d 10.96.0.10", "-d 10.96.0.11", "--to-destination 10.244.0.5:8080"},
+		dont: []string{"# IPv6", "fd00:"},
+	}, {
+		name: "IPv6 only",
+		node: node("fd00::1"),
+		want: []string{"# IPv6: ip6tables-restore input\n", "-d fd00:96::10", "-d fd00:96::11", "--to-destination [fd00:244::5]:8080"},
+		dont: []string{"# IPv4", "10.96.0."},
+	}, {
+		name: "dual-stack, IPv6 primary",
+		node: node("fd00::1", "192.168.0.1"),
+		want: []string{"# IPv6: ip6tables-restore input\n", "# IPv4: iptables-restore input\n", "-d fd00:96::11", "-d 10.96.0.11"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(services+"---\n"+tc.node), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			log, err := runArgs(t, dryRunEnvironment(t, &out), "--manifests", dir, "--dry-run", "--hostname-override", "node-a")
+			if err != nil {
+				t.Fatalf("dry run: %v\n%s", err, log)
+			}
+			got := out.String()
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("output lacks %q:\n%s", w, got)
+				}
+			}
+			for _, d := range tc.dont {
+				if strings.Contains(got, d) {
+					t.Errorf("output has %q:\n%s", d, got)
+				}
+			}
+			if tc.name == "dual-stack, IPv6 primary" && strings.Index(got, "# IPv6") > strings.Index(got, "# IPv4") {
+				t.Errorf("the primary family (IPv6, the node's first address) is not printed first")
+			}
+		})
+	}
+}
+
+// TestDryRunBadManifests checks that a bad document is reported with its
+// file and position and that the rest of the file still loads.
+func TestDryRunBadManifests(t *testing.T) {
+	dir := t.TempDir()
+	const cluster = `apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+status: {addresses: [{type: InternalIP, address: 192.168.0.1}]}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: not-a-service}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ns}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: p, port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: [broken
+`
+	path := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(path, []byte(cluster), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	log, err := runArgs(t, dryRunEnvironment(t, &out), "--manifests", dir, "--dry-run", "--hostname-override", "node-a")
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, log)
+	}
+	for _, want := range []string{
+		`"Skipping a manifest document" err="unsupported kind ConfigMap`,
+		`file="` + path + `" document=2`,
+		`file="` + path + `" document=4`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if !strings.Contains(out.String(), "-d 10.96.0.10") {
+		t.Errorf("the good Service's rules are missing:\n%s", out.String())
+	}
+}

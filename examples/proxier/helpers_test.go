@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/proxykit/proxykit/iptables"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// demoCommand is the README's first command. The demo cluster's header
+// comment and the golden test use it too.
+const demoCommand = "go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a"
+
+// testLogger returns a context whose logger writes to buf, at verbosity v.
+func testLogger(buf io.Writer, v int) context.Context {
+	return klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(buf), textlogger.Verbosity(v))))
+}
+
+// dryRunEnvironment is the real environment with every part a dry run must
+// not use replaced by one that fails t: no iptables, no conntrack, no
+// kernel files, and no host addresses (the node's come from its Node
+// object).
+func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
+	env := realEnvironment(stdout)
+	env.detectBackend = func(context.Context) (iptables.Backend, error) {
+		t.Error("a dry run detected the iptables backend")
+		return "", fmt.Errorf("not in a dry run")
+	}
+	env.newIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
+		t.Error("a dry run made an iptables Interface")
+		return nil, fmt.Errorf("not in a dry run")
+	}
+	env.conntrack = nil
+	env.kernel = nil
+	env.hostAddresses = func() ([]netip.Addr, error) {
+		t.Error("a dry run read the host's addresses")
+		return nil, fmt.Errorf("not in a dry run")
+	}
+	env.listen = nil
+	return env
+}
+
+// runArgs parses args and runs the proxier in this process with env; it
+// returns what was logged and run's error.
+func runArgs(t *testing.T, env *environment, args ...string) (string, error) {
+	t.Helper()
+	o, err := parseOptions(args, io.Discard)
+	if err != nil {
+		t.Fatalf("parsing %q: %v", args, err)
+	}
+	var log bytes.Buffer
+	err = run(testLogger(&log, 2), o, env)
+	return log.String(), err
+}
+
+// checkGolden compares got with testdata/name, or rewrites the file with
+// -update.
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update to create it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("output differs from %s (run with -update to accept it):\n%s", path, cmp.Diff(string(want), string(got)))
+	}
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// proxierBinary builds the proxier once per test process, into a
+// directory removed by TestMain, and returns its path.
+func proxierBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "proxier-test-")
+		if buildErr != nil {
+			return
+		}
+		// Readable by everyone: the no-privilege test runs it as nobody.
+		if buildErr = os.Chmod(buildDir, 0o755); buildErr != nil {
+			return
+		}
+		// go test puts its own go command first in PATH.
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "proxier"), ".")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "proxier")
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// Proxy modes, as --mode names them.
+const (
+	modeIPTables = "iptables"
+	modeIPVS     = "ipvs"
+)
+
+// options are the command line, parsed and checked.
+type options struct {
+	kubeconfig       string
+	master           string
+	hostnameOverride string
+	mode             string
+	// clusterCIDRs has at most one prefix per IP family.
+	clusterCIDRs  []netip.Prefix
+	masqueradeAll bool
+	// nodePortAddresses are the --nodeport-addresses prefixes;
+	// nodePortPrimary is set by the value "primary" instead.
+	nodePortAddresses  []netip.Prefix
+	nodePortPrimary    bool
+	healthzBindAddress string
+	metricsBindAddress string
+	syncPeriod         time.Duration
+	minSyncPeriod      time.Duration
+	cleanup            bool
+	manifests          string
+	dryRun             bool
+	once               bool
+}
+
+// Defaults as kube-proxy has them.
+const (
+	defaultHealthzPort = "10256"
+	defaultMetricsPort = "10249"
+)
+
+// parseOptions reads the command line args (without the program name).
+// Usage and errors go to stderr; -h gives flag.ErrHelp.
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("proxier", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: proxier [flags]\n\nA Kubernetes service proxy composed from the proxykit blocks.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	var clusterCIDR, nodePortAddresses string
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty, with --master empty too, means the in-cluster configuration.")
+	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server (overrides any value in the kubeconfig).")
+	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "The name of this node, if not the host name.")
+	fs.StringVar(&o.mode, "mode", modeIPTables, "Which proxy mode to use: 'iptables' or 'ipvs'.")
+	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "The pod network, at most one CIDR per IP family, comma-separated. Traffic to cluster IPs from outside it is masqueraded.")
+	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "Masquerade all traffic to cluster IPs.")
+	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses.")
+	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:"+defaultHealthzPort, "The IP address and port of the health server (/healthz, /livez); empty disables it.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+defaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
+	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "The longest time between syncs of the rules.")
+	fs.DurationVar(&o.minSyncPeriod, "min-sync-period", time.Second, "The shortest time between syncs of the rules.")
+	fs.BoolVar(&o.cleanup, "cleanup", false, "Remove every rule the proxier made, then exit.")
+	fs.StringVar(&o.manifests, "manifests", "", "Read Services, EndpointSlices and Nodes from this YAML file or directory, and follow changes to it, instead of an API server.")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "Print what the first full sync would apply and exit; touch nothing and need no privileges.")
+	fs.BoolVar(&o.once, "once", false, "Apply one full sync and exit.")
+	// Of klog's flags, only -v, as kube-proxy users know it.
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "Log verbosity: 0 logs start-up and errors, 2 each sync, 4 every change and command.")
+
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.clusterCIDRs, err = parseCIDRs("--cluster-cidr", clusterCIDR); err != nil {
+		return nil, err
+	}
+	if err := onePerFamily("--cluster-cidr", o.clusterCIDRs); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(nodePortAddresses) == "primary" {
+		o.nodePortPrimary = true
+	} else if o.nodePortAddresses, err = parseCIDRs("--nodeport-addresses", nodePortAddresses); err != nil {
+		return nil, err
+	}
+	if o.healthzBindAddress, err = bindAddress("--healthz-bind-address", o.healthzBindAddress, defaultHealthzPort); err != nil {
+		return nil, err
+	}
+	if o.metricsBindAddress, err = bindAddress("--metrics-bind-address", o.metricsBindAddress, defaultMetricsPort); err != nil {
+		return nil, err
+	}
+	switch o.mode {
+	case modeIPTables, modeIPVS:
+	case "":
+		o.mode = modeIPTables
+	default:
+		return nil, fmt.Errorf("--mode %q: want %q or %q", o.mode, modeIPTables, modeIPVS)
+	}
+	if o.syncPeriod <= 0 {
+		return nil, fmt.Errorf("--sync-period %v: must be positive", o.syncPeriod)
+	}
+	if o.minSyncPeriod < 0 || o.minSyncPeriod > o.syncPeriod {
+		return nil, fmt.Errorf("--min-sync-period %v: must be between 0 and --sync-period (%v)", o.minSyncPeriod, o.syncPeriod)
+	}
+	if n := count(o.dryRun, o.once, o.cleanup); n > 1 {
+		return nil, errors.New("--dry-run, --once and --cleanup exclude each other")
+	}
+	if o.cleanup && o.manifests != "" {
+		return nil, errors.New("--cleanup needs no cluster: leave out --manifests")
+	}
+	return o, nil
+}
+
+// nodeName returns --hostname-override, or the host name, lower-cased as
+// node names are.
+func (o *options) nodeName() (string, error) {
+	name := o.hostnameOverride
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("finding the node name (set --hostname-override): %w", err)
+		}
+		name = h
+	}
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" {
+		return "", errors.New("the node name is empty: set --hostname-override")
+	}
+	return name, nil
+}
+
+// clusterCIDR returns the --cluster-cidr prefix of family, or the zero
+// Prefix.
+func (o *options) clusterCIDR(family v1.IPFamily) netip.Prefix {
+	for _, p := range o.clusterCIDRs {
+		if familyOf(p.Addr()) == family {
+			return p
+		}
+	}
+	return netip.Prefix{}
+}
+
+func parseCIDRs(flagName, value string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(value, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flagName, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func onePerFamily(flagName string, prefixes []netip.Prefix) error {
+	seen := map[v1.IPFamily]netip.Prefix{}
+	for _, p := range prefixes {
+		f := familyOf(p.Addr())
+		if prev, ok := seen[f]; ok {
+			return fmt.Errorf("%s: %s and %s are both %s; give at most one per IP family", flagName, prev, p, f)
+		}
+		seen[f] = p
+	}
+	return nil
+}
+
+// bindAddress checks a --*-bind-address value: "" (disabled), "IP:port",
+// or a bare IP, which gets defaultPort as kube-proxy gives it.
+func bindAddress(flagName, value, defaultPort string) (string, error) {
+	if value == "" {
+		return "", nil
+	}
+	if a, err := netip.ParseAddr(value); err == nil {
+		return net.JoinHostPort(a.String(), defaultPort), nil
+	}
+	if _, err := netip.ParseAddrPort(value); err != nil {
+		return "", fmt.Errorf("%s %q: want IP:port or an IP: %w", flagName, value, err)
+	}
+	return value, nil
+}
+
+func count(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// familyOf returns the IP family of a.
+func familyOf(a netip.Addr) v1.IPFamily {
+	if a.Unmap().Is4() {
+		return v1.IPv4Protocol
+	}
+	return v1.IPv6Protocol
+}

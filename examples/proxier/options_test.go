@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+func TestParseOptions(t *testing.T) {
+	defaults := options{
+		mode:               modeIPTables,
+		healthzBindAddress: "0.0.0.0:10256",
+		metricsBindAddress: "127.0.0.1:10249",
+		syncPeriod:         30 * time.Second,
+		minSyncPeriod:      time.Second,
+	}
+	with := func(f func(*options)) *options {
+		o := defaults
+		f(&o)
+		return &o
+	}
+	for _, tc := range []struct {
+		args    []string
+		want    *options
+		wantErr string
+	}{
+		{args: nil, want: &defaults},
+		{
+			// kube-proxy's double dashes, and Go's single ones.
+			args: []string{"--kubeconfig=/etc/kube.conf", "-master", "https://10.0.0.1:6443", "--hostname-override", "Node-A",
+				"--mode", "ipvs", "--masquerade-all", "--cleanup"},
+			want: with(func(o *options) {
+				o.kubeconfig, o.master, o.hostnameOverride = "/etc/kube.conf", "https://10.0.0.1:6443", "Node-A"
+				o.mode, o.masqueradeAll, o.cleanup = modeIPVS, true, true
+			}),
+		},
+		{
+			args: []string{"--cluster-cidr", "10.244.0.0/16, fd00:244::/64", "--nodeport-addresses", "192.168.0.0/24,fd00::/64"},
+			want: with(func(o *options) {
+				o.clusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/64")}
+				o.nodePortAddresses = []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24"), netip.MustParsePrefix("fd00::/64")}
+			}),
+		},
+		{args: []string{"--nodeport-addresses", "primary"}, want: with(func(o *options) { o.nodePortPrimary = true })},
+		{
+			// A bare IP gets the default port; empty disables.
+			args: []string{"--healthz-bind-address", "10.0.0.5", "--metrics-bind-address", ""},
+			want: with(func(o *options) { o.healthzBindAddress, o.metricsBindAddress = "10.0.0.5:10256", "" }),
+		},
+		{
+			args: []string{"--manifests", "x", "--dry-run", "--sync-period", "5s", "--min-sync-period", "0"},
+			want: with(func(o *options) { o.manifests, o.dryRun, o.syncPeriod, o.minSyncPeriod = "x", true, 5*time.Second, 0 }),
+		},
+		{args: []string{"--mode", "nftables"}, wantErr: `--mode "nftables"`},
+		{args: []string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, wantErr: "at most one per IP family"},
+		{args: []string{"--cluster-cidr", "10.0.0.0"}, wantErr: "--cluster-cidr"},
+		{args: []string{"--nodeport-addresses", "nonsense"}, wantErr: "--nodeport-addresses"},
+		{args: []string{"--healthz-bind-address", "localhost:1"}, wantErr: "--healthz-bind-address"},
+		{args: []string{"--sync-period", "0s"}, wantErr: "--sync-period"},
+		{args: []string{"--min-sync-period", "1m"}, wantErr: "--min-sync-period"},
+		{args: []string{"--dry-run", "--once"}, wantErr: "exclude each other"},
+		{args: []string{"--cleanup", "--manifests", "x"}, wantErr: "--cleanup needs no cluster"},
+		{args: []string{"extra"}, wantErr: "unexpected arguments"},
+		{args: []string{"--no-such-flag"}, wantErr: "not defined"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			got, err := parseOptions(tc.args, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(options{}), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := parseOptions([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: got %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestParseOptionsVerbosity checks that -v sets klog's verbosity, which is
+// global: the test puts it back.
+func TestParseOptionsVerbosity(t *testing.T) {
+	t.Cleanup(func() {
+		if _, err := parseOptions([]string{"-v", "0"}, io.Discard); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := parseOptions([]string{"-v", "3"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !klog.V(3).Enabled() || klog.V(4).Enabled() {
+		t.Errorf("after -v 3: V(3) enabled %v, V(4) enabled %v; want true, false", klog.V(3).Enabled(), klog.V(4).Enabled())
+	}
+}
+
+func TestOptionsNodeAndCIDR(t *testing.T) {
+	o, err := parseOptions([]string{"--hostname-override", " Node-A ", "--cluster-cidr", "fd00:244::/64,10.244.0.0/16"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := o.nodeName(); name != "node-a" || err != nil {
+		t.Errorf("nodeName() = %q, %v; want node-a", name, err)
+	}
+	if got := o.clusterCIDR(v1.IPv4Protocol); got != netip.MustParsePrefix("10.244.0.0/16") {
+		t.Errorf("IPv4 cluster CIDR = %v", got)
+	}
+	if got := o.clusterCIDR(v1.IPv6Protocol); got != netip.MustParsePrefix("fd00:244::/64") {
+		t.Errorf("IPv6 cluster CIDR = %v", got)
+	}
+	o.clusterCIDRs = nil
+	if got := o.clusterCIDR(v1.IPv4Protocol); got.IsValid() {
+		t.Errorf("no --cluster-cidr gives %v, want the zero Prefix", got)
+	}
+}

@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/examples/proxier/manifests"
+	"github.com/proxykit/proxykit/healthz"
+	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/runner"
+)
+
+// manifestSettle folds the several writes of one edit of a manifest file
+// into one reload.
+const manifestSettle = 100 * time.Millisecond
+
+// run is the proxier. It returns when ctx is done, or after the first sync
+// with --dry-run and --once.
+func run(ctx context.Context, o *options, env *environment) error {
+	switch {
+	case o.mode == modeIPVS:
+		return refuseIPVS(ctx, o, env)
+	case o.cleanup:
+		return cleanupRules(ctx, env)
+	}
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	// Informers stop when ctx is done; Shutdown then waits for them.
+	var shutdown []func()
+	defer func() {
+		cancel()
+		for _, f := range shutdown {
+			f()
+		}
+	}()
+	longRunning := !o.dryRun && !o.once
+	nodeName, err := o.nodeName()
+	if err != nil {
+		return err
+	}
+	client, err := openCluster(ctx, o, env, longRunning)
+	if err != nil {
+		return err
+	}
+
+	// The health of the proxy itself, served on /healthz and /livez.
+	var hs *healthz.ProxyHealthServer
+	if longRunning && o.healthzBindAddress != "" {
+		// kube-proxy's timeout: twice the sync period.
+		hs = healthz.NewProxyHealthServer(o.healthzBindAddress, 2*o.syncPeriod, healthz.WithListenFunc(env.listen))
+	}
+
+	// This node: its topology labels (for CategorizeEndpoints), its
+	// deletion (for /healthz), and its addresses (which IP families to
+	// proxy, and the node IPs the rules need).
+	var p proxier
+	topology := changetracker.NewNodeTopology(nodeName, changetracker.WithNodeLogger(logger),
+		changetracker.OnTopologyChange(func(map[string]string) { p.requestSyncAll() }))
+	nodeFactory := changetracker.NewNodeInformerFactory(client, nodeName, 0)
+	nodeConfig, err := changetracker.NewNodeConfig(ctx, nodeFactory.Core().V1().Nodes(), 0)
+	if err != nil {
+		return err
+	}
+	nodeConfig.RegisterEventHandler(topology)
+	if hs != nil {
+		nodeConfig.RegisterEventHandler(nodeHealth{hs})
+	}
+	nodeFactory.Start(ctx.Done())
+	shutdown = append(shutdown, nodeFactory.Shutdown)
+	if !nodeConfig.Run(ctx) {
+		return ctx.Err()
+	}
+	ips, err := findNodeIPs(ctx, nodeFactory.Core().V1().Nodes().Lister().Get, nodeName, env)
+	if err != nil {
+		return err
+	}
+
+	// One backend per IP family the node has.
+	p.metrics = newMetrics(p.pendingServices, p.pendingEndpoints)
+	backends, err := newBackends(ctx, o, env, nodeName, &ips, p.metrics)
+	if err != nil {
+		return err
+	}
+	var svcHealth *serviceHealth
+	if longRunning {
+		var reporter healthz.HealthReporter
+		if hs != nil {
+			reporter = hs
+		}
+		svcHealth = newServiceHealth(healthz.NewServiceHealthServer(nodeName, reporter,
+			healthz.WithNodeAddresses(healthCheckAddresses(o, ips)...), healthz.WithListenFunc(env.listen)))
+		defer svcHealth.server.Close()
+	}
+	runners := map[*familyProxier]*runner.Runner{}
+	for i, family := range ips.families {
+		fp := newFamilyProxier(ctx, family, nodeName, backends[i], topology, p.metrics)
+		fp.health, fp.svcHealth = hs, svcHealth
+		if !o.dryRun {
+			fp.ct = env.conntrack
+		}
+		r := runner.New("sync-proxy-rules-"+string(family), func() error { return fp.sync(ctx) },
+			o.minSyncPeriod, o.syncPeriod, o.syncPeriod, runner.WithObserver(p.observeSync(family)))
+		fp.requestSync = r.Run
+		runners[fp] = r
+		p.add(fp)
+	}
+
+	// Services and EndpointSlices, through the trackers of every family.
+	factory := changetracker.NewInformerFactory(client, 0)
+	svcConfig, err := changetracker.NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
+	if err != nil {
+		return err
+	}
+	sliceConfig, err := changetracker.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
+	if err != nil {
+		return err
+	}
+	h := &handlers{families: p.all(), metrics: p.metrics}
+	svcConfig.RegisterEventHandler(h)
+	sliceConfig.RegisterEventHandler(h)
+	factory.Start(ctx.Done())
+	shutdown = append(shutdown, factory.Shutdown)
+	// No rules before both initial lists are in: a sync from half a
+	// cluster would drop the rules of the services not listed yet.
+	if !svcConfig.Run(ctx) || !sliceConfig.Run(ctx) {
+		return ctx.Err()
+	}
+
+	if !longRunning {
+		for _, fp := range p.all() {
+			if err := fp.sync(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	var wg sync.WaitGroup
+	failed := make(chan error, 2)
+	for fp, r := range runners {
+		wg.Go(func() { r.Loop(ctx) })
+		wg.Go(func() { fp.backend.monitor(ctx, fp.resync) })
+	}
+	if hs != nil {
+		wg.Go(func() {
+			if err := hs.Run(ctx); err != nil {
+				failed <- fmt.Errorf("health server: %w", err)
+			}
+		})
+	}
+	if o.metricsBindAddress != "" {
+		if err := serveMetrics(ctx, &wg, env.listen, o.metricsBindAddress, p.metrics, failed); err != nil {
+			return err
+		}
+	}
+	logger.Info("Proxier running", "node", nodeName, "families", ips.families, "healthz", o.healthzBindAddress, "metrics", o.metricsBindAddress)
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-failed:
+	}
+	cancel()
+	wg.Wait()
+	logger.Info("Proxier stopped; its rules stay in place")
+	return err
+}
+
+// proxier holds the familyProxiers for the parts that see all of them:
+// metrics, and topology changes that arrive from the node informer before
+// the families exist.
+type proxier struct {
+	metrics  *metrics
+	mu       sync.Mutex
+	families []*familyProxier
+}
+
+func (p *proxier) add(fp *familyProxier) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.families = append(p.families, fp)
+}
+
+func (p *proxier) all() []*familyProxier {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*familyProxier(nil), p.families...)
+}
+
+// requestSyncAll asks every family for a sync: the node's labels changed,
+// and the writer makes the sync full when they did.
+func (p *proxier) requestSyncAll() {
+	for _, fp := range p.all() {
+		fp.queued()
+	}
+}
+
+func (p *proxier) pendingServices() int {
+	n := 0
+	for _, fp := range p.all() {
+		n += fp.svcTracker.PendingChanges().Len()
+	}
+	return n
+}
+
+func (p *proxier) pendingEndpoints() int {
+	n := 0
+	for _, fp := range p.all() {
+		n += fp.epTracker.PendingChanges().Len()
+	}
+	return n
+}
+
+// observeSync is the runner's observer for family: every sync's duration,
+// and the time of the last good one.
+func (p *proxier) observeSync(family v1.IPFamily) func(runner.RunInfo) {
+	return func(ri runner.RunInfo) {
+		p.metrics.syncDuration.WithLabelValues(string(family)).Observe(ri.Duration.Seconds())
+		if ri.Err == nil {
+			p.metrics.lastSync.WithLabelValues(string(family)).Set(float64(ri.Start.Add(ri.Duration).UnixNano()) / 1e9)
+		}
+	}
+}
+
+// openCluster returns the client informers are built on: the fake cluster
+// of --manifests (followed for changes when follow is set), or the API
+// server of --kubeconfig and --master, or the one the proxier runs in.
+func openCluster(ctx context.Context, o *options, env *environment, follow bool) (kubernetes.Interface, error) {
+	if env.client != nil {
+		return env.client, nil
+	}
+	logger := klog.FromContext(ctx)
+	if o.manifests != "" {
+		src, problems, err := manifests.New(ctx, o.manifests)
+		for _, pr := range problems {
+			logger.Error(pr.Err, "Skipping a manifest document", "file", pr.File, "document", pr.Document)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if follow {
+			if err := src.Watch(ctx, manifestSettle); err != nil {
+				return nil, err
+			}
+		}
+		return src.Client(), nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags(o.master, o.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("API server configuration: %w", err)
+	}
+	cfg.UserAgent = "proxykit-proxier"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API server client: %w", err)
+	}
+	return client, nil
+}
+
+// findNodeIPs returns the node's addresses from its Node object or, when
+// there is none or it has no addresses, from the host's interfaces.
+func findNodeIPs(ctx context.Context, getNode func(string) (*v1.Node, error), nodeName string, env *environment) (nodeIPs, error) {
+	logger := klog.FromContext(ctx)
+	node, err := getNode(nodeName)
+	if err != nil {
+		logger.Info("No Node object for this node; taking its addresses from the host's interfaces", "node", nodeName, "err", err)
+	}
+	addrs := addressesOfNode(logger, node)
+	if len(addrs) == 0 {
+		if addrs, err = env.hostAddresses(); err != nil {
+			return nodeIPs{}, err
+		}
+	}
+	ips := newNodeIPs(addrs)
+	if len(ips.families) == 0 {
+		return ips, fmt.Errorf("node %s has no addresses: neither its Node object nor the host's interfaces give one", nodeName)
+	}
+	logger.V(1).Info("Node addresses", "node", nodeName, "addresses", addrs, "families", ips.families)
+	return ips, nil
+}
+
+// newBackends makes the backend of each family in ips, in order. A family
+// whose iptables cannot be used here is dropped (and removed from ips)
+// unless it is the node's primary one, as kube-proxy falls back to single
+// stack.
+func newBackends(ctx context.Context, o *options, env *environment, nodeName string, ips *nodeIPs, m *metrics) ([]backend, error) {
+	logger := klog.FromContext(ctx)
+	var ipBackend iptables.Backend
+	acceptInvalid := false
+	if !o.dryRun {
+		var err error
+		if ipBackend, err = env.detectBackend(ctx); err != nil {
+			return nil, err
+		}
+		acceptInvalid = tuneConntrack(ctx, env.kernel)
+	}
+	for _, p := range o.clusterCIDRs {
+		if _, ok := ips.byFamily[familyOf(p.Addr())]; !ok {
+			logger.Info("Ignoring a --cluster-cidr of an IP family the node does not have", "cidr", p)
+		}
+	}
+	var backends []backend
+	var families []v1.IPFamily
+	for i, family := range ips.families {
+		cfg := iptables.WriterConfig{
+			IPFamily:          family,
+			NodeName:          nodeName,
+			NodeIPs:           ips.byFamily[family],
+			NodePortAddresses: nodePortPrefixes(o, family, ips.byFamily[family]),
+			ClusterCIDR:       o.clusterCIDR(family),
+			MasqueradeAll:     o.masqueradeAll,
+			AcceptInvalid:     acceptInvalid,
+		}
+		var ipt iptables.Interface
+		if !o.dryRun {
+			var err error
+			ipt, err = usableIPTables(ctx, env, family, ipBackend)
+			if err != nil && i == 0 {
+				return nil, err
+			}
+			if err != nil {
+				logger.Error(err, "Not proxying this IP family", "ipFamily", family)
+				continue
+			}
+		}
+		b, err := newIPTablesBackend(cfg, ipt, env.stdout, m, o.syncPeriod)
+		if err != nil {
+			return nil, err
+		}
+		backends = append(backends, b)
+		families = append(families, family)
+	}
+	ips.families = families
+	return backends, nil
+}
+
+func usableIPTables(ctx context.Context, env *environment, family v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
+	proto := iptables.ProtocolIPv4
+	if family == v1.IPv6Protocol {
+		proto = iptables.ProtocolIPv6
+	}
+	ipt, err := env.newIPTables(ctx, proto, b)
+	if err != nil {
+		return nil, fmt.Errorf("%s iptables (%s): %w", family, b, err)
+	}
+	if err := ipt.Present(ctx); err != nil {
+		return nil, fmt.Errorf("%s iptables (%s): %w", family, b, err)
+	}
+	return ipt, nil
+}
+
+// tuneConntrack sets the conntrack timeouts kube-proxy sets by default,
+// which are per network namespace, and reports whether
+// nf_conntrack_tcp_be_liberal is on (then out-of-window TCP packets are
+// not INVALID, and the rule dropping INVALID packets is left out, as
+// kube-proxy does: kubernetes#117924). nf_conntrack_max is left alone:
+// it is host-wide, and lowering the host's limit is not an example's call.
+func tuneConntrack(ctx context.Context, k *kernel.Kernel) bool {
+	logger := klog.FromContext(ctx)
+	err := conntrack.Tune(ctx, k, conntrack.Tuning{
+		TCPEstablishedTimeout: 24 * time.Hour,
+		TCPCloseWaitTimeout:   time.Hour,
+	})
+	if err != nil {
+		logger.Error(err, "Tuning conntrack; going on with the kernel's settings")
+	}
+	v, err := k.ReadSysctlInt("net/netfilter/nf_conntrack_tcp_be_liberal")
+	return err == nil && v == 1
+}
+
+// serveMetrics starts the /metrics server; the listener is opened here so
+// that a bad or busy address fails the start-up.
+func serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen healthz.ListenFunc, addr string, m *metrics, failed chan<- error) error {
+	l, err := listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics server: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	wg.Go(func() {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			failed <- fmt.Errorf("metrics server: %w", err)
+		}
+	})
+	wg.Go(func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	})
+	return nil
+}
