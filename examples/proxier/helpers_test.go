@@ -27,8 +27,26 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 const demoCommand = "go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a"
 
 // testLogger returns a context whose logger writes to buf, at verbosity v.
-func testLogger(buf io.Writer, v int) context.Context {
+func testLogger(buf *logBuffer, v int) context.Context {
 	return klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(buf), textlogger.Verbosity(v))))
+}
+
+// logBuffer collects the log lines of goroutines that log at once.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // dryRunEnvironment is the real environment with every part a dry run must
@@ -63,7 +81,7 @@ func runArgs(t *testing.T, env *environment, args ...string) (string, error) {
 	if err != nil {
 		t.Fatalf("parsing %q: %v", args, err)
 	}
-	var log bytes.Buffer
+	var log logBuffer
 	err = run(testLogger(&log, 2), o, env)
 	return log.String(), err
 }
