@@ -33,7 +33,7 @@ type TranslatorConfig struct {
 	// NodeIPs are the node's own addresses, on its real interfaces (not
 	// the dummy interface; see DummyBinder.NodeAddresses); those of the
 	// other family are ignored, so both translators of a dual-stack node
-	// can take the same list. Node ports get a virtual server on each of
+	// can take the same list. Translator.SetNodeIPs replaces them. Node ports get a virtual server on each of
 	// them inside NodePortAddresses. An external IP or load-balancer VIP
 	// that is one of them is not bound to the dummy interface, since the
 	// node has it already. A load balancer whose source ranges contain
@@ -171,10 +171,12 @@ type Translator struct {
 	clusterCIDR string
 	nodeIPs     []netip.Addr
 	nodePortIPs []netip.Addr
-	// nodePortDst restricts the jump to KUBE-NODE-PORT to the node-port
-	// prefixes; nil means any local address.
-	nodePortDst []string
-	setNames    [numSets]string
+	// nodePortPrefixes are the family's node-port prefixes, nil for all
+	// addresses; nodePortDst the same as strings, for the jump to
+	// KUBE-NODE-PORT.
+	nodePortPrefixes []netip.Prefix
+	nodePortDst      []string
+	setNames         [numSets]string
 
 	// Buffers reused from call to call.
 	names    []changetracker.ServicePortName
@@ -224,43 +226,56 @@ func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 		}
 		t.clusterCIDR = cfg.ClusterCIDR.Masked().String()
 	}
-	for _, ip := range cfg.NodeIPs {
-		if !ip.IsValid() {
-			return nil, fmt.Errorf("IPVS translator: node IP %s is not valid", ip)
-		}
-		if ip, ok := t.own(ip); ok {
-			t.nodeIPs = append(t.nodeIPs, ip)
-		}
-	}
-	var prefixes []netip.Prefix
 	all := false
 	for _, p := range cfg.NodePortAddresses {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("IPVS translator: node-port address %s is not valid", p)
 		}
 		if t.ownPrefix(p) {
-			prefixes = append(prefixes, p.Masked())
+			t.nodePortPrefixes = append(t.nodePortPrefixes, p.Masked())
 			all = all || p.Bits() == 0
 		}
 	}
-	all = all || len(prefixes) == 0
-	for _, ip := range t.nodeIPs {
-		if ip.IsLoopback() || slices.Contains(t.nodePortIPs, ip) {
-			continue
-		}
-		if all || slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-			t.nodePortIPs = append(t.nodePortIPs, ip)
-		}
+	if all {
+		t.nodePortPrefixes = nil
 	}
-	if !all {
-		for _, p := range prefixes {
-			t.nodePortDst = append(t.nodePortDst, p.String())
-		}
+	for _, p := range t.nodePortPrefixes {
+		t.nodePortDst = append(t.nodePortDst, p.String())
+	}
+	if err := t.SetNodeIPs(cfg.NodeIPs); err != nil {
+		return nil, err
 	}
 	for k := range numSets {
 		t.setNames[k] = setName(k, cfg.IPFamily)
 	}
 	return t, nil
+}
+
+// SetNodeIPs replaces TranslatorConfig.NodeIPs, for the next Translate:
+// call it when the node's addresses change (DummyBinder.NodeAddresses is
+// cheap enough to read on every sync). Addresses of the other family are
+// ignored; an invalid one is an error, and then nothing changes.
+func (t *Translator) SetNodeIPs(ips []netip.Addr) error {
+	for _, ip := range ips {
+		if !ip.IsValid() {
+			return fmt.Errorf("IPVS translator: node IP %s is not valid", ip)
+		}
+	}
+	t.nodeIPs, t.nodePortIPs = t.nodeIPs[:0], t.nodePortIPs[:0]
+	for _, ip := range ips {
+		ip, ok := t.own(ip)
+		if !ok || slices.Contains(t.nodeIPs, ip) {
+			continue
+		}
+		t.nodeIPs = append(t.nodeIPs, ip)
+		if ip.IsLoopback() {
+			continue
+		}
+		if t.nodePortPrefixes == nil || slices.ContainsFunc(t.nodePortPrefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			t.nodePortIPs = append(t.nodePortIPs, ip)
+		}
+	}
+	return nil
 }
 
 func (t *Translator) sameFamily(ip netip.Addr) bool {

@@ -276,3 +276,41 @@ func TestNewTranslatorErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestSetNodeIPs: node ports follow the node's addresses from one
+// Translate to the next; a bad list changes nothing.
+func TestSetNodeIPs(t *testing.T) {
+	tr, err := ipvs.NewTranslator(modeCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs, eps := portMaps(t, v1.IPv4Protocol, svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, externalIPs: []string{"192.168.7.7"}, endpoints: []endpoint{remotePod}})
+	in := ipvs.TranslateInput{Services: svcs, Endpoints: eps}
+	want := func(lines ...string) []string {
+		return append([]string{"10.96.0.10:80/TCP (bound) -> 10.244.2.7:8080"}, lines...)
+	}
+	if diff := cmp.Diff(want(
+		"10.0.0.10:30080/TCP -> 10.244.2.7:8080",
+		"192.168.0.10:30080/TCP -> 10.244.2.7:8080",
+		"192.168.7.7:80/TCP (bound) -> 10.244.2.7:8080",
+	), realServerList(tr.Translate(context.Background(), in).Services), cmpSorted); diff != "" {
+		t.Errorf("before (-want +got):\n%s", diff)
+	}
+	// The external IP is now the node's own: no longer bound.
+	if err := tr.SetNodeIPs([]netip.Addr{addr("192.168.7.7"), addr("fd00::1"), addr("192.168.7.7")}); err != nil {
+		t.Fatal(err)
+	}
+	after := want(
+		"192.168.7.7:30080/TCP -> 10.244.2.7:8080",
+		"192.168.7.7:80/TCP -> 10.244.2.7:8080",
+	)
+	if diff := cmp.Diff(after, realServerList(tr.Translate(context.Background(), in).Services), cmpSorted); diff != "" {
+		t.Errorf("after SetNodeIPs (-want +got):\n%s", diff)
+	}
+	if err := tr.SetNodeIPs([]netip.Addr{addr("10.0.0.1"), {}}); err == nil {
+		t.Error("SetNodeIPs with an invalid address: no error")
+	}
+	if diff := cmp.Diff(after, realServerList(tr.Translate(context.Background(), in).Services), cmpSorted); diff != "" {
+		t.Errorf("after a refused SetNodeIPs (-want +got):\n%s", diff)
+	}
+}
