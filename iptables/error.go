@@ -67,6 +67,26 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }
 
+// missingJumpTarget reports whether err is iptables refusing rule args
+// because the chain it jumps to (-j or -g) does not exist. Legacy prints
+// "Couldn't load target `NAME':No such file or directory", nft "Chain 'NAME'
+// does not exist"; both exit with status 2.
+func missingJumpTarget(err error, args []string) bool {
+	var e *Error
+	if !errors.As(err, &e) || e.ExitStatus != 2 {
+		return false
+	}
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "-j", "--jump", "-g", "--goto":
+			target := args[i+1]
+			return strings.Contains(e.Stderr, "Couldn't load target `"+target+"':No such file") ||
+				strings.Contains(e.Stderr, "Chain '"+target+"' does not exist")
+		}
+	}
+	return false
+}
+
 // stderrSummary joins the lines of stderr with "; ", leaving out blank
 // lines and iptables' "Try `iptables -h'" hint.
 func stderrSummary(stderr string) string {

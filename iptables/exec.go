@@ -275,8 +275,11 @@ func (r *runner) RuleExists(ctx context.Context, table Table, chain Chain, args 
 		return true, nil
 	}
 	// Exit status 1 is "no such rule" or "no such chain"; anything else
-	// (2: bad arguments, 4: lock or kernel trouble) is an error.
-	if exitStatus(err) == 1 {
+	// (2: bad arguments, 4: lock or kernel trouble) is an error, except a
+	// jump to a chain that does not exist: no rule can jump there, so the
+	// rule is not in the chain (a cleanup deleting jumps to chains that
+	// are gone already relies on this).
+	if exitStatus(err) == 1 || missingJumpTarget(err, args) {
 		return false, nil
 	}
 	return false, fmt.Errorf("checking for a rule in chain %s of table %s: %w", chain, table, err)

@@ -304,6 +304,19 @@ func TestRunnerResults(t *testing.T) {
 			wantErr: func(err error) bool { return exitStatus(err) == 2 },
 		},
 		{
+			name:  "RuleExists jumping to a missing chain (legacy message)",
+			reply: result{stderr: "iptables v1.8.9 (legacy): Couldn't load target `KUBE-X':No such file or directory\n", status: 2},
+			do:    func(r *runner) (any, error) { return r.RuleExists(ctx, TableNAT, "C", "-j", "KUBE-X") },
+			want:  false,
+		},
+		{
+			name:  "DeleteRule jumping to a missing chain (nft message)",
+			reply: result{stderr: "iptables v1.8.9 (nf_tables): Chain 'KUBE-X' does not exist\n", status: 2},
+			do: func(r *runner) (any, error) {
+				return nil, r.DeleteRule(ctx, TableNAT, "C", "-m", "comment", "--comment", "x", "-j", "KUBE-X")
+			},
+		},
+		{
 			name:  "DeleteRule of a missing rule is not an error",
 			reply: result{stderr: badRule, status: 1},
 			do:    func(r *runner) (any, error) { return nil, r.DeleteRule(ctx, TableNAT, "C", "-j", "ACCEPT") },

@@ -42,12 +42,14 @@ type Interface interface {
 	EnsureRule(ctx context.Context, position RulePosition, table Table, chain Chain, args ...string) (existed bool, err error)
 
 	// DeleteRule deletes the first rule of chain equal to args, if there is
-	// one. A missing rule, or a missing chain, is not an error: after
+	// one. A missing rule, a missing chain, or a rule jumping to a chain
+	// that does not exist (so it cannot be there) is not an error: after
 	// DeleteRule returns nil, the rule is not in the chain.
 	DeleteRule(ctx context.Context, table Table, chain Chain, args ...string) error
 
 	// RuleExists reports whether chain holds a rule equal to args. A
-	// missing chain is (false, nil).
+	// missing chain is (false, nil), and so is a rule that jumps to a chain
+	// that does not exist, which iptables itself refuses to look for.
 	RuleExists(ctx context.Context, table Table, chain Chain, args ...string) (bool, error)
 
 	// SaveInto appends the iptables-save output for table to buffer:

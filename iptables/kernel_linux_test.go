@@ -332,6 +332,15 @@ func TestKernelEnsureAndDelete(t *testing.T) {
 			{"DeleteRule in a missing chain", func(ipt iptables.Interface) (any, error) {
 				return nil, ipt.DeleteRule(ctx, iptables.TableFilter, chain, rule...)
 			}, nil, nil},
+			{"RuleExists jumping to a missing chain", func(ipt iptables.Interface) (any, error) {
+				return ipt.RuleExists(ctx, iptables.TableFilter, iptables.ChainInput, "-j", string(chain))
+			}, false, nil},
+			{"DeleteRule jumping to a missing chain", func(ipt iptables.Interface) (any, error) {
+				return nil, ipt.DeleteRule(ctx, iptables.TableFilter, iptables.ChainInput, "-j", string(chain))
+			}, nil, nil},
+			{"EnsureRule jumping to a missing chain", func(ipt iptables.Interface) (any, error) {
+				return ipt.EnsureRule(ctx, iptables.Append, iptables.TableFilter, iptables.ChainInput, "-j", string(chain))
+			}, false, func(err error) bool { return err != nil }},
 		}
 		fake := newFake(backend, p)
 		for _, s := range steps {

@@ -210,6 +210,9 @@ func (f *Fake) findRule(t iptables.Table, c iptables.Chain, cmdArgs []string, ar
 		return false, -1, nil
 	}
 	r, err := x.parse(c, args)
+	if ce := (*cmdError)(nil); errors.As(err, &ce) && ce.missingChain {
+		return true, -1, nil
+	}
 	if err != nil {
 		return true, -1, f.commandError(cmdArgs, err)
 	}

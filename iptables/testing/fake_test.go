@@ -65,6 +65,10 @@ func TestFakeChains(t *testing.T) {
 		{name: "EnsureRule jumping to a missing chain", do: func() (any, error) {
 			return f.EnsureRule(ctx, iptables.Append, iptables.TableNAT, "OUTPUT", "-j", "KUBE-B")
 		}, want: false, check: func(err error) bool { return exitStatus(err) == 2 }},
+		{name: "RuleExists jumping to a missing chain", do: func() (any, error) {
+			return f.RuleExists(ctx, iptables.TableNAT, "OUTPUT", "-j", "KUBE-B")
+		}, want: false},
+		{name: "DeleteRule jumping to a missing chain", do: func() (any, error) { return nil, f.DeleteRule(ctx, iptables.TableNAT, "OUTPUT", "-j", "KUBE-B") }},
 		{name: "EnsureRule jumping", do: func() (any, error) {
 			return f.EnsureRule(ctx, iptables.Append, iptables.TableNAT, "OUTPUT", "-j", "KUBE-A")
 		}, want: false},

@@ -15,6 +15,10 @@ import (
 type cmdError struct {
 	status int
 	msg    string
+	// missingChain is set when the rule jumps to a chain that does not
+	// exist: such a rule cannot be in any chain, which RuleExists and
+	// DeleteRule report as "not there" rather than as an error.
+	missingChain bool
 }
 
 // Error returns the message, as the binary would print it after its

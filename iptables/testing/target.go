@@ -1,6 +1,7 @@
 package iptablestest
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ func (p *ruleParser) setTarget(name string, isGoto bool) error {
 	case builtin:
 		return failf("Can't jump to built-in chain %s.", name)
 	case !exists:
-		return usagef("Couldn't load target `%s':No such file or directory", name)
+		return &cmdError{status: 2, msg: fmt.Sprintf("Couldn't load target `%s':No such file or directory", name), missingChain: true}
 	}
 	t.kind, t.chain = targetJump, iptables.Chain(name)
 	if isGoto {
