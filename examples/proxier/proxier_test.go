@@ -1,0 +1,437 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxykit/proxykit/conntrack"
+	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	"github.com/proxykit/proxykit/iptables"
+	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/kernel"
+)
+
+// eventually polls check every 50ms until it returns nil, and fails t with
+// its last error after timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// scrape returns the samples of a /metrics page (text format), keyed by
+// name and labels as written, such as
+// `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`.
+func scrape(get func(url string) (int, string, error), url string) (map[string]float64, error) {
+	code, body, err := get(url)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: status %d", url, code)
+	}
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("bad metrics line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("bad metrics line %q: %w", line, err)
+		}
+		samples[line[:i]] = v
+	}
+	return samples, nil
+}
+
+// httpGet is a plain GET from this process.
+func httpGet(url string) (int, string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// fakeNode is a proxier's machine made of fakes: iptables of both
+// families, conntrack, a kernel directory tree, and listeners on loopback
+// ports chosen by the system, recorded by the address asked for.
+type fakeNode struct {
+	ipt4, ipt6 *iptablestest.Fake
+	ct         *cttesting.Fake
+	root       string
+	mu         sync.Mutex
+	listeners  map[string]string
+}
+
+func newFakeNode(t *testing.T) *fakeNode {
+	n := &fakeNode{
+		ipt4:      iptablestest.NewFake(),
+		ipt6:      iptablestest.NewIPv6Fake(),
+		ct:        cttesting.NewFake(),
+		root:      t.TempDir(),
+		listeners: map[string]string{},
+	}
+	sys := filepath.Join(n.root, "proc", "sys", "net", "netfilter")
+	if err := os.MkdirAll(sys, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{
+		"nf_conntrack_tcp_timeout_established": "432000",
+		"nf_conntrack_tcp_timeout_close_wait":  "60",
+		"nf_conntrack_tcp_be_liberal":          "0",
+	} {
+		if err := os.WriteFile(filepath.Join(sys, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
+	return &environment{
+		stdout:        stdout,
+		detectBackend: func(context.Context) (iptables.Backend, error) { return iptables.BackendNFT, nil },
+		newIPTables: func(_ context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
+			if b != iptables.BackendNFT {
+				t.Errorf("newIPTables for backend %s, want the detected nft", b)
+			}
+			if p == iptables.ProtocolIPv6 {
+				return n.ipt6, nil
+			}
+			return n.ipt4, nil
+		},
+		conntrack: n.ct,
+		kernel:    &kernel.Kernel{Root: n.root},
+		hostAddresses: func() ([]netip.Addr, error) {
+			t.Error("the node's addresses were taken from the host, not its Node object")
+			return nil, errors.New("no host here")
+		},
+		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
+			var lc net.ListenConfig
+			l, err := lc.Listen(ctx, network, "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.listeners[address] = l.Addr().String()
+			return l, nil
+		},
+	}
+}
+
+// url returns the URL of path on the listener opened for address.
+func (n *fakeNode) url(t *testing.T, address, path string) string {
+	t.Helper()
+	var got string
+	eventually(t, 5*time.Second, "listener for "+address, func() error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		got = n.listeners[address]
+		if got == "" {
+			return fmt.Errorf("no listener opened for %s; have %v", address, n.listeners)
+		}
+		return nil
+	})
+	return "http://" + got + path
+}
+
+func readSysctl(t *testing.T, root, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "proc", "sys", "net", "netfilter", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestProxierWithFakes runs the whole composition against the fakes of
+// iptables and conntrack, on the demo cluster in a manifest directory the
+// test edits: the first sync is full, an edit is a partial sync that
+// reaches the rules, conntrack and the health-check node port, a flush of
+// the canary brings a full resync, the metrics have kube-proxy's names, and
+// cancelling stops everything and leaves the rules.
+func TestProxierWithFakes(t *testing.T) {
+	dir := t.TempDir()
+	demo, err := os.ReadFile(filepath.Join("testdata", "demo-cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(manifest, demo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	node := newFakeNode(t)
+	// A UDP flow to kube-system/dns through the endpoint on node-b, which
+	// the edit below removes.
+	stale := cttesting.NewFlow(conntrack.ProtocolUDP, netip.MustParseAddrPort("10.244.1.20:40000"),
+		netip.MustParseAddrPort("10.96.0.53:53"), netip.MustParseAddrPort("10.244.2.53:53"))
+	if err := node.ct.AddFlows(stale); err != nil {
+		t.Fatal(err)
+	}
+
+	o, err := parseOptions([]string{"--manifests", dir, "--hostname-override", "node-a",
+		"--sync-period", "1s", "--min-sync-period", "0", "--cluster-cidr", "10.244.0.0/16",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log logBuffer
+	ctx, cancel := context.WithCancel(testLogger(&log, 4))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, o, node.environment(t, io.Discard)) }()
+	defer func() {
+		if t.Failed() {
+			t.Logf("proxier log:\n%s", log.String())
+		}
+	}()
+
+	metricsURL := node.url(t, "127.0.0.1:10249", "/metrics")
+	healthURL := node.url(t, "127.0.0.1:10256", "/healthz")
+	hcURL := node.url(t, ":32000", "/")
+	metric := func(name string) float64 {
+		t.Helper()
+		m, err := scrape(httpGet, metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m[name]
+	}
+	const (
+		full    = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+		partial = `kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+	)
+	webRule := `-d 10.96.0.10/32 -p tcp -m comment --comment "shop/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-67NZLRHBNDSAWJRO`
+	eventually(t, 10*time.Second, "first sync", func() error {
+		if slices.Contains(node.ipt4.Rules(iptables.TableNAT, iptables.KubeServicesChain), webRule) {
+			return nil
+		}
+		return fmt.Errorf("KUBE-SERVICES holds %q", node.ipt4.Rules(iptables.TableNAT, iptables.KubeServicesChain))
+	})
+	if got := metric(full); got != 1 {
+		t.Errorf("%d full syncs after the first, want 1", int(got))
+	}
+	if node.ipt6.Dump() != "" {
+		t.Errorf("the IPv4-only node got IPv6 rules:\n%s", node.ipt6.Dump())
+	}
+	// The jump rules and the canary are in.
+	if got := node.ipt4.Rules(iptables.TableNAT, iptables.ChainPrerouting); len(got) != 1 {
+		t.Errorf("nat PREROUTING holds %q, want the jump to KUBE-SERVICES", got)
+	}
+	eventually(t, 5*time.Second, "canary", func() error {
+		for _, table := range canaryTables {
+			if node.ipt4.Rules(table, iptables.ProxyCanaryChain) == nil {
+				return fmt.Errorf("no canary in %s", table)
+			}
+		}
+		return nil
+	})
+	// kube-proxy's conntrack timeouts; be_liberal off keeps the INVALID rule.
+	if got := readSysctl(t, node.root, "nf_conntrack_tcp_timeout_established"); got != "86400" {
+		t.Errorf("tcp_timeout_established = %s, want 86400", got)
+	}
+	if got := node.ipt4.Rules(iptables.TableFilter, iptables.KubeForwardChain); len(got) == 0 || !strings.Contains(got[0], "INVALID") {
+		t.Errorf("KUBE-FORWARD = %q, want the INVALID drop first", got)
+	}
+	checkHTTP(t, healthURL, 200, `"healthy":true`)
+	checkHTTP(t, hcURL, 200, `"localEndpoints":1`)
+
+	// The edit: the api Service loses its endpoint on this node, dns its
+	// endpoint on node-b.
+	edited := strings.Replace(string(demo), "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
+	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
+	// The EndpointSlice controller stamps the time of the change that
+	// caused an update; network programming latency is measured from it.
+	edited = strings.Replace(edited, "  name: api-1\n", "  name: api-1\n  annotations: {endpoints.kubernetes.io/last-change-trigger-time: \""+time.Now().Format(time.RFC3339Nano)+"\"}\n", 1)
+	if edited == string(demo) {
+		t.Fatal("the edit changed nothing")
+	}
+	if err := os.WriteFile(manifest, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the edit's sync", func() error {
+		code, body, err := httpGet(hcURL)
+		if err != nil || code != http.StatusServiceUnavailable {
+			return fmt.Errorf("health-check node port: %d %s %v", code, body, err)
+		}
+		if flows := node.ct.Flows(); len(flows) != 0 {
+			return fmt.Errorf("conntrack still holds %v", flows)
+		}
+		return nil
+	})
+	if got := metric(full); got != 1 {
+		t.Errorf("%d full syncs after the edit, want still 1", int(got))
+	}
+	if got := metric(partial); got < 1 {
+		t.Errorf("%v partial syncs after the edit, want at least 1", got)
+	}
+	if got := metric(`kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`); got != 1 {
+		t.Errorf("conntrack entries deleted: %v, want 1", got)
+	}
+	if got := metric(`kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`); got != 1 {
+		t.Errorf("network programming latencies observed: %v, want 1 (the api slice's)", got)
+	}
+	if got := metric(`kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv4"}`); got <= 0 || got > 10 {
+		t.Errorf("network programming latency %vs, want between 0 and the 10s the test waited", got)
+	}
+	if got := metric(`kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="external"}`); got != 1 {
+		t.Errorf("no-local-endpoints (external): %v, want 1 (shop/api)", got)
+	}
+
+	// Another program flushes the tables: the canary is gone, and a full
+	// sync puts everything back.
+	for _, table := range canaryTables {
+		for _, c := range node.ipt4.Chains(table) {
+			if !c.IsBuiltin(table) {
+				_ = node.ipt4.FlushChain(ctx, table, c)
+			}
+		}
+		for _, c := range table.BuiltinChains() {
+			_ = node.ipt4.FlushChain(ctx, table, c)
+		}
+	}
+	eventually(t, 10*time.Second, "resync after a flush", func() error {
+		if got := metric(full); got != 2 {
+			return fmt.Errorf("%v full syncs", got)
+		}
+		if !slices.Contains(node.ipt4.Rules(iptables.TableNAT, iptables.KubeServicesChain), webRule) {
+			return errors.New("the web rule is not back")
+		}
+		return nil
+	})
+	if got := node.ipt4.Rules(iptables.TableNAT, iptables.ChainPrerouting); len(got) != 1 {
+		t.Errorf("nat PREROUTING holds %q after the resync, want the jump to KUBE-SERVICES", got)
+	}
+
+	// The kernel drifts from what the writer wrote (someone deleted the
+	// web Service's rule), so the partial sync that deletes web fails;
+	// the retry is a full sync and puts things right.
+	if err := node.ipt4.DeleteRule(ctx, iptables.TableNAT, iptables.KubeServicesChain,
+		"-d", "10.96.0.10/32", "-p", "tcp", "-m", "comment", "--comment", "shop/web:http cluster IP", "-m", "tcp", "--dport", "80", "-j", "KUBE-SVC-67NZLRHBNDSAWJRO"); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(node.ipt4.Rules(iptables.TableNAT, iptables.KubeServicesChain), webRule) {
+		t.Fatal("the web rule was not deleted")
+	}
+	i := strings.Index(edited, "# UDP DNS")
+	j := strings.Index(edited, "# ClusterIP, TCP")
+	if i < 0 || j < 0 || j > i {
+		t.Fatal("the demo file's layout changed")
+	}
+	withoutWeb := edited[:j] + edited[i:]
+	if err := os.WriteFile(manifest, []byte(withoutWeb), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "recovery from a failed restore", func() error {
+		if got := metric(full); got != 3 {
+			return fmt.Errorf("%v full syncs", got)
+		}
+		if node.ipt4.Rules(iptables.TableNAT, "KUBE-SVC-67NZLRHBNDSAWJRO") != nil {
+			return errors.New("web's service chain is still there")
+		}
+		return nil
+	})
+	if got := metric(`kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family="IPv4"}`); got != 1 {
+		t.Errorf("restore failures %v, want 1", got)
+	}
+	if got := metric(`kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{ip_family="IPv4"}`); got != 1 {
+		t.Errorf("partial restore failures %v, want 1", got)
+	}
+
+	// kube-proxy's names, and nothing missing.
+	m, err := scrape(httpGet, metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, name := range []string{
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"}`,
+		full, partial,
+		`kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"}`,
+		`kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}`,
+		`kubeproxy_sync_proxy_rules_service_changes_total`,
+		`kubeproxy_sync_proxy_rules_service_changes_pending`,
+		`kubeproxy_sync_proxy_rules_endpoint_changes_total`,
+		`kubeproxy_sync_proxy_rules_endpoint_changes_pending`,
+		`kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`,
+		`kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`,
+		`process_start_time_seconds`,
+	} {
+		if _, ok := m[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("metrics missing: %q", missing)
+	}
+	if got := m[`kubeproxy_sync_proxy_rules_endpoint_changes_total`]; got < 7 {
+		t.Errorf("endpoint changes total %v, want the demo's 6 slices and the edited one at least", got)
+	}
+	if last, queued := m[`kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"}`], m[`kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}`]; last < queued {
+		t.Errorf("last sync %v before the last queued change %v, though nothing is pending", last, queued)
+	}
+
+	// Stopping leaves the rules and closes the listeners.
+	rules := node.ipt4.Dump()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if diff := cmp.Diff(rules, node.ipt4.Dump()); diff != "" {
+		t.Errorf("stopping changed the rules (-before +after):\n%s", diff)
+	}
+	for _, u := range []string{metricsURL, healthURL, hcURL} {
+		if _, _, err := httpGet(u); err == nil {
+			t.Errorf("%s still answers after the proxier stopped", u)
+		}
+	}
+}
+
+func checkHTTP(t *testing.T, url string, code int, body string) {
+	t.Helper()
+	gotCode, gotBody, err := httpGet(url)
+	if err != nil || gotCode != code || !strings.Contains(gotBody, body) {
+		t.Errorf("GET %s = %d %q, %v; want %d with %q", url, gotCode, gotBody, err, code, body)
+	}
+}
