@@ -21,38 +21,49 @@ type JumpRule struct {
 	Args []string
 }
 
+// Jump returns the rule in built-in chain of table that jumps to target,
+// with comment; with newOnly it matches only packets of new connections
+// ("-m conntrack --ctstate NEW").
+func Jump(table Table, chain, target Chain, comment string, newOnly bool) JumpRule {
+	var args []string
+	if newOnly {
+		args = []string{"-m", "conntrack", "--ctstate", "NEW"}
+	}
+	args = append(args, "-m", "comment", "--comment", comment, "-j", string(target))
+	return JumpRule{Table: table, Chain: chain, Target: target, Args: args}
+}
+
 // JumpRules returns the rules that connect the built-in chains to the
 // writer's chains, as kube-proxy has them. The slice is new on every call.
 func JumpRules() []JumpRule {
-	newOnly := []string{"-m", "conntrack", "--ctstate", "NEW"}
-	jump := func(t Table, c, target Chain, comment string, match []string) JumpRule {
-		args := append(append([]string(nil), match...), "-m", "comment", "--comment", comment, "-j", string(target))
-		return JumpRule{Table: t, Chain: c, Target: target, Args: args}
-	}
 	return []JumpRule{
-		jump(TableFilter, ChainInput, KubeExternalServicesChain, "kubernetes externally-visible service portals", newOnly),
-		jump(TableFilter, ChainForward, KubeExternalServicesChain, "kubernetes externally-visible service portals", newOnly),
-		jump(TableFilter, ChainInput, KubeNodePortsChain, "kubernetes health check service ports", nil),
-		jump(TableFilter, ChainForward, KubeServicesChain, "kubernetes service portals", newOnly),
-		jump(TableFilter, ChainOutput, KubeServicesChain, "kubernetes service portals", newOnly),
-		jump(TableFilter, ChainForward, KubeForwardChain, "kubernetes forwarding rules", nil),
-		jump(TableFilter, ChainInput, KubeProxyFirewallChain, "kubernetes load balancer firewall", newOnly),
-		jump(TableFilter, ChainOutput, KubeProxyFirewallChain, "kubernetes load balancer firewall", newOnly),
-		jump(TableFilter, ChainForward, KubeProxyFirewallChain, "kubernetes load balancer firewall", newOnly),
-		jump(TableNAT, ChainOutput, KubeServicesChain, "kubernetes service portals", nil),
-		jump(TableNAT, ChainPrerouting, KubeServicesChain, "kubernetes service portals", nil),
-		jump(TableNAT, ChainPostrouting, KubePostroutingChain, "kubernetes postrouting rules", nil),
+		Jump(TableFilter, ChainInput, KubeExternalServicesChain, "kubernetes externally-visible service portals", true),
+		Jump(TableFilter, ChainForward, KubeExternalServicesChain, "kubernetes externally-visible service portals", true),
+		Jump(TableFilter, ChainInput, KubeNodePortsChain, "kubernetes health check service ports", false),
+		Jump(TableFilter, ChainForward, KubeServicesChain, "kubernetes service portals", true),
+		Jump(TableFilter, ChainOutput, KubeServicesChain, "kubernetes service portals", true),
+		Jump(TableFilter, ChainForward, KubeForwardChain, "kubernetes forwarding rules", false),
+		Jump(TableFilter, ChainInput, KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
+		Jump(TableFilter, ChainOutput, KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
+		Jump(TableFilter, ChainForward, KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
+		Jump(TableNAT, ChainOutput, KubeServicesChain, "kubernetes service portals", false),
+		Jump(TableNAT, ChainPrerouting, KubeServicesChain, "kubernetes service portals", false),
+		Jump(TableNAT, ChainPostrouting, KubePostroutingChain, "kubernetes postrouting rules", false),
 	}
 }
 
-// EnsureJumpRules creates the writer's top-level chains that the built-in
-// chains jump to, if missing, and puts each jump rule of JumpRules at the
-// start of its built-in chain unless it is there already. Call it before
+// EnsureJumpRules is EnsureJumps of the writer's JumpRules. Call it before
 // applying a full sync: at start-up, and when the rules may have been
-// flushed by someone else. It stops at the first error, which names the
-// chain.
+// flushed by someone else.
 func EnsureJumpRules(ctx context.Context, ipt Interface) error {
-	for _, j := range JumpRules() {
+	return EnsureJumps(ctx, ipt, JumpRules())
+}
+
+// EnsureJumps creates the chains that rules jump to, if missing, and puts
+// each rule at the start of its built-in chain unless it is there already.
+// It stops at the first error, which names the chain.
+func EnsureJumps(ctx context.Context, ipt Interface, rules []JumpRule) error {
+	for _, j := range rules {
 		if _, err := ipt.EnsureChain(ctx, j.Table, j.Target); err != nil {
 			return fmt.Errorf("creating chain %s in table %s: %w", j.Target, j.Table, err)
 		}

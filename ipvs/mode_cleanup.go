@@ -88,13 +88,7 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 func cleanupRules(ctx context.Context, ipt iptables.Interface) error {
 	var errs []error
 	for _, j := range JumpRules() {
-		// iptables cannot parse a rule whose target does not exist, and
-		// no rule can jump to a missing chain.
-		exists, err := ipt.ChainExists(ctx, j.Table, j.Target)
-		if err == nil && exists {
-			err = ipt.DeleteRule(ctx, j.Table, j.Chain, j.Args...)
-		}
-		if err != nil {
+		if err := ipt.DeleteRule(ctx, j.Table, j.Chain, j.Args...); err != nil {
 			errs = append(errs, fmt.Errorf("jump from %s to %s in table %s: %w", j.Chain, j.Target, j.Table, err))
 		}
 	}

@@ -2,7 +2,6 @@ package ipvs
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/proxykit/proxykit/iptables"
 )
@@ -54,39 +53,24 @@ var modeChains = []tableChain{
 // rule writer (iptables.JumpRules) are identical, so that switching modes
 // leaves no duplicate. The slice is new on every call.
 func JumpRules() []iptables.JumpRule {
-	newOnly := []string{"-m", "conntrack", "--ctstate", "NEW"}
-	jump := func(t iptables.Table, c, target iptables.Chain, comment string, match []string) iptables.JumpRule {
-		args := append(append([]string(nil), match...), "-m", "comment", "--comment", comment, "-j", string(target))
-		return iptables.JumpRule{Table: t, Chain: c, Target: target, Args: args}
-	}
+	jump := iptables.Jump
 	return []iptables.JumpRule{
-		jump(iptables.TableNAT, iptables.ChainPrerouting, iptables.KubeServicesChain, "kubernetes service portals", nil),
-		jump(iptables.TableNAT, iptables.ChainOutput, iptables.KubeServicesChain, "kubernetes service portals", nil),
-		jump(iptables.TableNAT, iptables.ChainPostrouting, iptables.KubePostroutingChain, "kubernetes postrouting rules", nil),
-		jump(iptables.TableFilter, iptables.ChainForward, iptables.KubeForwardChain, "kubernetes forwarding rules", nil),
-		jump(iptables.TableFilter, iptables.ChainInput, nodePortChain, "kubernetes health check rules", nil),
-		jump(iptables.TableFilter, iptables.ChainInput, iptables.KubeProxyFirewallChain, "kubernetes load balancer firewall", newOnly),
-		jump(iptables.TableFilter, iptables.ChainForward, iptables.KubeProxyFirewallChain, "kubernetes load balancer firewall", newOnly),
-		jump(iptables.TableFilter, iptables.ChainInput, ipvsFilterChain, "kubernetes ipvs access filter", nil),
+		jump(iptables.TableNAT, iptables.ChainPrerouting, iptables.KubeServicesChain, "kubernetes service portals", false),
+		jump(iptables.TableNAT, iptables.ChainOutput, iptables.KubeServicesChain, "kubernetes service portals", false),
+		jump(iptables.TableNAT, iptables.ChainPostrouting, iptables.KubePostroutingChain, "kubernetes postrouting rules", false),
+		jump(iptables.TableFilter, iptables.ChainForward, iptables.KubeForwardChain, "kubernetes forwarding rules", false),
+		jump(iptables.TableFilter, iptables.ChainInput, nodePortChain, "kubernetes health check rules", false),
+		jump(iptables.TableFilter, iptables.ChainInput, iptables.KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
+		jump(iptables.TableFilter, iptables.ChainForward, iptables.KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
+		jump(iptables.TableFilter, iptables.ChainInput, ipvsFilterChain, "kubernetes ipvs access filter", false),
 	}
 }
 
-// EnsureJumpRules creates the chains of [JumpRules] that are missing and
-// puts each jump rule at the start of its built-in chain unless it is in
-// the chain already. Call it before applying a payload: it costs a few
-// iptables commands, whereas the payload cannot recreate a jump that
-// another program deleted. It stops at the first error, which names the
-// chain.
+// EnsureJumpRules is iptables.EnsureJumps of IPVS mode's [JumpRules]. Call
+// it before applying a payload: it costs a few iptables commands, whereas
+// the payload cannot recreate a jump that another program deleted.
 func EnsureJumpRules(ctx context.Context, ipt iptables.Interface) error {
-	for _, j := range JumpRules() {
-		if _, err := ipt.EnsureChain(ctx, j.Table, j.Target); err != nil {
-			return fmt.Errorf("creating chain %s in table %s: %w", j.Target, j.Table, err)
-		}
-		if _, err := ipt.EnsureRule(ctx, iptables.Prepend, j.Table, j.Chain, j.Args...); err != nil {
-			return fmt.Errorf("jump from %s to %s in table %s: %w", j.Chain, j.Target, j.Table, err)
-		}
-	}
-	return nil
+	return iptables.EnsureJumps(ctx, ipt, JumpRules())
 }
 
 // render writes the payload into t.buf from the sets' members: rules
