@@ -1,0 +1,770 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/iptables"
+)
+
+// The end-to-end tests run the built proxier in a node network namespace,
+// against a manifest directory the test edits, between a client namespace
+// and pod namespaces on a bridge, and check what real packets do.
+//
+//	client 10.1.0.2, 10.1.0.3 ── 10.1.0.1 node (proxier) 10.244.0.1 ── br0 ── pod-a 10.244.0.11 (node-a)
+//	                                                                        ├─ pod-b 10.244.0.12 (says node-b)
+//	                                                                        └─ pod-c 10.244.0.13 (node-a)
+const (
+	e2eNodeIP      = "10.1.0.1"
+	e2eClientIP    = "10.1.0.2"
+	e2eOtherClient = "10.1.0.3"
+	e2eBridgeIP    = "10.244.0.1"
+	e2eClusterCIDR = "10.244.0.0/16"
+	e2ePodPort     = 8080
+	e2eNS          = "e2e"
+	e2eSyncPeriod  = 2 * time.Second
+)
+
+// e2ePod is a pod namespace with a backend answering with its name.
+type e2ePod struct {
+	name, ip, ip6, node string
+}
+
+var e2ePods = []e2ePod{
+	{"pod-a", "10.244.0.11", "fd00:244::11", "node-a"},
+	{"pod-b", "10.244.0.12", "fd00:244::12", "node-b"},
+	{"pod-c", "10.244.0.13", "fd00:244::13", "node-a"},
+}
+
+// e2eService is a Service of the test cluster and its EndpointSlices: one
+// of each address type whose pods are not nil.
+type e2eService struct {
+	name string
+	// spec is the Service's spec (and status), as YAML lines indented by
+	// two spaces.
+	spec string
+	// ports are the slices' ports, as a YAML flow sequence.
+	ports string
+	// pods and pods6 are the endpoints of the IPv4 and the IPv6 slice,
+	// by pod name.
+	pods, pods6 []string
+	// trigger, when set, is the slices' last-change-trigger-time.
+	trigger time.Time
+}
+
+// e2eCluster renders the manifest file.
+type e2eCluster struct {
+	node     string
+	services []e2eService
+}
+
+func (c *e2eCluster) service(name string) *e2eService {
+	for i := range c.services {
+		if c.services[i].name == name {
+			return &c.services[i]
+		}
+	}
+	panic("no service " + name)
+}
+
+func (c *e2eCluster) delete(name string) {
+	c.services = slices.DeleteFunc(c.services, func(s e2eService) bool { return s.name == name })
+}
+
+func (c *e2eCluster) render() []byte {
+	var b bytes.Buffer
+	b.WriteString(c.node)
+	for _, s := range c.services {
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n%s", s.name, e2eNS, s.spec)
+		if s.pods != nil {
+			s.renderSlice(&b, "IPv4", s.pods)
+		}
+		if s.pods6 != nil {
+			s.renderSlice(&b, "IPv6", s.pods6)
+		}
+	}
+	return b.Bytes()
+}
+
+func (s *e2eService) renderSlice(b *bytes.Buffer, addressType string, pods []string) {
+	fmt.Fprintf(b, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: %s-%s\n  namespace: %s\n  labels: {kubernetes.io/service-name: %s}\n",
+		s.name, strings.ToLower(addressType), e2eNS, s.name)
+	if !s.trigger.IsZero() {
+		fmt.Fprintf(b, "  annotations: {endpoints.kubernetes.io/last-change-trigger-time: %q}\n", s.trigger.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(b, "addressType: %s\nports: %s\nendpoints:", addressType, s.ports)
+	if len(pods) == 0 {
+		b.WriteString(" []")
+	}
+	b.WriteString("\n")
+	for _, name := range pods {
+		for _, p := range e2ePods {
+			if p.name != name {
+				continue
+			}
+			ip := p.ip
+			if addressType == "IPv6" {
+				ip = p.ip6
+			}
+			fmt.Fprintf(b, "- {addresses: [%q], nodeName: %s, conditions: {ready: true}}\n", ip, p.node)
+		}
+	}
+}
+
+const (
+	e2eTCP    = "[{name: http, port: 8080, protocol: TCP}]"
+	e2eTCPUDP = "[{name: tcp, port: 8080, protocol: TCP}, {name: udp, port: 8080, protocol: UDP}]"
+)
+
+func e2eClusterIP(ip string, extra ...string) string {
+	s := fmt.Sprintf("  clusterIP: %s\n  clusterIPs: [%s]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n", ip, ip)
+	for _, e := range extra {
+		s += "  " + e + "\n"
+	}
+	return s
+}
+
+// e2eScenario is the cluster of TestE2E before any change.
+func e2eScenario() *e2eCluster {
+	ab := []string{"pod-a", "pod-b"}
+	return &e2eCluster{
+		node: "apiVersion: v1\nkind: Node\nmetadata: {name: node-a, labels: {topology.kubernetes.io/zone: zone-a}}\nstatus: {addresses: [{type: InternalIP, address: " + e2eNodeIP + "}]}\n",
+		services: []e2eService{
+			{name: "web", ports: e2eTCPUDP, pods: ab,
+				spec: "  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10]\n  ports: [{name: tcp, port: 80, targetPort: 8080, protocol: TCP}, {name: udp, port: 80, targetPort: 8080, protocol: UDP}]\n"},
+			{name: "np", ports: e2eTCP, pods: ab,
+				spec: "  type: NodePort\n  clusterIP: 10.96.0.11\n  clusterIPs: [10.96.0.11]\n  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080, protocol: TCP}]\n"},
+			{name: "ext", ports: e2eTCP, pods: ab, spec: e2eClusterIP("10.96.0.12", "externalIPs: [192.0.2.10]")},
+			{name: "lb", ports: e2eTCP, pods: ab,
+				spec: "  type: LoadBalancer\n  clusterIP: 10.96.0.13\n  clusterIPs: [10.96.0.13]\n  loadBalancerSourceRanges: [" + e2eClientIP + "/32]\n" +
+					"  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30083, protocol: TCP}]\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.5}]}}\n"},
+			{name: "sticky", ports: e2eTCP, pods: ab, spec: e2eClusterIP("10.96.0.14", "sessionAffinity: ClientIP")},
+			{name: "local", ports: e2eTCP, pods: ab,
+				spec: "  type: LoadBalancer\n  clusterIP: 10.96.0.15\n  clusterIPs: [10.96.0.15]\n  externalTrafficPolicy: Local\n  healthCheckNodePort: 30185\n" +
+					"  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30085, protocol: TCP}]\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.15}]}}\n"},
+			{name: "itp", ports: e2eTCP, pods: ab, spec: e2eClusterIP("10.96.0.16", "internalTrafficPolicy: Local")},
+			{name: "empty",
+				spec: "  clusterIP: 10.96.0.17\n  clusterIPs: [10.96.0.17]\n  ports: [{name: tcp, port: 80, protocol: TCP}, {name: udp, port: 80, protocol: UDP}]\n"},
+			{name: "victim", ports: e2eTCP, pods: []string{"pod-c"}, spec: e2eClusterIP("10.96.0.18")},
+		},
+	}
+}
+
+// e2eNode is the test's world around one proxier.
+type e2eNode struct {
+	t            *testing.T
+	backend      iptables.Backend
+	node, client *kerneltest.NS
+	pods         map[string]*kerneltest.NS
+	dir          string
+	lockFile     string
+	cluster      *e2eCluster
+	proc         *exec.Cmd
+	log          *logBuffer
+	exited       chan error
+}
+
+func e2eTools(b iptables.Backend) []string {
+	s := string(b)
+	return []string{"iptables-" + s, "iptables-" + s + "-save", "iptables-" + s + "-restore"}
+}
+
+// newE2ENode builds the namespaces and the manifest directory; ipv6 adds
+// IPv6 addresses everywhere. backend is the one the proxier must pick: the
+// test marks it as the kubelet does, with the KUBE-IPTABLES-HINT chain.
+func newE2ENode(t *testing.T, backend iptables.Backend, cluster *e2eCluster, ipv6 bool) *e2eNode {
+	t.Helper()
+	k := &e2eNode{t: t, backend: backend, pods: map[string]*kerneltest.NS{}, dir: t.TempDir(), cluster: cluster, log: &logBuffer{}}
+	k.lockFile = filepath.Join(t.TempDir(), "xtables.lock")
+	k.node = kerneltest.NewNS(t)
+	k.node.Sysctl(t, "net.ipv4.ip_forward", "1")
+	// The node answers rejected packets out the interface they came in
+	// on: an ICMP redirect, or the ICMP rate limit, would turn a REJECT
+	// into a client timeout.
+	k.node.Sysctl(t, "net.ipv4.conf.all.send_redirects", "0")
+	k.node.Sysctl(t, "net.ipv4.conf.default.send_redirects", "0")
+	k.node.Sysctl(t, "net.ipv4.icmp_ratelimit", "0")
+	k.client = kerneltest.NewNS(t)
+	v := kerneltest.Link(t, k.client, k.node, prefix(e2eClientIP+"/24"), prefix(e2eNodeIP+"/24"))
+	k.client.AddAddr(t, v.A, prefix(e2eOtherClient+"/24"))
+	k.client.AddRoute(t, netip.Prefix{}, netip.MustParseAddr(e2eNodeIP))
+	k.node.AddRoute(t, netip.Prefix{}, netip.MustParseAddr(e2eClientIP))
+	k.node.AddBridge(t, "br0")
+	k.node.AddAddr(t, "br0", prefix(e2eBridgeIP+"/24"))
+	if ipv6 {
+		k.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
+		k.node.Sysctl(t, "net.ipv6.icmp.ratelimit", "0")
+		k.client.AddAddr(t, v.A, prefix("fd00:1::2/64"))
+		k.node.AddAddr(t, v.B, prefix("fd00:1::1/64"))
+		k.client.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("fd00:1::1"))
+		k.node.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("fd00:1::2"))
+		k.node.AddAddr(t, "br0", prefix("fd00:244::1/64"))
+	}
+	for _, p := range e2ePods {
+		pod := kerneltest.NewNS(t)
+		pv := kerneltest.Link(t, pod, k.node, prefix(p.ip+"/24"), netip.Prefix{})
+		k.node.AttachToBridge(t, pv.B, "br0")
+		pod.AddRoute(t, netip.Prefix{}, netip.MustParseAddr(e2eBridgeIP))
+		if ipv6 {
+			pod.AddAddr(t, pv.A, prefix(p.ip6+"/64"))
+			pod.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("fd00:244::1"))
+		}
+		kerneltest.StartBackend(t, pod, p.name, e2ePodPort)
+		k.pods[p.name] = pod
+	}
+	k.iptables(t, iptables.ProtocolIPv4, "-t", "mangle", "-N", "KUBE-IPTABLES-HINT")
+	k.writeManifest()
+	return k
+}
+
+func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// writeManifest writes the cluster to the manifest directory in one
+// rename, so that the proxier never reads half a file.
+func (k *e2eNode) writeManifest() {
+	k.t.Helper()
+	tmp := filepath.Join(k.dir, ".cluster.yaml.tmp")
+	if err := os.WriteFile(tmp, k.cluster.render(), 0o644); err != nil {
+		k.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(k.dir, "cluster.yaml")); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// iptables runs the real iptables binary of the test's backend in the
+// node, with the proxier's xtables lock.
+func (k *e2eNode) iptables(t testing.TB, p iptables.Protocol, args ...string) string {
+	t.Helper()
+	name := "iptables-" + string(k.backend)
+	if p == iptables.ProtocolIPv6 {
+		name = "ip6tables-" + string(k.backend)
+	}
+	var stdout, stderr bytes.Buffer
+	err := k.node.Do(func() error {
+		cmd := exec.Command(name, args...)
+		cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+k.lockFile)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		return cmd.Run()
+	})
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// proxierArgs are the flags every end-to-end run uses.
+func (k *e2eNode) proxierArgs(extra ...string) []string {
+	return append([]string{"--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
+		"--sync-period", e2eSyncPeriod.String(), "--min-sync-period", "100ms",
+		"--healthz-bind-address", e2eNodeIP + ":10256", "--metrics-bind-address", e2eNodeIP + ":10249", "-v", "2"}, extra...)
+}
+
+// runProxier runs the built proxier in the node until it exits, and
+// returns its error.
+func (k *e2eNode) runProxier(args ...string) error {
+	k.t.Helper()
+	cmd := exec.Command(proxierBinary(k.t), args...)
+	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+k.lockFile)
+	cmd.Stdout, cmd.Stderr = k.log, k.log
+	return k.node.Do(cmd.Run)
+}
+
+// start starts the proxier in the node and waits until its first sync is
+// in and /healthz says so.
+func (k *e2eNode) start(args ...string) {
+	t := k.t
+	t.Helper()
+	k.proc = exec.Command(proxierBinary(t), args...)
+	k.proc.Env = append(os.Environ(), "XTABLES_LOCKFILE="+k.lockFile)
+	k.proc.Stdout, k.proc.Stderr = k.log, k.log
+	if err := k.node.Do(k.proc.Start); err != nil {
+		t.Fatal(err)
+	}
+	k.exited = make(chan error, 1)
+	go func() { k.exited <- k.proc.Wait() }()
+	t.Cleanup(func() {
+		_ = k.proc.Process.Kill()
+		<-k.exited
+		if t.Failed() || os.Getenv("E2E_LOG") != "" {
+			t.Logf("proxier log:\n%s", k.log.String())
+		}
+	})
+	k.eventually(15*time.Second, "the proxier's first sync", func() error {
+		code, body, err := k.get("http://" + e2eNodeIP + ":10256/healthz")
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("/healthz: %d %s %v", code, body, err)
+		}
+		if n := k.metric(`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`); n < 1 {
+			return errors.New("no full sync yet")
+		}
+		return nil
+	})
+	save := k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S", "KUBE-SERVICES")
+	if !strings.Contains(save, "-A KUBE-SERVICES") {
+		t.Fatalf("the %s backend holds no service rules; the proxier picked the wrong one:\n%s", k.backend, save)
+	}
+}
+
+// eventually polls check every 100ms until it returns nil, and fails the
+// test with its last error after timeout.
+func (k *e2eNode) eventually(timeout time.Duration, what string, check func() error) {
+	k.t.Helper()
+	select {
+	case err := <-k.exited:
+		k.t.Fatalf("%s: the proxier exited: %v", what, err)
+	default:
+	}
+	eventually(k.t, timeout, what, check)
+}
+
+// get is an HTTP GET from the client namespace.
+func (k *e2eNode) get(url string) (int, string, error) {
+	tr := &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := k.client.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}
+	defer tr.CloseIdleConnections()
+	c := http.Client{Transport: tr, Timeout: 3 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// metric returns a sample of the proxier's /metrics (0 when absent).
+func (k *e2eNode) metric(name string) float64 {
+	k.t.Helper()
+	m, err := scrape(k.get, "http://"+e2eNodeIP+":10249/metrics")
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return m[name]
+}
+
+func (k *e2eNode) dial(network, from, to string, port int, timeout time.Duration) (kerneltest.Reply, error) {
+	return kerneltest.DialFrom(k.client, network, netip.MustParseAddr(from), netip.AddrPortFrom(netip.MustParseAddr(to), uint16(port)), timeout)
+}
+
+// spread makes n connections from the client to to:port and counts the
+// backends that answered; an error is returned at the first failure.
+func (k *e2eNode) spread(network, to string, port, n int) (map[string]int, error) {
+	got := map[string]int{}
+	for range n {
+		r, err := k.dial(network, e2eClientIP, to, port, 2*time.Second)
+		if err != nil {
+			return got, err
+		}
+		got[r.Name]++
+	}
+	return got, nil
+}
+
+// reaches checks that n connections to to:port reach exactly the backends
+// want, each of them at least once.
+func (k *e2eNode) reaches(network, to string, port, n int, want ...string) error {
+	got, err := k.spread(network, to, port, n)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for name := range got {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		return fmt.Errorf("%s to %s:%d: %d connections reached %v, want each of %v", network, to, port, n, got, want)
+	}
+	return nil
+}
+
+// refused checks that a connection is refused at once.
+func (k *e2eNode) refused(network, from, to string, port int) error {
+	start := time.Now()
+	r, err := k.dial(network, from, to, port, 2*time.Second)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s from %s to %s:%d reached %s, want refused", network, from, to, port, r.Name)
+	case !errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%s from %s to %s:%d: %v, want connection refused", network, from, to, port, err)
+	case time.Since(start) > time.Second:
+		return fmt.Errorf("%s from %s to %s:%d refused only after %v", network, from, to, port, time.Since(start))
+	}
+	return nil
+}
+
+// unanswered checks that a connection gets no answer.
+func (k *e2eNode) unanswered(network, from, to string, port int) error {
+	r, err := k.dial(network, from, to, port, 500*time.Millisecond)
+	if err == nil {
+		return fmt.Errorf("%s from %s to %s:%d reached %s, want no answer", network, from, to, port, r.Name)
+	}
+	if !kerneltest.IsTimeout(err) {
+		return fmt.Errorf("%s from %s to %s:%d: %v, want a timeout", network, from, to, port, err)
+	}
+	return nil
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestE2E runs the proxier on each iptables backend through the scenarios
+// of issue 8: every kind of service, churn, faults, health and shutdown.
+func TestE2E(t *testing.T) {
+	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
+		t.Run(string(backend), func(t *testing.T) {
+			kerneltest.Require(t, e2eTools(backend)...)
+			testE2E(t, backend)
+		})
+	}
+}
+
+const (
+	fullSyncs    = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+	partialSyncs = `kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+	restoreFails = `kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family="IPv4"}`
+)
+
+func testE2E(t *testing.T, backend iptables.Backend) {
+	k := newE2ENode(t, backend, e2eScenario(), false)
+	k.start(k.proxierArgs()...)
+	fulls := k.metric(fullSyncs)
+
+	t.Run("services", func(t *testing.T) {
+		check(t, k.reaches("tcp", "10.96.0.10", 80, 30, "pod-a", "pod-b"))
+		check(t, k.reaches("udp", "10.96.0.10", 80, 30, "pod-a", "pod-b"))
+		// The client is outside the cluster CIDR: masqueraded.
+		if r, err := k.dial("tcp", e2eClientIP, "10.96.0.10", 80, 2*time.Second); err != nil || r.Client != netip.MustParseAddr(e2eBridgeIP) {
+			t.Errorf("web saw %v (%v), want the node's bridge address", r.Client, err)
+		}
+		check(t, k.reaches("tcp", e2eNodeIP, 30080, 30, "pod-a", "pod-b"))
+		check(t, k.reaches("tcp", "192.0.2.10", 80, 30, "pod-a", "pod-b"))
+		check(t, k.reaches("tcp", "203.0.113.5", 80, 30, "pod-a", "pod-b"))
+		check(t, k.unanswered("tcp", e2eOtherClient, "203.0.113.5", 80))
+		if got, err := k.spread("tcp", "10.96.0.14", 80, 20); err != nil || len(got) != 1 {
+			t.Errorf("ClientIP affinity: 20 connections reached %v (%v), want one backend", got, err)
+		}
+		// externalTrafficPolicy Local: this node's endpoint only, the
+		// client's address kept.
+		check(t, k.reaches("tcp", e2eNodeIP, 30085, 20, "pod-a"))
+		check(t, k.reaches("tcp", "203.0.113.15", 80, 20, "pod-a"))
+		if r, err := k.dial("tcp", e2eClientIP, e2eNodeIP, 30085, 2*time.Second); err != nil || r.Client != netip.MustParseAddr(e2eClientIP) {
+			t.Errorf("local node port saw %v (%v), want the client's own address", r.Client, err)
+		}
+		check(t, k.reaches("tcp", "10.96.0.15", 80, 30, "pod-a", "pod-b"))
+		// internalTrafficPolicy Local.
+		check(t, k.reaches("tcp", "10.96.0.16", 80, 20, "pod-a"))
+		check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
+		check(t, k.refused("udp", e2eClientIP, "10.96.0.17", 80))
+		checkGet(t, k, "http://"+e2eNodeIP+":30185/", 200, `"localEndpoints":1`)
+	})
+
+	t.Run("churn", func(t *testing.T) {
+		partials := k.metric(partialSyncs)
+		k.cluster.service("web").pods = []string{"pod-a"}
+		k.writeManifest()
+		k.eventually(5*time.Second, "scale down", func() error { return k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a") })
+		k.cluster.service("web").pods = []string{"pod-a", "pod-b", "pod-c"}
+		k.writeManifest()
+		k.eventually(5*time.Second, "scale up", func() error { return k.reaches("tcp", "10.96.0.10", 80, 40, "pod-a", "pod-b", "pod-c") })
+
+		k.cluster.services = append(k.cluster.services, e2eService{name: "added", ports: e2eTCP, pods: []string{"pod-c"}, spec: e2eClusterIP("10.96.0.20")})
+		k.writeManifest()
+		k.eventually(5*time.Second, "service added", func() error { return k.reaches("tcp", "10.96.0.20", 80, 5, "pod-c") })
+		k.cluster.delete("np")
+		k.writeManifest()
+		// Nothing listens on the node's port 30080 any more, and the
+		// cluster IP leads nowhere. (The slice and the Service go in two
+		// events: in between, the Service has no endpoints and is refused.)
+		k.eventually(5*time.Second, "service deleted", func() error {
+			if err := k.refused("tcp", e2eClientIP, e2eNodeIP, 30080); err != nil {
+				return err
+			}
+			return k.unanswered("tcp", e2eClientIP, "10.96.0.11", 80)
+		})
+
+		// The Local service loses its endpoint on this node: the
+		// health-check node port says so, and external traffic is dropped.
+		k.cluster.service("local").pods = []string{"pod-b"}
+		k.writeManifest()
+		k.eventually(5*time.Second, "health check without local endpoints", func() error {
+			return expectGet(k, "http://"+e2eNodeIP+":30185/", 503, `"localEndpoints":0`)
+		})
+		check(t, k.unanswered("tcp", e2eClientIP, e2eNodeIP, 30085))
+		k.cluster.service("local").pods = []string{"pod-a", "pod-b"}
+		k.writeManifest()
+		k.eventually(5*time.Second, "health check with a local endpoint again", func() error {
+			return expectGet(k, "http://"+e2eNodeIP+":30185/", 200, `"localEndpoints":1`)
+		})
+		check(t, k.reaches("tcp", e2eNodeIP, 30085, 10, "pod-a"))
+
+		if got := k.metric(fullSyncs); got != fulls {
+			t.Errorf("%v full syncs after the churn, want still %v: every change should sync partially", got, fulls)
+		}
+		if got := k.metric(partialSyncs); got < partials+6 {
+			t.Errorf("%v partial syncs after six changes, had %v before", got, partials)
+		}
+	})
+
+	t.Run("flushed by another program", func(t *testing.T) {
+		// A firewall reload: every table emptied, the canary with it.
+		for _, table := range []string{"mangle", "nat", "filter"} {
+			k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-F")
+			k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-X")
+		}
+		// Whether traffic fails in between depends on how soon the
+		// canary is checked; the full sync count shows the resync.
+		k.eventually(e2eSyncPeriod+10*time.Second, "rules restored", func() error {
+			return k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b", "pod-c")
+		})
+		if got := k.metric(fullSyncs); got != fulls+1 {
+			t.Errorf("%v full syncs after the flush, want %v", got, fulls+1)
+		}
+		fulls = k.metric(fullSyncs)
+		check(t, k.reaches("tcp", "203.0.113.5", 80, 10, "pod-a", "pod-b"))
+		check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
+	})
+
+	t.Run("failed restore", func(t *testing.T) {
+		// Someone deletes victim's rule; the partial sync that deletes
+		// the victim Service then fails on it, and the retry is full.
+		k.deleteRule(t, "KUBE-SERVICES", "e2e/victim:http cluster IP")
+		k.cluster.delete("victim")
+		k.writeManifest()
+		k.eventually(e2eSyncPeriod+10*time.Second, "recovery", func() error {
+			if got := k.metric(fullSyncs); got != fulls+1 {
+				return fmt.Errorf("%v full syncs, want %v", got, fulls+1)
+			}
+			return nil
+		})
+		if got := k.metric(restoreFails); got != 1 {
+			t.Errorf("%v restore failures, want 1", got)
+		}
+		victim := iptables.ServiceClusterChain(portName("victim", "http"))
+		if strings.Contains(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), string(victim)) {
+			t.Errorf("victim's chain %s is still there", victim)
+		}
+		check(t, k.reaches("tcp", "10.96.0.20", 80, 5, "pod-c"))
+		fulls = k.metric(fullSyncs)
+	})
+
+	t.Run("stalled syncs", func(t *testing.T) {
+		// Another program's rule jumps to a chain the proxier must
+		// delete: every sync fails until it goes, and /healthz says so.
+		added := iptables.ServiceClusterChain(portName("added", "http"))
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-N", "E2E-USER")
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "E2E-USER", "-j", string(added))
+		failures := k.metric(restoreFails)
+		k.cluster.delete("added")
+		k.writeManifest()
+		k.eventually(2*e2eSyncPeriod+10*time.Second, "/healthz failing", func() error {
+			return expectGet(k, "http://"+e2eNodeIP+":10256/healthz", 503, `"healthy":false`)
+		})
+		if got := k.metric(restoreFails); got < failures+2 {
+			t.Errorf("%v restore failures, want at least %v: the syncs should keep failing", got, failures+2)
+		}
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-F", "E2E-USER")
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-X", "E2E-USER")
+		k.eventually(e2eSyncPeriod+10*time.Second, "/healthz recovering", func() error {
+			return expectGet(k, "http://"+e2eNodeIP+":10256/healthz", 200, `"healthy":true`)
+		})
+		check(t, k.unanswered("tcp", e2eClientIP, "10.96.0.20", 80))
+		check(t, k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b", "pod-c"))
+	})
+
+	t.Run("network programming latency", func(t *testing.T) {
+		count := `kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`
+		before := k.metric(count)
+		web := k.cluster.service("web")
+		web.pods, web.trigger = []string{"pod-b"}, time.Now()
+		k.writeManifest()
+		k.eventually(5*time.Second, "the change applied", func() error { return k.reaches("tcp", "10.96.0.10", 80, 10, "pod-b") })
+		k.eventually(5*time.Second, "the latency observed", func() error {
+			if got := k.metric(count); got != before+1 {
+				return fmt.Errorf("%v latencies observed, want %v", got, before+1)
+			}
+			return nil
+		})
+	})
+
+	t.Run("SIGTERM", func(t *testing.T) {
+		if err := k.proc.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-k.exited:
+			if err != nil {
+				t.Errorf("the proxier exited with %v after SIGTERM, want status 0", err)
+			}
+			k.exited <- err // for the cleanup
+		case <-time.After(10 * time.Second):
+			t.Fatal("the proxier did not exit within 10s of SIGTERM")
+		}
+		// Rules stay; listeners are closed.
+		check(t, k.reaches("tcp", "10.96.0.10", 80, 10, "pod-b"))
+		if _, _, err := k.get("http://" + e2eNodeIP + ":10256/healthz"); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("/healthz after exit: %v, want connection refused", err)
+		}
+	})
+}
+
+func portName(svc, port string) changetracker.ServicePortName {
+	return changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: e2eNS, Name: svc}, Port: port, Protocol: v1.ProtocolTCP}
+}
+
+// deleteRule deletes, with the real iptables, the rule of nat chain whose
+// comment is comment.
+func (k *e2eNode) deleteRule(t *testing.T, chain, comment string) {
+	t.Helper()
+	n := 0
+	for line := range strings.Lines(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S", chain)) {
+		if !strings.HasPrefix(line, "-A ") {
+			continue
+		}
+		n++
+		if strings.Contains(line, `"`+comment+`"`) {
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-D", chain, fmt.Sprint(n))
+			return
+		}
+	}
+	t.Fatalf("no rule with comment %q in %s", comment, chain)
+}
+
+func expectGet(k *e2eNode, url string, code int, body string) error {
+	gotCode, gotBody, err := k.get(url)
+	if err != nil || gotCode != code || !strings.Contains(gotBody, body) {
+		return fmt.Errorf("GET %s = %d %q, %v; want %d with %q", url, gotCode, gotBody, err, code, body)
+	}
+	return nil
+}
+
+func checkGet(t *testing.T, k *e2eNode, url string, code int, body string) {
+	t.Helper()
+	check(t, expectGet(k, url, code, body))
+}
+
+// TestE2EOnceAndCleanup applies one sync with --once, checks that it
+// serves, and removes it with --cleanup, which must leave the node's
+// tables exactly as they were before, other programs' rules included.
+func TestE2EOnceAndCleanup(t *testing.T) {
+	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
+		t.Run(string(backend), func(t *testing.T) {
+			kerneltest.Require(t, e2eTools(backend)...)
+			k := newE2ENode(t, backend, e2eScenario(), false)
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-N", "KUBE-FIREWALL")
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "POSTROUTING", "-s", e2eClusterCIDR, "!", "-d", e2eClusterCIDR, "-j", "MASQUERADE")
+			saveAll := func() string {
+				var all string
+				for _, table := range []string{"filter", "nat", "mangle"} {
+					all += k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-S")
+				}
+				return all
+			}
+			before := saveAll()
+
+			if err := k.runProxier("--once", "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR); err != nil {
+				t.Fatalf("--once: %v\n%s", err, k.log.String())
+			}
+			check(t, k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b"))
+			check(t, k.reaches("tcp", e2eNodeIP, 30080, 10, "pod-a", "pod-b"))
+			check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
+
+			if err := k.runProxier("--cleanup"); err != nil {
+				t.Fatalf("--cleanup: %v\n%s", err, k.log.String())
+			}
+			after := saveAll()
+			if before != after {
+				t.Errorf("after --once and --cleanup the tables differ:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+			check(t, k.unanswered("tcp", e2eClientIP, "10.96.0.10", 80))
+		})
+	}
+}
+
+// TestE2EDualStack runs the proxier on a node with both families: a
+// dual-stack Service is reachable on both cluster IPs, and an IPv6-only
+// one on its own.
+func TestE2EDualStack(t *testing.T) {
+	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
+		t.Run(string(backend), func(t *testing.T) {
+			b := string(backend)
+			kerneltest.Require(t, append(e2eTools(backend), "ip6tables-"+b, "ip6tables-"+b+"-save", "ip6tables-"+b+"-restore")...)
+			c := &e2eCluster{
+				node: "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\nstatus: {addresses: [{type: InternalIP, address: " + e2eNodeIP + "}, {type: InternalIP, address: \"fd00:1::1\"}]}\n",
+				services: []e2eService{
+					{name: "dual", ports: e2eTCP, pods: []string{"pod-a", "pod-b"}, pods6: []string{"pod-a", "pod-b"},
+						spec: "  type: NodePort\n  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10, \"fd00:96::10\"]\n  ipFamilies: [IPv4, IPv6]\n  ipFamilyPolicy: RequireDualStack\n" +
+							"  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080, protocol: TCP}]\n"},
+					{name: "only6", ports: e2eTCP, pods6: []string{"pod-c"},
+						spec: "  clusterIP: \"fd00:96::11\"\n  clusterIPs: [\"fd00:96::11\"]\n  ipFamilies: [IPv6]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n"},
+				},
+			}
+			k := newE2ENode(t, backend, c, true)
+			k.start(k.proxierArgs("--cluster-cidr", e2eClusterCIDR+",fd00:244::/64")...)
+
+			check(t, k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b"))
+			for _, dst := range []string{"[fd00:96::10]:80", "[fd00:1::1]:30080", "[fd00:96::11]:80"} {
+				got := map[string]int{}
+				for range 20 {
+					r, err := kerneltest.Dial(k.client, "tcp", netip.MustParseAddrPort(dst), 2*time.Second)
+					if err != nil {
+						t.Fatalf("tcp to %s: %v", dst, err)
+					}
+					got[r.Name]++
+				}
+				want := []string{"pod-a", "pod-b"}
+				if dst == "[fd00:96::11]:80" {
+					want = []string{"pod-c"}
+				}
+				for name := range got {
+					if !slices.Contains(want, name) {
+						t.Errorf("tcp to %s reached %s, want only %v", dst, name, want)
+					}
+				}
+				if len(got) != len(want) {
+					t.Errorf("tcp to %s reached %v, want each of %v", dst, got, want)
+				}
+			}
+			if n := k.metric(`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv6"}`); n < 1 {
+				t.Errorf("no IPv6 full sync in the metrics")
+			}
+		})
+	}
+}
