@@ -40,7 +40,7 @@ func TestDryRunDemoCluster(t *testing.T) {
 	}
 	checkGolden(t, "demo-cluster.dry-run.golden", out.Bytes())
 
-	for _, path := range []string{"../../README.md", "testdata/demo-cluster.yaml", "README.md"} {
+	for _, path := range []string{"../../README.md", "../../doc.go", "testdata/demo-cluster.yaml", "README.md", "doc.go"} {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 )
 
 // errIPVSNotReady is the answer of --mode ipvs on a node that could run it.
-var errIPVSNotReady = errors.New("--mode ipvs: this kernel has what IPVS mode needs, but this proxier cannot run IPVS mode yet (its translation from services to virtual servers is not in package ipvs yet); use --mode iptables")
+var errIPVSNotReady = errors.New("--mode ipvs: this kernel has what IPVS mode needs, but this proxier does not run IPVS mode yet; use --mode iptables")
 
 // refuseIPVS checks that the kernel can run IPVS mode, and refuses either
 // way: with the kernel's reason when it cannot, and with errIPVSNotReady
