@@ -223,6 +223,67 @@ func TestReloadSendsOnlyChanges(t *testing.T) {
 	}
 }
 
+// TestReloadParsesOnlyChangedFiles checks that a reload of a directory
+// parses again only the files whose bytes changed, keeps the objects of the
+// others as they were, and still finds duplicates across files.
+func TestReloadParsesOnlyChangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	write(t, a, clusterYAML)
+	write(t, b, listYAML)
+	ctx := context.Background()
+	src, _, err := New(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsedA, parsedB := src.files[a], src.files[b]
+	events := recordEvents(t, src.Client(), 3)
+
+	write(t, b, strings.Replace(listYAML, "port: 53", "port: 5353", 1))
+	problems, err := src.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.files[a] != parsedA {
+		t.Error("the unchanged file was parsed again")
+	}
+	if src.files[b] == parsedB {
+		t.Error("the changed file was not parsed again")
+	}
+	if diff := cmp.Diff([]string{"MODIFIED default/dns"}, events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if len(problems) != 1 || problems[0].File != a || problems[0].Document != 4 {
+		t.Errorf("problems = %v, want the ConfigMap of a.yaml, document 4, from the cached parse", problems)
+	}
+
+	// A duplicate in a new file is reported against it, and wins.
+	c := filepath.Join(dir, "c.yaml")
+	write(t, c, strings.Replace(listYAML, "10.96.0.53", "10.96.0.54", 1))
+	problems, err = src.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 2 || problems[1].File != c || !strings.Contains(problems[1].Error(), "also defined at "+b+" document 1") {
+		t.Errorf("problems = %v, want the ConfigMap and the duplicate in c.yaml", problems)
+	}
+	svc, err := src.Client().CoreV1().Services("default").Get(ctx, "dns", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP != "10.96.0.54" {
+		t.Errorf("dns = %v (%v), want the later file's cluster IP", svc, err)
+	}
+
+	// A removed file takes its objects and its cache entry with it.
+	if err := os.Remove(c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := src.files[c]; ok {
+		t.Error("the removed file is still cached")
+	}
+}
+
 func TestWatchFollowsFileEdits(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cluster.yaml")
