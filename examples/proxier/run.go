@@ -119,24 +119,10 @@ func run(ctx context.Context, o *options, env *environment) error {
 	}
 
 	// Services and EndpointSlices, through the trackers of every family.
-	factory := changetracker.NewInformerFactory(client, 0)
-	svcConfig, err := changetracker.NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
+	stopInformers, err := watchServices(ctx, client, &handlers{families: p.all(), metrics: p.metrics})
+	shutdown = append(shutdown, stopInformers)
 	if err != nil {
 		return err
-	}
-	sliceConfig, err := changetracker.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
-	if err != nil {
-		return err
-	}
-	h := &handlers{families: p.all(), metrics: p.metrics}
-	svcConfig.RegisterEventHandler(h)
-	sliceConfig.RegisterEventHandler(h)
-	factory.Start(ctx.Done())
-	shutdown = append(shutdown, factory.Shutdown)
-	// No rules before both initial lists are in: a sync from half a
-	// cluster would drop the rules of the services not listed yet.
-	if !svcConfig.Run(ctx) || !sliceConfig.Run(ctx) {
-		return ctx.Err()
 	}
 
 	if !longRunning {
@@ -176,6 +162,30 @@ func run(ctx context.Context, o *options, env *environment) error {
 	wg.Wait()
 	logger.Info("Proxier stopped; its rules stay in place")
 	return err
+}
+
+// watchServices starts the Service and EndpointSlice informers of client,
+// with h as their handler, and returns once both initial lists have been
+// delivered to h: a sync from half a cluster would drop the rules of the
+// services not listed yet. The returned function waits for the informers
+// to stop once ctx is done.
+func watchServices(ctx context.Context, client kubernetes.Interface, h *handlers) (func(), error) {
+	factory := changetracker.NewInformerFactory(client, 0)
+	svcConfig, err := changetracker.NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
+	if err != nil {
+		return func() {}, err
+	}
+	sliceConfig, err := changetracker.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
+	if err != nil {
+		return func() {}, err
+	}
+	svcConfig.RegisterEventHandler(h)
+	sliceConfig.RegisterEventHandler(h)
+	factory.Start(ctx.Done())
+	if !svcConfig.Run(ctx) || !sliceConfig.Run(ctx) {
+		return factory.Shutdown, ctx.Err()
+	}
+	return factory.Shutdown, nil
 }
 
 // proxier holds the familyProxiers for the parts that see all of them:
