@@ -25,6 +25,7 @@ import (
 // "bench", each with one TCP port and one EndpointSlice of endpoints
 // endpoints, the first on node-a (this node), the others on node-b.
 // Service i has cluster IP 10.96.0.0+i+1 and endpoints 10.128.0.0+10i+j.
+// The objects carry their kind, so that they can be written as manifests.
 func benchCluster(services, endpoints int) []runtime.Object {
 	ip := func(base string, n int) string {
 		b := netip.MustParseAddr(base).As4()
@@ -32,6 +33,7 @@ func benchCluster(services, endpoints int) []runtime.Object {
 		return netip.AddrFrom4(b).String()
 	}
 	objs := []runtime.Object{&v1.Node{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
 		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.1"}}},
 	}}
@@ -39,6 +41,7 @@ func benchCluster(services, endpoints int) []runtime.Object {
 		name := fmt.Sprintf("svc-%d", i)
 		clusterIP := ip("10.96.0.0", i+1)
 		objs = append(objs, &v1.Service{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
 			Spec: v1.ServiceSpec{
 				ClusterIP: clusterIP, ClusterIPs: []string{clusterIP},
@@ -46,6 +49,7 @@ func benchCluster(services, endpoints int) []runtime.Object {
 			},
 		})
 		slice := &discoveryv1.EndpointSlice{
+			TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name + "-1",
 				Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 			AddressType: discoveryv1.AddressTypeIPv4,

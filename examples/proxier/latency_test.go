@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/iptables"
+)
+
+// scaleEnv turns on TestProgrammingLatency, which takes minutes.
+const scaleEnv = "PROXYKIT_E2E_SCALE"
+
+// triggerPlaceholder stands for the last-change-trigger-time in the YAML
+// until the file is written.
+const triggerPlaceholder = "2000-01-01T00:00:00Z"
+
+// latencyServicesPerFile is how many Services (with their slices) go in one
+// manifest file: an edit re-reads the directory but parses one file.
+const latencyServicesPerFile = 100
+
+// TestProgrammingLatency measures, on the kernel, how long the proxier takes
+// from an EndpointSlice change to the rules for it being applied, as its
+// kubeproxy_network_programming_duration_seconds metric reports it: the
+// test writes the change to a manifest file with its time as the slice's
+// last-change-trigger-time, the proxier's file watch, informer, tracker,
+// runner and partial sync follow, and the metric is observed after the
+// restore. Beside it, the test times iptables-restore alone applying the
+// same partial payload (rendered by a writer in the test, run through an
+// Interface with a lock of its own) in a namespace of its own, and the
+// first full restore. The figures are logged (go test -v); it
+// runs at 1,000 and 10,000 services of 10 endpoints, on both backends, only
+// when PROXYKIT_E2E_SCALE=1.
+func TestProgrammingLatency(t *testing.T) {
+	if os.Getenv(scaleEnv) != "1" {
+		t.Skipf("set %s=1 to measure programming latency at 1,000 and 10,000 services (minutes)", scaleEnv)
+	}
+	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
+		for _, services := range []int{1000, 10000} {
+			t.Run(fmt.Sprintf("%s/%dx10", backend, services), func(t *testing.T) {
+				kerneltest.Require(t, e2eTools(backend)...)
+				testProgrammingLatency(t, backend, services, 10)
+			})
+		}
+	}
+}
+
+func testProgrammingLatency(t *testing.T, backend iptables.Backend, services, endpoints int) {
+	objs := benchCluster(services, endpoints)
+	var svcs []*v1.Service
+	var eps []*discoveryv1.EndpointSlice
+	var node runtime.Object
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			svcs = append(svcs, o)
+		case *discoveryv1.EndpointSlice:
+			eps = append(eps, o)
+		default:
+			node = o
+		}
+	}
+	dir := t.TempDir()
+	writeChunk := func(chunk int) {
+		t.Helper()
+		var b bytes.Buffer
+		for i := chunk * latencyServicesPerFile; i < min(services, (chunk+1)*latencyServicesPerFile); i++ {
+			for _, o := range []any{svcs[i], eps[i]} {
+				y, err := yaml.Marshal(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.WriteString("---\n")
+				b.Write(y)
+			}
+		}
+		name := filepath.Join(dir, fmt.Sprintf("chunk-%04d.yaml", chunk))
+		// The trigger time is taken last, so that the test's own YAML
+		// encoding is not counted.
+		data := bytes.ReplaceAll(b.Bytes(), []byte(triggerPlaceholder), []byte(time.Now().Format(time.RFC3339Nano)))
+		if err := os.WriteFile(name+".tmp", data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(name+".tmp", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeYAML, err := yaml.Marshal(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "node.yaml"), nodeYAML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for c := range (services + latencyServicesPerFile - 1) / latencyServicesPerFile {
+		writeChunk(c)
+	}
+
+	ns := kerneltest.NewNS(t)
+	lockFile := filepath.Join(t.TempDir(), "xtables.lock")
+	if _, err := ns.Exec("iptables-"+string(backend), "-t", "mangle", "-N", "KUBE-IPTABLES-HINT"); err != nil {
+		t.Fatal(err)
+	}
+	var log logBuffer
+	cmd := exec.Command(proxierBinary(t), "--manifests", dir, "--hostname-override", "node-a", "--cluster-cidr", "10.128.0.0/10",
+		"--healthz-bind-address", "", "--metrics-bind-address", "127.0.0.1:10249")
+	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lockFile)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	started := time.Now()
+	if err := ns.Do(cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("proxier log:\n%s", log.String())
+		}
+	})
+	get := func(url string) (int, string, error) {
+		tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := ns.Do(func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}}
+		c := http.Client{Transport: tr, Timeout: 10 * time.Second}
+		resp, err := c.Get(url)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		var body bytes.Buffer
+		_, err = body.ReadFrom(resp.Body)
+		return resp.StatusCode, body.String(), err
+	}
+	metrics := func() map[string]float64 {
+		t.Helper()
+		m, err := scrape(get, "http://127.0.0.1:10249/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	const (
+		full         = `kubeproxy_sync_full_proxy_rules_duration_seconds`
+		partial      = `kubeproxy_sync_partial_proxy_rules_duration_seconds`
+		programming  = `kubeproxy_network_programming_duration_seconds`
+		ipv4         = `{ip_family="IPv4"}`
+		countSuffix  = "_count" + ipv4
+		sumSuffix    = "_sum" + ipv4
+		fullSyncWait = 5 * time.Minute
+	)
+	eventually(t, fullSyncWait, "the first full sync", func() error {
+		if _, _, err := get("http://127.0.0.1:10249/metrics"); err != nil {
+			return err
+		}
+		if metrics()[full+countSuffix] < 1 {
+			return fmt.Errorf("no full sync yet")
+		}
+		return nil
+	})
+	m := metrics()
+	t.Logf("%s %dx%d: proxier start to first full sync %v; the full sync itself took %.2fs",
+		backend, services, endpoints, time.Since(started).Round(time.Millisecond), m[full+sumSuffix])
+
+	// Changes, each to another service in another file, after a pause
+	// longer than --min-sync-period so that the runner may sync at once.
+	const changes = 5
+	var latencies, syncs []float64
+	for c := range changes {
+		time.Sleep(1500 * time.Millisecond)
+		i := (c*services/changes + c) % services
+		eps[i].Endpoints[1].Conditions.Ready = ptr.To(false)
+		eps[i].Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: triggerPlaceholder}
+		before := metrics()
+		writeChunk(i / latencyServicesPerFile)
+		delete(eps[i].Annotations, v1.EndpointsLastChangeTriggerTime)
+		eventually(t, time.Minute, "the change's latency observed", func() error {
+			if metrics()[programming+countSuffix] <= before[programming+countSuffix] {
+				return fmt.Errorf("not yet")
+			}
+			return nil
+		})
+		after := metrics()
+		if d := after[programming+countSuffix] - before[programming+countSuffix]; d != 1 {
+			t.Errorf("change %d: %v latencies observed, want 1", c, d)
+		}
+		if after[full+countSuffix] != before[full+countSuffix] {
+			t.Errorf("change %d made a full sync", c)
+		}
+		latencies = append(latencies, after[programming+sumSuffix]-before[programming+sumSuffix])
+		syncs = append(syncs, (after[partial+sumSuffix]-before[partial+sumSuffix])/(after[partial+countSuffix]-before[partial+countSuffix]))
+	}
+	t.Logf("%s %dx%d: network programming latency %s; partial sync %s", backend, services, endpoints, spreadOf(latencies), spreadOf(syncs))
+
+	restoreFull, restorePartial := bareRestore(t, backend, objs, eps[(services/changes+1)%services])
+	t.Logf("%s %dx%d: iptables-restore alone, same rules: first full %v, partial (one endpoint) %v",
+		backend, services, endpoints, restoreFull.Round(time.Millisecond), restorePartial.Round(time.Millisecond))
+}
+
+// spreadOf prints the median and range of seconds as milliseconds.
+func spreadOf(secs []float64) string {
+	s := slices.Clone(secs)
+	slices.Sort(s)
+	ms := func(v float64) string { return fmt.Sprintf("%.1fms", v*1000) }
+	return fmt.Sprintf("median %s (min %s, max %s, n=%d)", ms(s[len(s)/2]), ms(s[0]), ms(s[len(s)-1]), len(s))
+}
+
+// bareRestore renders, with a writer in the test configured as the
+// proxier configures its own, the first full sync of objs and the partial
+// sync of the change the proxier saw (changed, already edited), and times
+// RestoreAll applying each in a fresh namespace, with nothing else around.
+func bareRestore(t *testing.T, backend iptables.Backend, objs []runtime.Object, changed *discoveryv1.EndpointSlice) (full, partial time.Duration) {
+	ctx := context.Background()
+	quiet := changetracker.WithLogger(klog.Background().V(10))
+	svcTracker := changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil, quiet)
+	epTracker := changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil, quiet)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			svcTracker.Update(nil, o)
+		case *discoveryv1.EndpointSlice:
+			if o.Name == changed.Name {
+				// As it was before the change.
+				o = o.DeepCopy()
+				o.Endpoints[1].Conditions.Ready = ptr.To(true)
+			}
+			epTracker.EndpointSliceUpdate(o, false)
+		}
+	}
+	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a",
+		NodeIPs: objsNodeIPs(objs), ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: true}
+	if backend == iptables.BackendNFT {
+		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
+	}
+	w, err := iptables.NewWriter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
+	sync := func() iptables.SyncResult {
+		return w.Sync(ctx, iptables.SyncInput{Services: svcMap, Endpoints: epMap,
+			ServiceChanges: svcMap.Update(svcTracker), EndpointChanges: epMap.Update(epTracker)})
+	}
+	ns := kerneltest.NewNS(t)
+	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend), iptables.WithLockFile(filepath.Join(t.TempDir(), "xtables.lock")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := func(res iptables.SyncResult) time.Duration {
+		t.Helper()
+		var took time.Duration
+		err := ns.Do(func() error {
+			if res.Full {
+				if err := iptables.EnsureJumpRules(ctx, ipt); err != nil {
+					return err
+				}
+			}
+			// The lock is this namespace's own, so the restore never
+			// waits for it.
+			start := time.Now()
+			err := ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
+			took = time.Since(start)
+			return err
+		})
+		w.Applied(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return took
+	}
+	full = restore(sync())
+	epTracker.EndpointSliceUpdate(changed, false)
+	res := sync()
+	if res.Full || res.ServicePortsWritten != 1 {
+		t.Fatalf("the change rendered a full=%v sync of %d service ports, want a partial one of 1", res.Full, res.ServicePortsWritten)
+	}
+	return full, restore(res)
+}
+
+func objsNodeIPs(objs []runtime.Object) []netip.Addr {
+	for _, o := range objs {
+		if n, ok := o.(*v1.Node); ok {
+			return addressesOfNode(klog.Background(), n)
+		}
+	}
+	return nil
+}
