@@ -496,9 +496,25 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 
 	t.Run("churn", func(t *testing.T) {
 		partials := k.metric(partialSyncs)
+		deleted := `kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`
+		flowsDeleted := k.metric(deleted)
+		// A UDP flow that pod-b answers: scaling pod-b out must clear its
+		// conntrack entry, or the same socket keeps reaching pod-b, whose
+		// backend still runs.
+		udp := k.udpFlowTo(t, "10.96.0.10:80", "pod-b")
 		k.cluster.service("web").pods = []string{"pod-a"}
 		k.writeManifest()
 		k.eventually(5*time.Second, "scale down", func() error { return k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a") })
+		// The cleanup follows the restore, so it may lag the TCP check.
+		k.eventually(5*time.Second, "stale UDP flow cleared", func() error {
+			if got := udpAsk(udp); got != "pod-a" {
+				return fmt.Errorf("the UDP flow's next datagram reached %q, want pod-a", got)
+			}
+			if got := k.metric(deleted); got <= flowsDeleted {
+				return fmt.Errorf("conntrack entries deleted: %v, want more than %v", got, flowsDeleted)
+			}
+			return nil
+		})
 		k.cluster.service("web").pods = []string{"pod-a", "pod-b", "pod-c"}
 		k.writeManifest()
 		k.eventually(5*time.Second, "scale up", func() error { return k.reaches("tcp", "10.96.0.10", 80, 40, "pod-a", "pod-b", "pod-c") })
@@ -641,6 +657,46 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 			t.Errorf("/healthz after exit: %v, want connection refused", err)
 		}
 	})
+}
+
+// udpFlowTo opens UDP sockets from the client to dst until one is answered
+// by backend want, and returns it, closed when the test ends.
+func (k *e2eNode) udpFlowTo(t *testing.T, dst, want string) net.Conn {
+	t.Helper()
+	for range 30 {
+		var c net.Conn
+		if err := k.client.Do(func() (err error) {
+			c, err = net.Dial("udp", dst)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if udpAsk(c) == want {
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		c.Close()
+	}
+	t.Fatalf("no UDP flow to %s reached %s in 30 tries", dst, want)
+	return nil
+}
+
+// udpAsk sends a datagram on c and returns the name of the backend that
+// answers, or "" if none does within a second.
+func udpAsk(c net.Conn) string {
+	if err := c.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return ""
+	}
+	if _, err := c.Write([]byte("hello\n")); err != nil {
+		return ""
+	}
+	buf := make([]byte, 256)
+	n, err := c.Read(buf)
+	if err != nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(string(buf[:n]), " ")
+	return name
 }
 
 func portName(svc, port string) changetracker.ServicePortName {
