@@ -24,7 +24,7 @@ func refuseIPVS(ctx context.Context, o *options, env *environment) error {
 		k = &kernel.Kernel{Root: k.Root}
 	}
 	if err := k.CanUseIPVS(ctx); err != nil {
-		return fmt.Errorf("--mode ipvs: this node cannot run IPVS mode: %w", err)
+		return fmt.Errorf("--mode ipvs: %w", err)
 	}
 	return errIPVSNotReady
 }

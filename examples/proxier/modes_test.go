@@ -55,7 +55,7 @@ func TestIPVSMode(t *testing.T) {
 		args: []string{"--mode", "ipvs"},
 		check: func(t *testing.T, err error) {
 			var missing *kernel.IPVSUnavailableError
-			if !errors.As(err, &missing) || !strings.Contains(err.Error(), "this node cannot run IPVS mode") || !strings.Contains(err.Error(), "ip_vs") {
+			if !errors.As(err, &missing) || !strings.Contains(err.Error(), "cannot run IPVS mode: missing") || !strings.Contains(err.Error(), "ip_vs") {
 				t.Errorf("got %v, want the kernel check's refusal naming ip_vs", err)
 			}
 		},
@@ -82,7 +82,7 @@ func TestIPVSMode(t *testing.T) {
 		modules: all[1:],
 		args:    []string{"--mode", "ipvs", "--cleanup"},
 		check: func(t *testing.T, err error) {
-			if err == nil || !strings.Contains(err.Error(), "this node cannot run IPVS mode") {
+			if err == nil || !strings.Contains(err.Error(), "cannot run IPVS mode: missing") {
 				t.Errorf("got %v, want the kernel check's refusal", err)
 			}
 		},
