@@ -623,7 +623,11 @@ func (tr Translation) WriteTo(w io.Writer) (int64, error) {
 			b = fmt.Appendf(b, "add %s %s\n", d.Set.Name, e)
 		}
 	}
-	b = fmt.Appendf(b, "# iptables-restore input (%s)\n", tr.IPFamily)
+	restore := "iptables-restore"
+	if tr.IPFamily == v1.IPv6Protocol {
+		restore = "ip6tables-restore"
+	}
+	b = fmt.Appendf(b, "# %s input (%s)\n", restore, tr.IPFamily)
 	b = append(b, tr.Payload...)
 	n, err := w.Write(b)
 	return int64(n), err

@@ -46,6 +46,11 @@ type ApplyResult struct {
 	IPSets ipset.Result
 	// IPVS is what the IPVS reconciler did.
 	IPVS Result
+	// RestoreFailed lists the families whose payload iptables-restore
+	// refused or failed to run, in the order of the translations: what
+	// kube-proxy counts in its
+	// sync_proxy_rules_iptables_restore_failures_total metric.
+	RestoreFailed []v1.IPFamily
 }
 
 // NewApplier returns an applier that reconciles virtual servers with
@@ -94,6 +99,7 @@ func (a *Applier) Apply(ctx context.Context, translations ...Translation) (Apply
 		}
 		if err := ipt.RestoreAll(ctx, tr.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {
 			errs = append(errs, fmt.Errorf("IPVS mode: %s rules: %w", tr.IPFamily, err))
+			res.RestoreFailed = append(res.RestoreFailed, tr.IPFamily)
 		}
 	}
 	if res.IPVS, err = a.ipvs.Reconcile(ctx, a.services); err != nil {

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -153,3 +154,70 @@ func cleanupVirtualServers(ctx context.Context, iface Interface, exclude []netip
 	}
 	return n, errors.Join(errs...)
 }
+
+// Leftovers says which proxy modes have left rules in the tables of an
+// iptables Interface, judged by the chains that only one mode makes: IPVS
+// mode and the iptables rule writer of package iptables share the names
+// KUBE-SERVICES (nat), KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD and
+// KUBE-PROXY-FIREWALL, which tell nothing.
+//
+// A proxier that starts in one mode uses it to remove the other mode's
+// rules, which it would otherwise leave in front of or beside its own
+// (kubernetes#102314), without touching its own mode's rules on an
+// ordinary restart: a start-up that removed them would break service
+// until the first sync (kubernetes#75360).
+type Leftovers struct {
+	// IPVSMode is set when a chain only IPVS mode makes is there:
+	// KUBE-NODE-PORT, KUBE-LOAD-BALANCER, KUBE-SOURCE-RANGES-FIREWALL or
+	// KUBE-IPVS-FILTER. Cleanup removes them.
+	IPVSMode bool
+	// IPTablesMode is set when a chain only the iptables rule writer
+	// makes is there: KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-SERVICES
+	// in the filter table, a per-service or per-endpoint chain, or its
+	// iptables.ProxyCanaryChain. iptables.Cleanup removes them.
+	IPTablesMode bool
+}
+
+// FindLeftovers reads the nat and filter tables of ipt and reports which
+// modes' chains they hold. It changes nothing. An error means a table
+// could not be read; the Leftovers are then those of the tables read.
+func FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, error) {
+	var l Leftovers
+	var buf bytes.Buffer
+	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
+		buf.Reset()
+		if err := ipt.SaveInto(ctx, t, &buf); err != nil {
+			return l, fmt.Errorf("looking for leftover rules in %s table %s: %w", ipt.Protocol(), t, err)
+		}
+		for _, c := range iptables.ChainsFromSave(buf.Bytes()) {
+			switch {
+			case slices.Contains(ipvsOnlyChains, tableChain{t, c}):
+				l.IPVSMode = true
+			case slices.Contains(writerOnlyChains, tableChain{t, c}), t == iptables.TableNAT && iptables.IsServiceChain(c):
+				l.IPTablesMode = true
+			}
+		}
+	}
+	return l, nil
+}
+
+// ipvsOnlyChains are IPVS mode's chains that the iptables rule writer
+// does not make, and writerOnlyChains the writer's that IPVS mode does
+// not.
+var (
+	ipvsOnlyChains = []tableChain{
+		{iptables.TableNAT, nodePortChain},
+		{iptables.TableNAT, loadBalancerChain},
+		{iptables.TableFilter, nodePortChain},
+		{iptables.TableFilter, sourceRangesChain},
+		{iptables.TableFilter, ipvsFilterChain},
+	}
+	writerOnlyChains = []tableChain{
+		{iptables.TableNAT, iptables.KubeNodePortsChain},
+		{iptables.TableNAT, iptables.ProxyCanaryChain},
+		{iptables.TableFilter, iptables.KubeServicesChain},
+		{iptables.TableFilter, iptables.KubeExternalServicesChain},
+		{iptables.TableFilter, iptables.KubeNodePortsChain},
+		{iptables.TableFilter, iptables.ProxyCanaryChain},
+	}
+)

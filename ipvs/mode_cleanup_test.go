@@ -156,3 +156,67 @@ func vsStrings(list []ipvs.VirtualServer) []string {
 	}
 	return s
 }
+
+// TestFindLeftovers: the chains of each mode are told apart by those only
+// it makes, with the iptables mode's rules written by the real rule writer.
+func TestFindLeftovers(t *testing.T) {
+	ctx := context.Background()
+	web := svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, endpoints: []endpoint{remotePod}}
+	ipvsMode := func(t *testing.T, n *node) { n.apply(t, translate(t, modeCfg, web)) }
+	iptablesMode := func(t *testing.T, n *node) {
+		t.Helper()
+		ipt := n.ipt[v1.IPv4Protocol]
+		w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: nodeName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs, eps := portMaps(t, v1.IPv4Protocol, web)
+		res := w.Sync(ctx, iptables.SyncInput{Services: svcs, Endpoints: eps})
+		if err := iptables.EnsureJumpRules(ctx, ipt); err != nil {
+			t.Fatal(err)
+		}
+		if err := ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		setup []func(*testing.T, *node)
+		want  ipvs.Leftovers
+	}{
+		{name: "clean node"},
+		{name: "IPVS mode", setup: []func(*testing.T, *node){ipvsMode}, want: ipvs.Leftovers{IPVSMode: true}},
+		{name: "iptables mode", setup: []func(*testing.T, *node){iptablesMode}, want: ipvs.Leftovers{IPTablesMode: true}},
+		{name: "both", setup: []func(*testing.T, *node){ipvsMode, iptablesMode}, want: ipvs.Leftovers{IPVSMode: true, IPTablesMode: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(modeCfg.NodeIPs...)
+			for _, f := range tc.setup {
+				f(t, n)
+			}
+			got, err := ipvs.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("FindLeftovers = %+v, want %+v", got, tc.want)
+			}
+			// Each mode's cleanup removes what makes it found.
+			if got.IPVSMode && !got.IPTablesMode {
+				if err := ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: []iptables.Interface{n.ipt[v1.IPv4Protocol]}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got.IPTablesMode && !got.IPVSMode {
+				if _, err := iptables.Cleanup(ctx, n.ipt[v1.IPv4Protocol]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !got.IPVSMode || !got.IPTablesMode {
+				if after, _ := ipvs.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol]); after != (ipvs.Leftovers{}) {
+					t.Errorf("after the cleanup: %+v", after)
+				}
+			}
+		})
+	}
+}

@@ -410,7 +410,7 @@ func TestApplierErrors(t *testing.T) {
 
 	// No ip6tables: the IPv6 rules cannot be applied; the rest is.
 	a := ipvs.NewApplier(ipvs.NewReconciler(n.ipvs, n.binder), ipset.NewReconciler(n.sets, ipvs.SetPrefix), n.ipt[v1.IPv4Protocol])
-	_, err := a.Apply(ctx, t4, t6)
+	res, err := a.Apply(ctx, t4, t6)
 	if err == nil || !strings.Contains(err.Error(), "IPVS mode: no iptables for IPv6") {
 		t.Errorf("Apply without ip6tables: %v", err)
 	}
@@ -418,13 +418,20 @@ func TestApplierErrors(t *testing.T) {
 	if rules := n.ipt[v1.IPv4Protocol].Rules(iptables.TableFilter, "KUBE-IPVS-FILTER"); len(rules) == 0 {
 		t.Error("the IPv4 rules were not applied")
 	}
+	if len(res.RestoreFailed) != 0 {
+		t.Errorf("RestoreFailed = %v: no restore was run", res.RestoreFailed)
+	}
 
 	// A payload the kernel refuses: the error names the family's rules,
 	// and the virtual servers are still reconciled.
 	bad := translate(t, modeCfg, web, svcPort{name: "default/api", clusterIP: "10.96.0.1", port: 443, endpoints: []endpoint{remotePod}})
 	bad.Payload = []byte("*nat\n-A NO-SUCH-CHAIN -j ACCEPT\nCOMMIT\n")
-	if _, err := n.applier.Apply(ctx, bad); err == nil || !strings.Contains(err.Error(), "IPVS mode: IPv4 rules") {
+	res, err = n.applier.Apply(ctx, bad)
+	if err == nil || !strings.Contains(err.Error(), "IPVS mode: IPv4 rules") {
 		t.Errorf("Apply of a bad payload: %v", err)
+	}
+	if diff := cmp.Diff([]v1.IPFamily{v1.IPv4Protocol}, res.RestoreFailed); diff != "" {
+		t.Errorf("RestoreFailed (-want +got):\n%s", diff)
 	}
 	if list, _ := n.ipvs.ListVirtualServers(ctx); len(list) != 2 {
 		t.Errorf("%d virtual servers after the failed restore, want 2", len(list))
