@@ -44,9 +44,9 @@
 //
 // The example binary in examples/proxier composes the blocks into a full
 // node proxier that runs against an API server or against bundled YAML
-// manifests, in iptables mode (IPVS mode is to follow, as a second backend
-// of the same composition); it is the place to start reading when building
-// a proxier of your own. Its run.go wires the blocks together and its
+// manifests, in iptables mode or IPVS mode (--mode ipvs), each a backend of
+// the same composition; it is the place to start reading when building a
+// proxier of your own. Its run.go wires the blocks together and its
 // proxier.go holds the sync function:
 //
 //	go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a

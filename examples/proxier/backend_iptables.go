@@ -12,7 +12,8 @@ import (
 )
 
 // iptablesBackend is iptables mode for one IP family: the service rule
-// writer renders iptables-restore input, and the Interface applies it.
+// writer renders iptables-restore input, and the Interface applies it. Its
+// sync takes that family's input alone.
 type iptablesBackend struct {
 	family v1.IPFamily
 	w      *iptables.Writer
@@ -56,7 +57,8 @@ func newIPTablesBackend(cfg iptables.WriterConfig, ipt iptables.Interface, out i
 	return &iptablesBackend{family: cfg.IPFamily, w: w, ipt: ipt, out: out, metrics: m, canaryInterval: canaryInterval}, nil
 }
 
-func (b *iptablesBackend) sync(ctx context.Context, in *syncInput) (syncOutcome, error) {
+func (b *iptablesBackend) sync(ctx context.Context, ins []*syncInput) ([]syncOutcome, error) {
+	in := ins[0]
 	res := b.w.Sync(ctx, iptables.SyncInput{
 		Services:        in.services,
 		Endpoints:       in.endpoints,
@@ -64,13 +66,13 @@ func (b *iptablesBackend) sync(ctx context.Context, in *syncInput) (syncOutcome,
 		EndpointChanges: in.endpointChanges,
 		NodeLabels:      in.nodeLabels,
 	})
-	out := syncOutcome{
+	out := []syncOutcome{{
 		full:            res.Full,
 		servicePorts:    res.ServicePorts,
 		endpoints:       res.Endpoints,
 		noLocalInternal: res.NoLocalEndpointsInternal,
 		noLocalExternal: res.NoLocalEndpointsExternal,
-	}
+	}}
 	if b.ipt == nil {
 		_, err := fmt.Fprintf(b.out, "# %s: %s input\n%s", b.family, restoreCommand(b.family), res.Payload)
 		b.w.Applied(err)
@@ -107,7 +109,9 @@ func (b *iptablesBackend) requestFullSync() { b.w.RequestFullSync() }
 // kubelet's that they depend on, with it.
 var canaryTables = []iptables.Table{iptables.TableMangle, iptables.TableNAT, iptables.TableFilter}
 
-func (b *iptablesBackend) monitor(ctx context.Context, lost func()) {
+// run watches the canary chain: a flush by another program (a firewall
+// reload, iptables -F) takes it too, and lost then brings a full sync.
+func (b *iptablesBackend) run(ctx context.Context, lost func()) {
 	if b.ipt == nil {
 		return
 	}

@@ -107,7 +107,8 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 		b.Fatal(err)
 	}
 	rec := &recordingBackend{backend: backend}
-	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", rec, changetracker.NewNodeTopology("node-a"), m)
+	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m)
+	g := &syncGroup{backend: rec, families: []*familyProxier{fp}}
 	queued := make(chan struct{}, 1)
 	fp.requestSync = func() {
 		select {
@@ -120,7 +121,7 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := fp.sync(ctx); err != nil {
+	if err := g.sync(ctx); err != nil {
 		b.Fatal(err)
 	}
 	if n := len(fp.svcMap); n != services {
@@ -147,7 +148,7 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 		}
 		<-queued
 		start := time.Now()
-		if err := fp.sync(ctx); err != nil {
+		if err := g.sync(ctx); err != nil {
 			b.Fatal(err)
 		}
 		inSync += time.Since(start)
@@ -166,12 +167,14 @@ type recordingBackend struct {
 	full, partial int
 }
 
-func (r *recordingBackend) sync(ctx context.Context, in *syncInput) (syncOutcome, error) {
-	out, err := r.backend.sync(ctx, in)
-	if out.full {
-		r.full++
-	} else {
-		r.partial++
+func (r *recordingBackend) sync(ctx context.Context, ins []*syncInput) ([]syncOutcome, error) {
+	outs, err := r.backend.sync(ctx, ins)
+	for _, out := range outs {
+		if out.full {
+			r.full++
+		} else {
+			r.partial++
+		}
 	}
-	return out, err
+	return outs, err
 }

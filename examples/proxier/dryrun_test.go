@@ -12,41 +12,60 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// demoArgs are demoCommand's flags, with the manifests path as seen from
-// this package's directory.
-func demoArgs(t *testing.T) []string {
+// demoRuns are the demo commands and the golden files of their output.
+var demoRuns = []struct{ command, golden string }{
+	{demoCommand, "demo-cluster.dry-run.golden"},
+	{demoIPVSCommand, "demo-cluster.ipvs.dry-run.golden"},
+}
+
+// demoArgs are command's flags, with the manifests path as seen from this
+// package's directory when local is set.
+func demoArgs(t *testing.T, command string, local bool) []string {
 	t.Helper()
 	const prefix = "go run ./examples/proxier "
-	if !strings.HasPrefix(demoCommand, prefix) {
-		t.Fatalf("demoCommand %q does not start with %q", demoCommand, prefix)
+	if !strings.HasPrefix(command, prefix) {
+		t.Fatalf("demo command %q does not start with %q", command, prefix)
 	}
-	args := strings.Fields(strings.TrimPrefix(demoCommand, prefix))
+	args := strings.Fields(strings.TrimPrefix(command, prefix))
 	for i, a := range args {
-		args[i] = strings.Replace(a, "examples/proxier/testdata", "testdata", 1)
+		if local {
+			args[i] = strings.Replace(a, "examples/proxier/testdata", "testdata", 1)
+		}
 	}
 	return args
 }
 
-// TestDryRunDemoCluster checks the README's first command: its output for
-// the demo cluster is the golden file, it touches nothing (the environment
-// fails the test if iptables, conntrack, the kernel or the host's
-// addresses are used), and the README and the demo file show the same
-// command.
+// TestDryRunDemoCluster checks the README's first command, and its IPVS
+// mode variant: the output for the demo cluster is the golden file, it
+// touches nothing (the environment fails the test if iptables, conntrack,
+// the kernel, IPVS or the host's addresses are used), and the READMEs and
+// the demo file show the commands.
 func TestDryRunDemoCluster(t *testing.T) {
-	var out bytes.Buffer
-	log, err := runArgs(t, dryRunEnvironment(t, &out), demoArgs(t)...)
-	if err != nil {
-		t.Fatalf("dry run: %v\n%s", err, log)
+	for _, demo := range demoRuns {
+		t.Run(demo.golden, func(t *testing.T) {
+			var out bytes.Buffer
+			log, err := runArgs(t, dryRunEnvironment(t, &out), demoArgs(t, demo.command, true)...)
+			if err != nil {
+				t.Fatalf("dry run: %v\n%s", err, log)
+			}
+			checkGolden(t, demo.golden, out.Bytes())
+		})
 	}
-	checkGolden(t, "demo-cluster.dry-run.golden", out.Bytes())
-
-	for _, path := range []string{"../../README.md", "../../doc.go", "testdata/demo-cluster.yaml", "README.md", "doc.go"} {
+	for path, commands := range map[string][]string{
+		"../../README.md":            {demoCommand},
+		"../../doc.go":               {demoCommand},
+		"testdata/demo-cluster.yaml": {demoCommand},
+		"README.md":                  {demoCommand, demoIPVSCommand},
+		"doc.go":                     {demoCommand, demoIPVSCommand},
+	} {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(data, []byte(demoCommand)) {
-			t.Errorf("%s does not show the first command %q", path, demoCommand)
+		for _, c := range commands {
+			if !bytes.Contains(data, []byte(c)) {
+				t.Errorf("%s does not show the command %q", path, c)
+			}
 		}
 	}
 }
@@ -54,31 +73,32 @@ func TestDryRunDemoCluster(t *testing.T) {
 // TestDryRunBinary runs the built proxier as the README says, from the
 // repository's root, with an empty PATH (so that running any program, such
 // as iptables, fails) and, when the test runs as root, as the user nobody:
-// the output must still be the golden one.
+// the output must still be the golden one, in both modes.
 func TestDryRunBinary(t *testing.T) {
 	bin := proxierBinary(t)
 	noPath := t.TempDir()
-	args := strings.Fields(strings.TrimPrefix(demoCommand, "go run ./examples/proxier "))
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = []string{"PATH=" + noPath, "HOME=/nonexistent"}
-	if os.Geteuid() == 0 {
-		if err := os.Chmod(noPath, 0o755); err != nil {
+	for _, demo := range demoRuns {
+		cmd := exec.Command(bin, demoArgs(t, demo.command, false)...)
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = []string{"PATH=" + noPath, "HOME=/nonexistent"}
+		if os.Geteuid() == 0 {
+			if err := os.Chmod(noPath, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, stderr.String())
+		}
+		want, err := os.ReadFile(filepath.Join("testdata", demo.golden))
+		if err != nil {
 			t.Fatal(err)
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v\n%s", cmd, err, stderr.String())
-	}
-	want, err := os.ReadFile(filepath.Join("testdata", "demo-cluster.dry-run.golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, stdout.Bytes()) {
-		t.Errorf("the binary's output differs from the golden file:\n%s", cmp.Diff(string(want), stdout.String()))
+		if !bytes.Equal(want, stdout.Bytes()) {
+			t.Errorf("the binary's output differs from %s:\n%s", demo.golden, cmp.Diff(string(want), stdout.String()))
+		}
 	}
 }
 
@@ -135,8 +155,11 @@ ports: [{name: p, port: 8080, protocol: TCP}]
 	}
 	for _, tc := range []struct {
 		name       string
+		mode       string
 		node       string
 		want, dont []string
+		// first is printed before second.
+		first, second string
 	}{{
 		name: "IPv4 only",
 		node: node("192.168.0.1"),
@@ -148,17 +171,40 @@ ports: [{name: p, port: 8080, protocol: TCP}]
 		want: []string{"# IPv6: ip6tables-restore input\n", "-d fd00:96::10", "-d fd00:96::11", "--to-destination [fd00:244::5]:8080"},
 		dont: []string{"# IPv4", "10.96.0."},
 	}, {
-		name: "dual-stack, IPv6 primary",
-		node: node("fd00::1", "192.168.0.1"),
-		want: []string{"# IPv6: ip6tables-restore input\n", "# IPv4: iptables-restore input\n", "-d fd00:96::11", "-d 10.96.0.11"},
+		name:  "dual-stack, IPv6 primary",
+		node:  node("fd00::1", "192.168.0.1"),
+		want:  []string{"# IPv6: ip6tables-restore input\n", "# IPv4: iptables-restore input\n", "-d fd00:96::11", "-d 10.96.0.11"},
+		first: "# IPv6", second: "# IPv4",
+	}, {
+		name: "IPVS mode, IPv4 only",
+		mode: modeIPVS,
+		node: node("192.168.0.1"),
+		want: []string{"# IPVS virtual servers (IPv4)\n", "TCP 10.96.0.10:80 rr bound\n", "TCP 10.96.0.11:80 rr bound\n  -> 10.244.0.5:8080 weight 1\n", "# iptables-restore input (IPv4)\n"},
+		dont: []string{"(IPv6)", "fd00:"},
+	}, {
+		name: "IPVS mode, IPv6 only",
+		mode: modeIPVS,
+		node: node("fd00::1"),
+		want: []string{"# IPVS virtual servers (IPv6)\n", "TCP [fd00:96::10]:80 rr bound\n", "TCP [fd00:96::11]:80 rr bound\n  -> [fd00:244::5]:8080 weight 1\n", "create KUBE-6-CLUSTER-IP hash:ip,port family inet6", "# ip6tables-restore input (IPv6)\n"},
+		dont: []string{"(IPv4)", "10.96.0."},
+	}, {
+		name:  "IPVS mode, dual-stack, IPv6 primary",
+		mode:  modeIPVS,
+		node:  node("fd00::1", "192.168.0.1"),
+		want:  []string{"TCP [fd00:96::11]:80 rr bound\n  -> [fd00:244::5]:8080 weight 1\n", "TCP 10.96.0.11:80 rr bound\n  -> 10.244.0.5:8080 weight 1\n", "# ip6tables-restore input (IPv6)\n", "# iptables-restore input (IPv4)\n"},
+		first: "# IPVS virtual servers (IPv6)", second: "# IPVS virtual servers (IPv4)",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(services+"---\n"+tc.node), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			args := []string{"--manifests", dir, "--dry-run", "--hostname-override", "node-a"}
+			if tc.mode != "" {
+				args = append(args, "--mode", tc.mode)
+			}
 			var out bytes.Buffer
-			log, err := runArgs(t, dryRunEnvironment(t, &out), "--manifests", dir, "--dry-run", "--hostname-override", "node-a")
+			log, err := runArgs(t, dryRunEnvironment(t, &out), args...)
 			if err != nil {
 				t.Fatalf("dry run: %v\n%s", err, log)
 			}
@@ -173,7 +219,7 @@ ports: [{name: p, port: 8080, protocol: TCP}]
 					t.Errorf("output has %q:\n%s", d, got)
 				}
 			}
-			if tc.name == "dual-stack, IPv6 primary" && strings.Index(got, "# IPv6") > strings.Index(got, "# IPv4") {
+			if tc.first != "" && !(strings.Contains(got, tc.first) && strings.Index(got, tc.first) < strings.Index(got, tc.second)) {
 				t.Errorf("the primary family (IPv6, the node's first address) is not printed first")
 			}
 		})

@@ -23,8 +23,12 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // demoCommand is the README's first command. The demo cluster's header
-// comment and the golden test use it too.
-const demoCommand = "go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a"
+// comment and the golden test use it too. demoIPVSCommand is the same in
+// IPVS mode, which the example's README shows.
+const (
+	demoCommand     = "go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a"
+	demoIPVSCommand = demoCommand + " --mode ipvs"
+)
 
 // testLogger returns a context whose logger writes to buf, at verbosity v.
 func testLogger(buf *logBuffer, v int) context.Context {
@@ -51,8 +55,8 @@ func (b *logBuffer) String() string {
 
 // dryRunEnvironment is the real environment with every part a dry run must
 // not use replaced by one that fails t: no iptables, no conntrack, no
-// kernel files, and no host addresses (the node's come from its Node
-// object).
+// kernel files, no IPVS, and no host addresses (the node's come from its
+// Node object).
 func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 	env := realEnvironment(stdout)
 	env.detectBackend = func(context.Context) (iptables.Backend, error) {
@@ -65,6 +69,10 @@ func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 	}
 	env.conntrack = nil
 	env.kernel = nil
+	env.openIPVS = func(context.Context, bool) (*ipvsNode, error) {
+		t.Error("a dry run opened IPVS")
+		return nil, fmt.Errorf("not in a dry run")
+	}
 	env.hostAddresses = func() ([]netip.Addr, error) {
 		t.Error("a dry run read the host's addresses")
 		return nil, fmt.Errorf("not in a dry run")

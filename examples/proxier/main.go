@@ -57,6 +57,9 @@ type environment struct {
 	newIPTables   func(ctx context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error)
 	conntrack     conntrack.Interface
 	kernel        *kernel.Kernel
+	// openIPVS opens IPVS mode's kernel side, with the IPVS table when
+	// table is set (see openIPVSNode).
+	openIPVS func(ctx context.Context, table bool) (*ipvsNode, error)
 	// hostAddresses lists the node's addresses when no Node object gives
 	// them.
 	hostAddresses func() ([]netip.Addr, error)
@@ -80,6 +83,7 @@ func realEnvironment(stdout io.Writer) *environment {
 		},
 		conntrack:     conntrack.New(),
 		kernel:        kernel.New(),
+		openIPVS:      openIPVSNode,
 		hostAddresses: hostAddresses,
 		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig

@@ -8,31 +8,73 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
 )
 
-// errIPVSNotReady is the answer of --mode ipvs on a node that could run it.
-var errIPVSNotReady = errors.New("--mode ipvs: this kernel has what IPVS mode needs, but this proxier does not run IPVS mode yet; use --mode iptables")
+// Switching modes, and --cleanup.
+//
+// IPVS mode and iptables mode share chain names (KUBE-SERVICES,
+// KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD, KUBE-PROXY-FIREWALL), and
+// each mode's rules left behind get in the way of the other's: iptables
+// mode's per-service chains and filter rules would keep answering for
+// services beside IPVS (kubernetes#102314), and IPVS mode's dummy
+// interface and virtual servers would keep taking traffic for addresses
+// iptables mode no longer serves. So a proxier that starts in one mode
+// removes what the other mode left, as kube-proxy once did at every
+// start. It does so only when it finds chains that only the other mode
+// makes (ipvs.FindLeftovers): a restart in the same mode must not touch
+// the rules still serving traffic, which is why kube-proxy stopped
+// cleaning up at start-up (kubernetes#75360).
 
-// refuseIPVS checks that the kernel can run IPVS mode, and refuses either
-// way: with the kernel's reason when it cannot, and with errIPVSNotReady
-// when it can. A dry run only looks at the kernel; otherwise missing
-// modules are loaded with modprobe first, as kube-proxy does.
-func refuseIPVS(ctx context.Context, o *options, env *environment) error {
-	k := env.kernel
-	if o.dryRun {
-		k = &kernel.Kernel{Root: k.Root}
-	}
-	if err := k.CanUseIPVS(ctx); err != nil {
-		return fmt.Errorf("--mode ipvs: %w", err)
-	}
-	return errIPVSNotReady
+// removeIPTablesMode removes, from each of ipts, the rules a proxier in
+// iptables mode left, for IPVS mode to start on.
+func removeIPTablesMode(ctx context.Context, ipts []iptables.Interface) {
+	removeModeRules(ctx, ipts, "iptables", func(l ipvs.Leftovers) bool { return l.IPTablesMode })
 }
 
-// cleanupRules removes what iptables mode made, in both IP families, from
-// the backend this node uses. A family whose iptables is missing (no
-// ip6tables, say) has nothing to clean.
-func cleanupRules(ctx context.Context, env *environment) error {
+// removeIPVSMode removes, from each of ipts, the rules a proxier in IPVS
+// mode left, and then, if there were any, IPVS mode's ipsets, virtual
+// servers and dummy interface, for iptables mode to start on.
+func removeIPVSMode(ctx context.Context, env *environment, ipts []iptables.Interface) {
+	if removeModeRules(ctx, ipts, "IPVS", func(l ipvs.Leftovers) bool { return l.IPVSMode }) {
+		if err := cleanupIPVSNode(ctx, env); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing IPVS mode's ipsets, virtual servers and dummy interface")
+		}
+	}
+}
+
+// removeModeRules removes the rules of both modes from each of ipts in
+// which found says the other mode's chains are, and reports whether any
+// was. The first sync writes the running mode's rules again. Failures are
+// logged: the first sync rewrites the shared chains whatever is left.
+func removeModeRules(ctx context.Context, ipts []iptables.Interface, mode string, found func(ipvs.Leftovers) bool) bool {
+	logger := klog.FromContext(ctx)
+	seen := false
+	for _, ipt := range ipts {
+		l, err := ipvs.FindLeftovers(ctx, ipt)
+		if err != nil {
+			logger.Error(err, "Not looking for the rules of the other mode", "mode", mode)
+			continue
+		}
+		if !found(l) {
+			continue
+		}
+		seen = true
+		logger.Info("Removing the rules of a proxier that ran here in another mode", "mode", mode, "family", ipt.Protocol())
+		if err := cleanupRules(ctx, ipt); err != nil {
+			logger.Error(err, "Removing the rules of the other mode", "mode", mode, "family", ipt.Protocol())
+		}
+	}
+	return seen
+}
+
+// cleanup is --cleanup: it removes what either mode made, whatever --mode
+// says, as kube-proxy's --cleanup does: the chains and jump rules of both
+// modes in both IP families, from the iptables backend this node uses, and
+// IPVS mode's ipsets, virtual servers and dummy interface. A family whose
+// iptables is missing (no ip6tables, say) has nothing to clean.
+func cleanup(ctx context.Context, env *environment) error {
 	logger := klog.FromContext(ctx)
 	b, err := env.detectBackend(ctx)
 	if err != nil {
@@ -46,15 +88,58 @@ func cleanupRules(ctx context.Context, env *environment) error {
 			logger.Info("Nothing to clean up: no usable iptables for this family", "family", proto, "backend", b, "reason", err)
 			continue
 		}
-		n, err := iptables.Cleanup(ctx, ipt)
-		if err != nil {
+		cleaned++
+		if err := cleanupRules(ctx, ipt); err != nil {
 			errs = append(errs, err)
 		}
-		cleaned++
-		logger.Info("Removed the proxier's rules", "family", proto, "backend", b, "chains", n)
+		logger.Info("Removed the proxier's rules", "family", proto, "backend", b)
 	}
 	if cleaned == 0 {
-		return fmt.Errorf("cleanup: no iptables of backend %s works here", b)
+		errs = append(errs, fmt.Errorf("cleanup: no iptables of backend %s works here", b))
+	}
+	// After the rules: the kernel keeps a set that a rule matches on.
+	if err := cleanupIPVSNode(ctx, env); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// cleanupRules removes the chains and jump rules of both modes from ipt.
+// Each mode's cleanup keeps a shared chain that the other mode's chains
+// still jump to (iptables mode's per-service chains jump to
+// KUBE-MARK-MASQ, and so do IPVS mode's KUBE-NODE-PORT and
+// KUBE-LOAD-BALANCER), so IPVS mode's goes first, then iptables mode's,
+// and when IPVS mode's had to keep something it runs again, now that
+// nothing jumps there. Both find nothing to do on a clean node.
+func cleanupRules(ctx context.Context, ipt iptables.Interface) error {
+	rules := ipvs.CleanupConfig{IPTables: []iptables.Interface{ipt}}
+	errIPVS := ipvs.Cleanup(ctx, rules)
+	_, errIPTables := iptables.Cleanup(ctx, ipt)
+	if errIPVS != nil {
+		errIPVS = ipvs.Cleanup(ctx, rules)
+	}
+	return errors.Join(errIPVS, errIPTables)
+}
+
+// cleanupIPVSNode removes IPVS mode's ipsets, virtual servers and dummy
+// interface. It loads no module to do so: without ip_vs there is no
+// virtual server, and without ip_set no set.
+func cleanupIPVSNode(ctx context.Context, env *environment) error {
+	mods, err := env.kernel.Modules(ctx)
+	if err != nil {
+		return fmt.Errorf("cleanup of IPVS mode: %w", err)
+	}
+	node, err := env.openIPVS(ctx, mods.Has(kernel.ModuleIPVS))
+	if err != nil {
+		return fmt.Errorf("cleanup of IPVS mode: %w", err)
+	}
+	defer node.close()
+	cfg := ipvs.CleanupConfig{Binder: node.binder}
+	if node.table != nil {
+		cfg.IPVS = node.table
+	}
+	if mods.Has(kernel.ModuleIPSet) {
+		cfg.IPSets = node.sets
+	}
+	return ipvs.Cleanup(ctx, cfg)
 }

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
 )
 
@@ -39,72 +43,35 @@ func kernelTree(t *testing.T, root string, modules []string) {
 	}
 }
 
-func TestIPVSMode(t *testing.T) {
-	v, err := kernel.ParseVersion("6.1.0")
-	if err != nil {
-		t.Fatal(err)
+// TestIPVSModeRefused: on a kernel without IPVS, --mode ipvs refuses with
+// the kernel check's message and touches nothing; a dry run does not ask.
+func TestIPVSModeRefused(t *testing.T) {
+	node := newFakeNode(t)
+	env := node.environment(t, io.Discard)
+	log, err := runArgs(t, env, "--mode", "ipvs", "--manifests", "testdata", "--hostname-override", "node-a")
+	var missing *kernel.IPVSUnavailableError
+	if !errors.As(err, &missing) || !strings.Contains(err.Error(), "--mode ipvs: kernel 6.1.0 cannot run IPVS mode: missing") || !strings.Contains(err.Error(), "ip_vs") {
+		t.Errorf("got %v, want the kernel check's refusal naming ip_vs\n%s", err, log)
 	}
-	all := append(kernel.RequiredIPVSModules(v), kernel.IPSetModules()...)
-	for _, tc := range []struct {
-		name    string
-		modules []string
-		args    []string
-		check   func(t *testing.T, err error)
-	}{{
-		name: "kernel without IPVS",
-		args: []string{"--mode", "ipvs"},
-		check: func(t *testing.T, err error) {
-			var missing *kernel.IPVSUnavailableError
-			if !errors.As(err, &missing) || !strings.Contains(err.Error(), "cannot run IPVS mode: missing") || !strings.Contains(err.Error(), "ip_vs") {
-				t.Errorf("got %v, want the kernel check's refusal naming ip_vs", err)
-			}
-		},
-	}, {
-		name:    "kernel with IPVS",
-		modules: all,
-		args:    []string{"--mode", "ipvs"},
-		check: func(t *testing.T, err error) {
-			if !errors.Is(err, errIPVSNotReady) {
-				t.Errorf("got %v, want errIPVSNotReady", err)
-			}
-		},
-	}, {
-		name:    "dry run, kernel with IPVS",
-		modules: all,
-		args:    []string{"--mode", "ipvs", "--dry-run", "--manifests", "testdata"},
-		check: func(t *testing.T, err error) {
-			if !errors.Is(err, errIPVSNotReady) {
-				t.Errorf("got %v, want errIPVSNotReady", err)
-			}
-		},
-	}, {
-		name:    "cleanup refuses too",
-		modules: all[1:],
-		args:    []string{"--mode", "ipvs", "--cleanup"},
-		check: func(t *testing.T, err error) {
-			if err == nil || !strings.Contains(err.Error(), "cannot run IPVS mode: missing") {
-				t.Errorf("got %v, want the kernel check's refusal", err)
-			}
-		},
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			node := newFakeNode(t)
-			kernelTree(t, node.root, tc.modules)
-			env := node.environment(t, io.Discard)
-			log, err := runArgs(t, env, tc.args...)
-			tc.check(t, err)
-			if node.ipt4.Dump() != "" {
-				t.Errorf("--mode ipvs touched iptables:\n%s\nlog:\n%s", node.ipt4.Dump(), log)
-			}
-		})
+	if d := node.ipt4.Dump(); d != "" {
+		t.Errorf("a refused --mode ipvs touched iptables:\n%s", d)
+	}
+	if node.ipvsOpens.Load() != 0 {
+		t.Error("a refused --mode ipvs opened IPVS")
+	}
+	if got := readSysctl(t, node.root, "net/ipv4/vs/conntrack"); got != "0" {
+		t.Errorf("a refused --mode ipvs set vs/conntrack to %s", got)
+	}
+
+	var out bytes.Buffer
+	if log, err := runArgs(t, dryRunEnvironment(t, &out), "--mode", "ipvs", "--dry-run", "--manifests", "testdata", "--hostname-override", "node-a"); err != nil {
+		t.Errorf("a dry run in IPVS mode on a kernel without IPVS: %v\n%s", err, log)
 	}
 }
 
-// TestOnceAndCleanup applies one sync to a node that has other programs'
-// rules, and cleans up: the rules of the node are then what they were.
-func TestOnceAndCleanup(t *testing.T) {
-	node := newFakeNode(t)
-	const foreign = `*filter
+// foreignRules are other programs' rules on the node: the kubelet's, and
+// a firewall's.
+const foreignRules = `*filter
 :INPUT ACCEPT [0:0]
 :FORWARD DROP [0:0]
 :OUTPUT ACCEPT [0:0]
@@ -117,6 +84,7 @@ COMMIT
 :INPUT ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
 :POSTROUTING ACCEPT [0:0]
+-A POSTROUTING -s 172.17.0.0/16 -j MASQUERADE
 COMMIT
 *mangle
 :PREROUTING ACCEPT [0:0]
@@ -127,33 +95,195 @@ COMMIT
 :KUBE-IPTABLES-HINT - [0:0]
 COMMIT
 `
-	if err := node.ipt4.ParseDump(foreign); err != nil {
+
+// withForeignState gives the node other programs' rules, an ipset of
+// theirs and a link, and returns a function that checks they, and nothing
+// else, are there.
+func (n *fakeNode) withForeignState(t *testing.T) func(t *testing.T, after string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := n.ipt4.ParseDump(foreignRules); err != nil {
 		t.Fatal(err)
 	}
-	before := node.ipt4.Dump()
-	env := node.environment(t, io.Discard)
+	if err := n.sets.Create(ctx, ipset.Set{Name: "calico-things", Type: ipset.HashIP}); err != nil {
+		t.Fatal(err)
+	}
+	n.binder.AddOtherLink("eth0")
+	rules, sets := n.ipt4.Dump(), n.sets.Dump()
+	return func(t *testing.T, after string) {
+		t.Helper()
+		if diff := cmp.Diff(rules, n.ipt4.Dump()); diff != "" {
+			t.Errorf("after %s the rules differ from before (-before +after):\n%s", after, diff)
+		}
+		if d := n.ipt6.Dump(); d != "" {
+			t.Errorf("after %s the IPv6 tables, which held nothing of the proxier's, are:\n%s", after, d)
+		}
+		if diff := cmp.Diff(sets, n.sets.Dump()); diff != "" {
+			t.Errorf("after %s the ipsets differ from before (-before +after):\n%s", after, diff)
+		}
+		if d := n.lb.Dump(); d != "" {
+			t.Errorf("after %s virtual servers are left:\n%s", after, d)
+		}
+		if _, err := n.binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
+			t.Errorf("after %s %s: %v, want it gone", after, ipvs.DummyDevice, err)
+		}
+		if _, err := n.binder.EnsureDevice(ctx, "eth0"); err == nil {
+			t.Errorf("after %s eth0 is gone", after)
+		}
+	}
+}
 
-	log, err := runArgs(t, env, "--once", "--manifests", "testdata", "--hostname-override", "node-a")
-	if err != nil {
-		t.Fatalf("--once: %v\n%s", err, log)
+// TestOnceAndCleanup applies one sync in each mode to a node that has
+// other programs' state, and cleans up: the node is then as it was. The
+// mixed case has both modes' rules, as a node that switched modes under
+// a proxier that leaves the other mode's rules behind would.
+func TestOnceAndCleanup(t *testing.T) {
+	once := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a"}
+	for _, tc := range []struct {
+		name  string
+		modes [][]string
+	}{
+		{"iptables", [][]string{{"--mode", "iptables"}}},
+		{"ipvs", [][]string{{"--mode", "ipvs"}}},
+		{"both modes' rules", [][]string{{"--mode", "iptables"}, {"--mode", "ipvs"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := newFakeNode(t).withIPVS(t)
+			unchanged := node.withForeignState(t)
+			env := node.environment(t, io.Discard)
+			var iptablesRules string
+			for _, mode := range tc.modes {
+				log, err := runArgs(t, env, append(once, mode...)...)
+				if err != nil {
+					t.Fatalf("--once %s: %v\n%s", mode, err, log)
+				}
+				if mode[1] == modeIPTables {
+					iptablesRules = node.ipt4.Dump()
+				}
+			}
+			if iptablesRules != "" && len(tc.modes) > 1 {
+				// IPVS mode removed them; put them back beside its own.
+				if err := node.ipt4.RestoreAll(context.Background(), []byte(iptablesRules), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, err := ipvs.FindLeftovers(context.Background(), node.ipt4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := (ipvs.Leftovers{IPTablesMode: iptablesRules != "", IPVSMode: slices.ContainsFunc(tc.modes, func(m []string) bool { return m[1] == modeIPVS })}); l != want {
+				t.Fatalf("before --cleanup the node holds %+v, want %+v:\n%s", l, want, node.ipt4.Dump())
+			}
+			if len(node.listeners) != 0 {
+				t.Errorf("--once opened listeners: %v", node.listeners)
+			}
+			if log, err := runArgs(t, env, "--cleanup"); err != nil {
+				t.Fatalf("--cleanup: %v\n%s", err, log)
+			}
+			unchanged(t, "--once and --cleanup")
+			if n := node.ipvsOpen.Load(); n != 0 {
+				t.Errorf("%d IPVS nodes left open", n)
+			}
+		})
 	}
-	if !strings.Contains(node.ipt4.Dump(), "-A KUBE-SERVICES") {
-		t.Fatalf("--once applied no service rules:\n%s", node.ipt4.Dump())
-	}
-	if len(node.listeners) != 0 {
-		t.Errorf("--once opened listeners: %v", node.listeners)
-	}
+}
 
-	log, err = runArgs(t, env, "--cleanup")
-	if err != nil {
+// TestCleanupWithoutIPVS: --cleanup on a kernel without ip_vs removes the
+// sets and the dummy interface without opening IPVS, which would load it.
+func TestCleanupWithoutIPVS(t *testing.T) {
+	ctx := context.Background()
+	node := newFakeNode(t)
+	kernelTree(t, node.root, kernel.IPSetModules())
+	unchanged := node.withForeignState(t)
+	if err := node.sets.Create(ctx, ipset.Set{Name: "KUBE-CLUSTER-IP", Type: ipset.HashIPPort}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.binder.EnsureDevice(ctx, ipvs.DummyDevice); err != nil {
+		t.Fatal(err)
+	}
+	if log, err := runArgs(t, node.environment(t, io.Discard), "--cleanup", "--mode", "ipvs"); err != nil {
 		t.Fatalf("--cleanup: %v\n%s", err, log)
 	}
-	if diff := cmp.Diff(before, node.ipt4.Dump()); diff != "" {
-		t.Errorf("after --once and --cleanup the rules differ from before (-before +after):\n%s", diff)
+	unchanged(t, "--cleanup")
+	if n := node.tableOpens.Load(); n != 0 {
+		t.Errorf("--cleanup opened the IPVS table %d times on a kernel without ip_vs", n)
 	}
-	if d := node.ipt6.Dump(); d != "" {
-		t.Errorf("--cleanup changed the IPv6 tables, which held nothing of the proxier's:\n%s", d)
+}
+
+// TestModeSwitch: a proxier started in one mode removes what the other
+// mode left, so that switching modes needs no --cleanup, and leaves its
+// own mode's state alone on a restart.
+func TestModeSwitch(t *testing.T) {
+	ctx := context.Background()
+	node := newFakeNode(t).withIPVS(t)
+	unchanged := node.withForeignState(t)
+	env := node.environment(t, io.Discard)
+	once := func(t *testing.T, mode string) string {
+		t.Helper()
+		log, err := runArgs(t, env, "--once", "--mode", mode, "--manifests", "testdata", "--hostname-override", "node-a")
+		if err != nil {
+			t.Fatalf("--once --mode %s: %v\n%s", mode, err, log)
+		}
+		return log
 	}
+	leftovers := func(t *testing.T) ipvs.Leftovers {
+		t.Helper()
+		l, err := ipvs.FindLeftovers(ctx, node.ipt4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	const removing = "Removing the rules of a proxier that ran here in another mode"
+
+	once(t, modeIPTables)
+	iptablesRules := node.ipt4.Dump()
+	if log := once(t, modeIPTables); strings.Contains(log, removing) || node.ipvsOpens.Load() != 0 {
+		t.Errorf("a restart in iptables mode removed rules or opened IPVS:\n%s", log)
+	}
+
+	log := once(t, modeIPVS)
+	if l := leftovers(t); l != (ipvs.Leftovers{IPVSMode: true}) {
+		t.Errorf("after switching to IPVS mode the node holds %+v:\n%s\nlog:\n%s", l, node.ipt4.Dump(), log)
+	}
+	for _, c := range node.ipt4.Chains(iptables.TableNAT) {
+		if iptables.IsServiceChain(c) {
+			t.Errorf("iptables mode's chain %s is left", c)
+		}
+	}
+	if !strings.Contains(node.lb.Dump(), "TCP 10.96.0.10:80 rr") {
+		t.Errorf("IPVS mode's virtual servers are missing:\n%s", node.lb.Dump())
+	}
+	node.lb.ResetCounts()
+	writes := node.binder.Writes()
+	if log := once(t, modeIPVS); strings.Contains(log, removing) {
+		t.Errorf("a restart in IPVS mode removed rules:\n%s", log)
+	}
+	if c := node.lb.Counts(); c.Writes() != 0 || node.binder.Writes() != writes {
+		t.Errorf("a restart in IPVS mode wrote %+v to IPVS and %d times to the dummy interface, want nothing", c, node.binder.Writes()-writes)
+	}
+
+	once(t, modeIPTables)
+	if l := leftovers(t); l != (ipvs.Leftovers{IPTablesMode: true}) {
+		t.Errorf("after switching back to iptables mode the node holds %+v:\n%s", l, node.ipt4.Dump())
+	}
+	if diff := cmp.Diff(iptablesRules, node.ipt4.Dump()); diff != "" {
+		t.Errorf("iptables mode's rules differ from those of its first run (-first +now):\n%s", diff)
+	}
+	if d := node.lb.Dump(); d != "" {
+		t.Errorf("IPVS mode's virtual servers are left:\n%s", d)
+	}
+	if strings.Contains(node.sets.Dump(), ipvs.SetPrefix) {
+		t.Errorf("IPVS mode's sets are left:\n%s", node.sets.Dump())
+	}
+	if _, err := node.binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
+		t.Errorf("%s: %v, want it gone", ipvs.DummyDevice, err)
+	}
+
+	if log, err := runArgs(t, env, "--cleanup"); err != nil {
+		t.Fatalf("--cleanup: %v\n%s", err, log)
+	}
+	unchanged(t, "switching modes and --cleanup")
 }
 
 // TestCleanupWithoutIPTables checks that --cleanup fails when no family's

@@ -19,14 +19,13 @@ import (
 
 // familyProxier keeps the rules of one IP family in step with the cluster.
 // Informer handlers feed its change trackers and ask for a sync; the sync
-// (run by a runner.Runner, never concurrently with itself) brings the maps
-// up to date, has the backend apply them, then clears stale conntrack
-// entries and reports health.
+// (its syncGroup's, run by a runner.Runner, never concurrently with
+// itself) brings the maps up to date, has the backend apply them, then
+// clears stale conntrack entries and reports health.
 type familyProxier struct {
 	family     v1.IPFamily
 	svcTracker *changetracker.ServiceChangeTracker
 	epTracker  *changetracker.EndpointsChangeTracker
-	backend    backend
 	topology   *changetracker.NodeTopology
 	metrics    *metrics
 	// requestSync asks for a sync as soon as the runner allows; it is the
@@ -48,13 +47,12 @@ type familyProxier struct {
 	conntrackDue bool
 }
 
-func newFamilyProxier(ctx context.Context, family v1.IPFamily, nodeName string, b backend, topo *changetracker.NodeTopology, m *metrics) *familyProxier {
+func newFamilyProxier(ctx context.Context, family v1.IPFamily, nodeName string, topo *changetracker.NodeTopology, m *metrics) *familyProxier {
 	logger := changetracker.WithLogger(klog.FromContext(ctx).WithValues("ipFamily", family))
 	return &familyProxier{
 		family:      family,
 		svcTracker:  changetracker.NewServiceChangeTracker(family, nil, logger),
 		epTracker:   changetracker.NewEndpointsChangeTracker(family, nodeName, nil, logger),
-		backend:     b,
 		topology:    topo,
 		metrics:     m,
 		requestSync: func() {},
@@ -73,19 +71,11 @@ func (p *familyProxier) queued() {
 	p.requestSync()
 }
 
-// resync makes the next sync full and asks for it, for when another
-// program removed the rules.
-func (p *familyProxier) resync() {
-	p.backend.requestFullSync()
-	p.queued()
-}
-
-// sync is the work of one sync. It returns the backend's error, after which
-// the runner retries; everything after the backend's apply is best effort.
-func (p *familyProxier) sync(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithValues("ipFamily", p.family)
-	start := time.Now()
-	in := syncInput{
+// update brings the maps up to date with the trackers' pending changes and
+// returns the backend's input.
+func (p *familyProxier) update() *syncInput {
+	in := &syncInput{
+		family:          p.family,
 		services:        p.svcMap,
 		endpoints:       p.epMap,
 		serviceChanges:  p.svcMap.Update(p.svcTracker),
@@ -94,9 +84,13 @@ func (p *familyProxier) sync(ctx context.Context) error {
 	}
 	p.deletedUDP = p.deletedUDP.Union(in.serviceChanges.DeletedUDPClusterIPs)
 	p.conntrackDue = p.conntrackDue || in.endpointChanges.ConntrackCleanupRequired
+	return in
+}
 
-	out, err := p.backend.sync(ctx, &in)
-	took := time.Since(start)
+// synced reports the backend's work on in, which took took and failed
+// with err, and does what follows a good one; all of it is best effort.
+func (p *familyProxier) synced(ctx context.Context, in *syncInput, out syncOutcome, took time.Duration, err error) {
+	logger := klog.FromContext(ctx).WithValues("ipFamily", p.family)
 	family := string(p.family)
 	if out.full {
 		p.metrics.syncFullDuration.WithLabelValues(family).Observe(took.Seconds())
@@ -104,7 +98,7 @@ func (p *familyProxier) sync(ctx context.Context) error {
 		p.metrics.syncPartialDuration.WithLabelValues(family).Observe(took.Seconds())
 	}
 	if err != nil {
-		return err
+		return
 	}
 	done := time.Now()
 	for _, times := range in.endpointChanges.LastChangeTriggerTimes {
@@ -134,7 +128,43 @@ func (p *familyProxier) sync(ctx context.Context) error {
 		p.health.Updated(p.family)
 	}
 	logger.V(2).Info("Synced proxy rules", "full", out.full, "servicePorts", out.servicePorts, "endpoints", out.endpoints, "took", took)
-	return nil
+}
+
+// syncGroup is what one runner syncs: a backend and the families it
+// serves. In iptables mode every family is a group of its own, with its
+// own runner, so that a failing ip6tables-restore does not hold IPv4 back.
+// In IPVS mode the node's families form one group: the virtual servers and
+// ipsets of both live in one kernel table, which ipvs.Applier reconciles
+// from every family's translation at once, so the families are synced
+// together rather than each applying the other's last state.
+type syncGroup struct {
+	backend  backend
+	families []*familyProxier
+}
+
+// resync makes the backend's next sync full and asks for it, for when
+// another program removed its rules.
+func (g *syncGroup) resync() {
+	g.backend.requestFullSync()
+	for _, p := range g.families {
+		p.queued()
+	}
+}
+
+// sync is the work of one sync. It returns the backend's error, after which
+// the runner retries.
+func (g *syncGroup) sync(ctx context.Context) error {
+	start := time.Now()
+	ins := make([]*syncInput, len(g.families))
+	for i, p := range g.families {
+		ins[i] = p.update()
+	}
+	outs, err := g.backend.sync(ctx, ins)
+	took := time.Since(start)
+	for i, p := range g.families {
+		p.synced(ctx, ins[i], outs[i], took, err)
+	}
+	return err
 }
 
 // handlers delivers informer events to the trackers of every family. A

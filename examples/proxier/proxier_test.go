@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,8 +23,10 @@ import (
 
 	"github.com/proxykit/proxykit/conntrack"
 	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 	"github.com/proxykit/proxykit/kernel"
 )
 
@@ -88,38 +91,101 @@ func httpGet(url string) (int, string, error) {
 }
 
 // fakeNode is a proxier's machine made of fakes: iptables of both
-// families, conntrack, a kernel directory tree, and listeners on loopback
-// ports chosen by the system, recorded by the address asked for.
+// families, conntrack, IPVS, the dummy interface, ipsets, a kernel
+// directory tree (release 6.1.0, with no module loaded until the test
+// says), and listeners on loopback ports chosen by the system, recorded by
+// the address asked for.
 type fakeNode struct {
 	ipt4, ipt6 *iptablestest.Fake
 	ct         *cttesting.Fake
-	root       string
-	mu         sync.Mutex
-	listeners  map[string]string
+	lb         *ipvstest.Fake
+	binder     *fakeBinder
+	sets       *ipsettest.Fake
+	// lostSet names a set that iptables-restore is to find missing, as
+	// if someone destroyed it: rules matching on it fail.
+	lostSet atomic.Value
+	// ipvsOpens and tableOpens count the times IPVS mode's kernel side,
+	// and the IPVS table with it, were opened; ipvsOpen those not yet
+	// closed.
+	ipvsOpens, tableOpens, ipvsOpen atomic.Int32
+	root                            string
+	mu                              sync.Mutex
+	listeners                       map[string]string
 }
 
 func newFakeNode(t *testing.T) *fakeNode {
 	n := &fakeNode{
-		ipt4:      iptablestest.NewFake(),
-		ipt6:      iptablestest.NewIPv6Fake(),
 		ct:        cttesting.NewFake(),
+		lb:        ipvstest.NewFake(),
+		binder:    &fakeBinder{Binder: ipvstest.NewBinder(), addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.10.11")}},
+		sets:      ipsettest.NewFake(),
 		root:      t.TempDir(),
 		listeners: map[string]string{},
 	}
-	sys := filepath.Join(n.root, "proc", "sys", "net", "netfilter")
-	if err := os.MkdirAll(sys, 0o755); err != nil {
-		t.Fatal(err)
+	n.lostSet.Store("")
+	exists := func(name string) bool {
+		if n.lostSet.Load() == name {
+			return false
+		}
+		_, err := n.sets.ListEntries(context.Background(), name)
+		return err == nil
 	}
+	n.ipt4 = iptablestest.NewFake(iptablestest.WithIPSets(exists))
+	n.ipt6 = iptablestest.NewIPv6Fake(iptablestest.WithIPSets(exists))
+	kernelTree(t, n.root, nil)
 	for name, v := range map[string]string{
-		"nf_conntrack_tcp_timeout_established": "432000",
-		"nf_conntrack_tcp_timeout_close_wait":  "60",
-		"nf_conntrack_tcp_be_liberal":          "0",
+		"net/netfilter/nf_conntrack_tcp_timeout_established": "432000",
+		"net/netfilter/nf_conntrack_tcp_timeout_close_wait":  "60",
+		"net/netfilter/nf_conntrack_tcp_be_liberal":          "0",
+		"net/ipv4/ip_forward":                                "0",
+		"net/ipv4/vs/conntrack":                              "0",
+		"net/ipv4/vs/expire_nodest_conn":                     "0",
+		"net/ipv4/vs/expire_quiescent_template":              "0",
+		"net/ipv4/vs/conn_reuse_mode":                        "1",
 	} {
-		if err := os.WriteFile(filepath.Join(sys, name), []byte(v+"\n"), 0o644); err != nil {
+		path := filepath.Join(n.root, "proc", "sys", name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return n
+}
+
+// withIPVS gives the node's kernel every module IPVS mode needs, loaded.
+func (n *fakeNode) withIPVS(t *testing.T) *fakeNode {
+	v, err := kernel.ParseVersion("6.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernelTree(t, n.root, append(kernel.RequiredIPVSModules(v), kernel.IPSetModules()...))
+	return n
+}
+
+// fakeBinder is the fake dummy-interface binder, with node addresses the
+// test may change.
+type fakeBinder struct {
+	*ipvstest.Binder
+	mu    sync.Mutex
+	addrs []netip.Addr
+}
+
+func (b *fakeBinder) NodeAddresses(context.Context, string) ([]netip.Addr, error) {
+	return b.nodeAddrs(), nil
+}
+
+func (b *fakeBinder) nodeAddrs() []netip.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.addrs)
+}
+
+func (b *fakeBinder) setAddrs(addrs []netip.Addr) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.addrs = addrs
 }
 
 func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
@@ -137,6 +203,16 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 		},
 		conntrack: n.ct,
 		kernel:    &kernel.Kernel{Root: n.root},
+		openIPVS: func(_ context.Context, table bool) (*ipvsNode, error) {
+			node := &ipvsNode{binder: n.binder, sets: n.sets, close: func() { n.ipvsOpen.Add(-1) }}
+			if table {
+				node.table = n.lb
+				n.tableOpens.Add(1)
+			}
+			n.ipvsOpens.Add(1)
+			n.ipvsOpen.Add(1)
+			return node, nil
+		},
 		hostAddresses: func() ([]netip.Addr, error) {
 			t.Error("the node's addresses were taken from the host, not its Node object")
 			return nil, errors.New("no host here")
@@ -171,13 +247,88 @@ func (n *fakeNode) url(t *testing.T, address, path string) string {
 	return "http://" + got + path
 }
 
+// readSysctl reads sysctl name (slash form) of the node's tree.
 func readSysctl(t *testing.T, root, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "proc", "sys", "net", "netfilter", name))
+	b, err := os.ReadFile(filepath.Join(root, "proc", "sys", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// fakeRun is the proxier run in this process, in the background, on a
+// fakeNode, against a copy of the demo cluster that the test may edit.
+type fakeRun struct {
+	node       *fakeNode
+	demo       string
+	manifest   string
+	metricsURL string
+	cancel     context.CancelFunc
+	done       chan error
+}
+
+// startOnFakes starts the proxier on node with the flags every fake run
+// uses and args, and waits for its metrics server.
+func startOnFakes(t *testing.T, node *fakeNode, args ...string) *fakeRun {
+	t.Helper()
+	demo, err := os.ReadFile(filepath.Join("testdata", "demo-cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	r := &fakeRun{node: node, demo: string(demo), manifest: filepath.Join(dir, "cluster.yaml"), done: make(chan error, 1)}
+	r.edit(t, r.demo)
+	o, err := parseOptions(append([]string{"--manifests", dir, "--hostname-override", "node-a",
+		"--sync-period", "1s", "--min-sync-period", "0", "--cluster-cidr", "10.244.0.0/16",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, args...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log logBuffer
+	ctx, cancel := context.WithCancel(testLogger(&log, 4))
+	r.cancel = cancel
+	go func() { r.done <- run(ctx, o, node.environment(t, io.Discard)) }()
+	t.Cleanup(func() {
+		cancel()
+		if t.Failed() {
+			t.Logf("proxier log:\n%s", log.String())
+		}
+	})
+	r.metricsURL = node.url(t, "127.0.0.1:10249", "/metrics")
+	return r
+}
+
+// edit writes the manifest.
+func (r *fakeRun) edit(t *testing.T, manifest string) {
+	t.Helper()
+	if err := os.WriteFile(r.manifest, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// metric returns a sample of the proxier's /metrics (0 when absent).
+func (r *fakeRun) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	m, err := scrape(httpGet, r.metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[name]
+}
+
+// stop cancels the run and checks that it returns nil.
+func (r *fakeRun) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("run returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
 }
 
 // TestProxierWithFakes runs the whole composition against the fakes of
@@ -187,15 +338,6 @@ func readSysctl(t *testing.T, root, name string) string {
 // the canary brings a full resync, the metrics have kube-proxy's names, and
 // cancelling stops everything and leaves the rules.
 func TestProxierWithFakes(t *testing.T) {
-	dir := t.TempDir()
-	demo, err := os.ReadFile(filepath.Join("testdata", "demo-cluster.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(dir, "cluster.yaml")
-	if err := os.WriteFile(manifest, demo, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	node := newFakeNode(t)
 	// A UDP flow to kube-system/dns through the endpoint on node-b, which
 	// the edit below removes.
@@ -204,35 +346,11 @@ func TestProxierWithFakes(t *testing.T) {
 	if err := node.ct.AddFlows(stale); err != nil {
 		t.Fatal(err)
 	}
-
-	o, err := parseOptions([]string{"--manifests", dir, "--hostname-override", "node-a",
-		"--sync-period", "1s", "--min-sync-period", "0", "--cluster-cidr", "10.244.0.0/16",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log logBuffer
-	ctx, cancel := context.WithCancel(testLogger(&log, 4))
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, o, node.environment(t, io.Discard)) }()
-	defer func() {
-		if t.Failed() {
-			t.Logf("proxier log:\n%s", log.String())
-		}
-	}()
-
-	metricsURL := node.url(t, "127.0.0.1:10249", "/metrics")
+	r := startOnFakes(t, node)
+	ctx, demo, metricsURL := context.Background(), r.demo, r.metricsURL
+	metric := func(name string) float64 { t.Helper(); return r.metric(t, name) }
 	healthURL := node.url(t, "127.0.0.1:10256", "/healthz")
 	hcURL := node.url(t, ":32000", "/")
-	metric := func(name string) float64 {
-		t.Helper()
-		m, err := scrape(httpGet, metricsURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m[name]
-	}
 	const (
 		full    = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
 		partial = `kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
@@ -263,7 +381,7 @@ func TestProxierWithFakes(t *testing.T) {
 		return nil
 	})
 	// kube-proxy's conntrack timeouts; be_liberal off keeps the INVALID rule.
-	if got := readSysctl(t, node.root, "nf_conntrack_tcp_timeout_established"); got != "86400" {
+	if got := readSysctl(t, node.root, "net/netfilter/nf_conntrack_tcp_timeout_established"); got != "86400" {
 		t.Errorf("tcp_timeout_established = %s, want 86400", got)
 	}
 	if got := node.ipt4.Rules(iptables.TableFilter, iptables.KubeForwardChain); len(got) == 0 || !strings.Contains(got[0], "INVALID") {
@@ -274,17 +392,15 @@ func TestProxierWithFakes(t *testing.T) {
 
 	// The edit: the api Service loses its endpoint on this node, dns its
 	// endpoint on node-b.
-	edited := strings.Replace(string(demo), "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
+	edited := strings.Replace(demo, "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
 	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
 	// The EndpointSlice controller stamps the time of the change that
 	// caused an update; network programming latency is measured from it.
 	edited = strings.Replace(edited, "  name: api-1\n", "  name: api-1\n  annotations: {endpoints.kubernetes.io/last-change-trigger-time: \""+time.Now().Format(time.RFC3339Nano)+"\"}\n", 1)
-	if edited == string(demo) {
+	if edited == demo {
 		t.Fatal("the edit changed nothing")
 	}
-	if err := os.WriteFile(manifest, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	r.edit(t, edited)
 	eventually(t, 10*time.Second, "the edit's sync", func() error {
 		code, body, err := httpGet(hcURL)
 		if err != nil || code != http.StatusServiceUnavailable {
@@ -355,9 +471,7 @@ func TestProxierWithFakes(t *testing.T) {
 		t.Fatal("the demo file's layout changed")
 	}
 	withoutWeb := edited[:j] + edited[i:]
-	if err := os.WriteFile(manifest, []byte(withoutWeb), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	r.edit(t, withoutWeb)
 	eventually(t, 10*time.Second, "recovery from a failed restore", func() error {
 		if got := metric(full); got != 3 {
 			return fmt.Errorf("%v full syncs", got)
@@ -409,15 +523,7 @@ func TestProxierWithFakes(t *testing.T) {
 
 	// Stopping leaves the rules and closes the listeners.
 	rules := node.ipt4.Dump()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run returned %v after cancel, want nil", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return after cancel")
-	}
+	r.stop(t)
 	if diff := cmp.Diff(rules, node.ipt4.Dump()); diff != "" {
 		t.Errorf("stopping changed the rules (-before +after):\n%s", diff)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/proxykit/proxykit/examples/proxier/manifests"
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/runner"
 )
@@ -30,11 +32,8 @@ const manifestSettle = 100 * time.Millisecond
 // run is the proxier. It returns when ctx is done, or after the first sync
 // with --dry-run and --once.
 func run(ctx context.Context, o *options, env *environment) error {
-	switch {
-	case o.mode == modeIPVS:
-		return refuseIPVS(ctx, o, env)
-	case o.cleanup:
-		return cleanupRules(ctx, env)
+	if o.cleanup {
+		return cleanup(ctx, env)
 	}
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
@@ -88,12 +87,15 @@ func run(ctx context.Context, o *options, env *environment) error {
 		return err
 	}
 
-	// One backend per IP family the node has.
+	// The backends: one per IP family the node has in iptables mode, one
+	// for all of them in IPVS mode; each syncs its families with a runner
+	// of its own.
 	p.metrics = newMetrics(p.pendingServices, p.pendingEndpoints)
-	backends, err := newBackends(ctx, o, env, nodeName, &ips, p.metrics)
+	backends, closeBackends, err := newBackends(ctx, o, env, nodeName, &ips, p.metrics)
 	if err != nil {
 		return err
 	}
+	defer closeBackends()
 	var svcHealth *serviceHealth
 	if longRunning {
 		var reporter healthz.HealthReporter
@@ -104,18 +106,29 @@ func run(ctx context.Context, o *options, env *environment) error {
 			healthz.WithNodeAddresses(healthCheckAddresses(o, ips)...), healthz.WithListenFunc(env.listen)))
 		defer svcHealth.server.Close()
 	}
-	runners := map[*familyProxier]*runner.Runner{}
-	for i, family := range ips.families {
-		fp := newFamilyProxier(ctx, family, nodeName, backends[i], topology, p.metrics)
-		fp.health, fp.svcHealth = hs, svcHealth
-		if !o.dryRun {
-			fp.ct = env.conntrack
+	// In the order of the families, the primary first: a dry run prints
+	// in that order.
+	var groups []*syncGroup
+	var runners []*runner.Runner
+	for _, mb := range backends {
+		g := &syncGroup{backend: mb.backend}
+		var names []string
+		for _, family := range mb.families {
+			fp := newFamilyProxier(ctx, family, nodeName, topology, p.metrics)
+			fp.health, fp.svcHealth = hs, svcHealth
+			if !o.dryRun {
+				fp.ct = env.conntrack
+			}
+			g.families = append(g.families, fp)
+			names = append(names, string(family))
+			p.add(fp)
 		}
-		r := runner.New("sync-proxy-rules-"+string(family), func() error { return fp.sync(ctx) },
-			o.minSyncPeriod, o.syncPeriod, o.syncPeriod, runner.WithObserver(p.observeSync(family)))
-		fp.requestSync = r.Run
-		runners[fp] = r
-		p.add(fp)
+		r := runner.New("sync-proxy-rules-"+strings.Join(names, "-"), func() error { return g.sync(ctx) },
+			o.minSyncPeriod, o.syncPeriod, o.syncPeriod, runner.WithObserver(p.observeSync(mb.families)))
+		for _, fp := range g.families {
+			fp.requestSync = r.Run
+		}
+		groups, runners = append(groups, g), append(runners, r)
 	}
 
 	// Services and EndpointSlices, through the trackers of every family.
@@ -126,8 +139,8 @@ func run(ctx context.Context, o *options, env *environment) error {
 	}
 
 	if !longRunning {
-		for _, fp := range p.all() {
-			if err := fp.sync(ctx); err != nil {
+		for _, g := range groups {
+			if err := g.sync(ctx); err != nil {
 				return err
 			}
 		}
@@ -136,9 +149,10 @@ func run(ctx context.Context, o *options, env *environment) error {
 
 	var wg sync.WaitGroup
 	failed := make(chan error, 2)
-	for fp, r := range runners {
+	for i, g := range groups {
+		r := runners[i]
 		wg.Go(func() { r.Loop(ctx) })
-		wg.Go(func() { fp.backend.monitor(ctx, fp.resync) })
+		wg.Go(func() { g.backend.run(ctx, g.resync) })
 	}
 	if hs != nil {
 		wg.Go(func() {
@@ -233,13 +247,15 @@ func (p *proxier) pendingEndpoints() int {
 	return n
 }
 
-// observeSync is the runner's observer for family: every sync's duration,
-// and the time of the last good one.
-func (p *proxier) observeSync(family v1.IPFamily) func(runner.RunInfo) {
+// observeSync is the runner's observer for the families it syncs: every
+// sync's duration, and the time of the last good one.
+func (p *proxier) observeSync(families []v1.IPFamily) func(runner.RunInfo) {
 	return func(ri runner.RunInfo) {
-		p.metrics.syncDuration.WithLabelValues(string(family)).Observe(ri.Duration.Seconds())
-		if ri.Err == nil {
-			p.metrics.lastSync.WithLabelValues(string(family)).Set(float64(ri.Start.Add(ri.Duration).UnixNano()) / 1e9)
+		for _, family := range families {
+			p.metrics.syncDuration.WithLabelValues(string(family)).Observe(ri.Duration.Seconds())
+			if ri.Err == nil {
+				p.metrics.lastSync.WithLabelValues(string(family)).Set(float64(ri.Start.Add(ri.Duration).UnixNano()) / 1e9)
+			}
 		}
 	}
 }
@@ -301,28 +317,40 @@ func findNodeIPs(ctx context.Context, getNode func(string) (*v1.Node, error), no
 	return ips, nil
 }
 
-// newBackends makes the backend of each family in ips, in order. A family
+// modeBackend is a backend and the IP families it serves, in order.
+type modeBackend struct {
+	backend  backend
+	families []v1.IPFamily
+}
+
+// newBackends makes the backends of --mode for the families in ips: one
+// per family in iptables mode, one for all of them in IPVS mode. A family
 // whose iptables cannot be used here is dropped (and removed from ips)
 // unless it is the node's primary one, as kube-proxy falls back to single
-// stack.
-func newBackends(ctx context.Context, o *options, env *environment, nodeName string, ips *nodeIPs, m *metrics) ([]backend, error) {
+// stack. The returned function releases what the backends hold.
+func newBackends(ctx context.Context, o *options, env *environment, nodeName string, ips *nodeIPs, m *metrics) ([]modeBackend, func(), error) {
 	logger := klog.FromContext(ctx)
-	var ipBackend iptables.Backend
-	acceptInvalid := false
-	if !o.dryRun {
-		var err error
-		if ipBackend, err = env.detectBackend(ctx); err != nil {
-			return nil, err
-		}
-		acceptInvalid = tuneConntrack(ctx, env.kernel)
-	}
 	for _, p := range o.clusterCIDRs {
 		if _, ok := ips.byFamily[familyOf(p.Addr())]; !ok {
 			logger.Info("Ignoring a --cluster-cidr of an IP family the node does not have", "cidr", p)
 		}
 	}
-	var backends []backend
-	var families []v1.IPFamily
+	if o.mode == modeIPVS {
+		return newIPVSBackends(ctx, o, env, nodeName, ips, m)
+	}
+	var ipts []iptables.Interface
+	acceptInvalid := false
+	if !o.dryRun {
+		var err error
+		if ipts, err = familyIPTables(ctx, env, ips); err != nil {
+			return nil, nil, err
+		}
+		acceptInvalid = tuneConntrack(ctx, env.kernel)
+		// A node that ran IPVS mode before keeps its rules, sets, virtual
+		// servers and dummy interface until they are removed.
+		removeIPVSMode(ctx, env, ipts)
+	}
+	var backends []modeBackend
 	for i, family := range ips.families {
 		cfg := iptables.WriterConfig{
 			IPFamily:          family,
@@ -334,26 +362,82 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 			AcceptInvalid:     acceptInvalid,
 		}
 		var ipt iptables.Interface
-		if !o.dryRun {
-			var err error
-			ipt, err = usableIPTables(ctx, env, family, ipBackend)
-			if err != nil && i == 0 {
-				return nil, err
-			}
-			if err != nil {
-				logger.Error(err, "Not proxying this IP family", "ipFamily", family)
-				continue
-			}
+		if ipts != nil {
+			ipt = ipts[i]
 		}
 		b, err := newIPTablesBackend(cfg, ipt, env.stdout, m, o.syncPeriod)
 		if err != nil {
+			return nil, nil, err
+		}
+		backends = append(backends, modeBackend{backend: b, families: []v1.IPFamily{family}})
+	}
+	return backends, func() {}, nil
+}
+
+// newIPVSBackends makes IPVS mode's one backend, for every family in ips.
+// Unless in a dry run, it refuses with the kernel's reason on a kernel
+// that cannot run IPVS mode (after trying to load what is missing), sets
+// the sysctls IPVS mode needs, and removes what iptables mode left.
+func newIPVSBackends(ctx context.Context, o *options, env *environment, nodeName string, ips *nodeIPs, m *metrics) ([]modeBackend, func(), error) {
+	var ipts []iptables.Interface
+	var node *ipvsNode
+	closeNode := func() {}
+	if !o.dryRun {
+		if err := env.kernel.CanUseIPVS(ctx); err != nil {
+			return nil, nil, fmt.Errorf("--mode ipvs: %w", err)
+		}
+		var err error
+		if ipts, err = familyIPTables(ctx, env, ips); err != nil {
+			return nil, nil, err
+		}
+		if node, err = env.openIPVS(ctx, true); err != nil {
+			return nil, nil, fmt.Errorf("--mode ipvs: %w", err)
+		}
+		closeNode = node.close
+		if err := tuneIPVS(ctx, env.kernel); err != nil {
+			closeNode()
+			return nil, nil, err
+		}
+		tuneConntrack(ctx, env.kernel)
+		removeIPTablesMode(ctx, ipts)
+	}
+	var cfgs []ipvs.TranslatorConfig
+	for _, family := range ips.families {
+		cfgs = append(cfgs, ipvsTranslatorConfig(o, nodeName, family, *ips))
+	}
+	b, err := newIPVSBackend(cfgs, node, ipts, env.stdout, m)
+	if err != nil {
+		closeNode()
+		return nil, nil, err
+	}
+	return []modeBackend{{backend: b, families: ips.families}}, closeNode, nil
+}
+
+// familyIPTables returns the iptables Interface of each family in ips, of
+// the backend (legacy or nft) this node uses. A family other than the
+// primary whose iptables does not work is dropped from ips, with a log.
+func familyIPTables(ctx context.Context, env *environment, ips *nodeIPs) ([]iptables.Interface, error) {
+	logger := klog.FromContext(ctx)
+	b, err := env.detectBackend(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ipts []iptables.Interface
+	var families []v1.IPFamily
+	for i, family := range ips.families {
+		ipt, err := usableIPTables(ctx, env, family, b)
+		if err != nil && i == 0 {
 			return nil, err
 		}
-		backends = append(backends, b)
+		if err != nil {
+			logger.Error(err, "Not proxying this IP family", "ipFamily", family)
+			continue
+		}
+		ipts = append(ipts, ipt)
 		families = append(families, family)
 	}
 	ips.families = families
-	return backends, nil
+	return ipts, nil
 }
 
 func usableIPTables(ctx context.Context, env *environment, family v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
