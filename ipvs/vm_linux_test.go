@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,17 +23,11 @@ import (
 	"github.com/proxykit/proxykit/ipvs"
 )
 
-// VMEnv is set to 1 by the VM tier's init.
-const VMEnv = "PROXYKIT_VM"
-
 // vmNS skips t outside the VM tier and returns a new namespace with an
 // IPVS Interface and a dummy-interface binder in it.
 func vmNS(t *testing.T) (*kerneltest.NS, *ipvs.Netlink, *ipvs.DummyBinder) {
 	t.Helper()
-	if os.Getenv(VMEnv) != "1" {
-		t.Skipf("needs a kernel with IPVS and dummy interfaces: runs in the VM tier (hack/vmtest/run.sh ./ipvs), where %s=1", VMEnv)
-	}
-	kerneltest.Require(t)
+	kerneltest.RequireVM(t)
 	ns := kerneltest.NewNS(t)
 	path := "/run/netns/" + ns.Name
 	n, err := ipvs.New(context.Background(), ipvs.WithNetNSPath(path), ipvs.WithSchedulers("rr", "wrr", "sh"))

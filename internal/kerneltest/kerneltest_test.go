@@ -217,3 +217,26 @@ func TestRequireSkipsOrFails(t *testing.T) {
 		})
 	}
 }
+
+// TestRequireVM: outside the VM tier a VM test skips even when kernel
+// tests are required; inside, a missing tool fails it.
+func TestRequireVM(t *testing.T) {
+	const missing = "no-such-tool-proxykit"
+	for _, tc := range []struct {
+		vm                   string
+		wantSkip, wantFailed bool
+	}{
+		{vm: "", wantSkip: true},
+		{vm: "1", wantFailed: true},
+	} {
+		t.Run("vm="+tc.vm, func(t *testing.T) {
+			t.Setenv(RequireKernelEnv, "1")
+			t.Setenv(VMEnv, tc.vm)
+			f := &fakeTB{TB: t}
+			RequireVM(f, missing)
+			if (f.skipped != "") != tc.wantSkip || (f.failed != "") != tc.wantFailed {
+				t.Fatalf("skipped=%q failed=%q, want skip=%v fail=%v", f.skipped, f.failed, tc.wantSkip, tc.wantFailed)
+			}
+		})
+	}
+}
