@@ -155,6 +155,11 @@ func (d *DummyBinder) DeleteDevice(ctx context.Context, name string) error {
 
 // Addresses is part of [AddressBinder].
 func (d *DummyBinder) Addresses(ctx context.Context, name string) ([]netip.Addr, error) {
+	// The link is looked up anew, not taken from the cache: a dump of
+	// addresses filtered by a link that another program has deleted is
+	// empty rather than an error, which would report a missing interface
+	// as one with no addresses.
+	d.forget(name)
 	var addrs []netlink.Addr
 	err := d.withLink(ctx, name, func(link netlink.Link) (err error) {
 		addrs, err = d.h.AddrList(link, netlink.FAMILY_ALL)

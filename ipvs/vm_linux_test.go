@@ -108,6 +108,21 @@ func TestVMDummyBinder(t *testing.T) {
 	if err := b.DeleteDevice(ctx, ipvs.DummyDevice); err != nil {
 		t.Errorf("deleting a missing interface: %v", err)
 	}
+	// Another program deletes the interface the binder has used: the
+	// binder says it is gone, not that it has no addresses.
+	if _, err := b.EnsureDevice(ctx, ipvs.DummyDevice); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Bind(ctx, ipvs.DummyDevice, a4); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Addresses(ctx, ipvs.DummyDevice); err != nil || len(got) != 1 {
+		t.Fatalf("Addresses = %v, %v; want %s", got, err, a4)
+	}
+	ns.MustExec(t, "ip", "link", "del", ipvs.DummyDevice)
+	if got, err := b.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
+		t.Errorf("Addresses of an interface another program deleted = %v, %v; want not found", got, err)
+	}
 	other := kerneltest.NewNS(t)
 	v := kerneltest.Link(t, ns, other, netip.Prefix{}, netip.Prefix{})
 	if _, err := b.EnsureDevice(ctx, v.A); err == nil || !strings.Contains(err.Error(), "veth") {
