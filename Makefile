@@ -10,7 +10,7 @@ BENCHTIME ?= 1s
 TESTFLAGS ?=
 # The packages whose tests also run in the VM tier (a kernel with IPVS and
 # dummy links; see hack/vmtest/run.sh), and flags for run.sh such as -v.
-VMTEST_PKGS ?= ./ipvs
+VMTEST_PKGS ?= ./ipvs ./examples/proxier:^TestVM
 VMTESTFLAGS ?=
 
 .PHONY: all test test-tools vmtest bench lint fmt

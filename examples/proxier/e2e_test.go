@@ -465,80 +465,17 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 	k.start(k.proxierArgs()...)
 	fulls := k.metric(fullSyncs)
 
-	t.Run("services", func(t *testing.T) {
-		check(t, k.reaches("tcp", "10.96.0.10", 80, 30, "pod-a", "pod-b"))
-		check(t, k.reaches("udp", "10.96.0.10", 80, 30, "pod-a", "pod-b"))
-		// The client is outside the cluster CIDR: masqueraded.
-		if r, err := k.dial("tcp", e2eClientIP, "10.96.0.10", 80, 2*time.Second); err != nil || r.Client != netip.MustParseAddr(e2eBridgeIP) {
-			t.Errorf("web saw %v (%v), want the node's bridge address", r.Client, err)
-		}
-		check(t, k.reaches("tcp", e2eNodeIP, 30080, 30, "pod-a", "pod-b"))
-		check(t, k.reaches("tcp", "192.0.2.10", 80, 30, "pod-a", "pod-b"))
-		check(t, k.reaches("tcp", "203.0.113.5", 80, 30, "pod-a", "pod-b"))
-		check(t, k.unanswered("tcp", e2eOtherClient, "203.0.113.5", 80))
-		if got, err := k.spread("tcp", "10.96.0.14", 80, 20); err != nil || len(got) != 1 {
-			t.Errorf("ClientIP affinity: 20 connections reached %v (%v), want one backend", got, err)
-		}
-		// externalTrafficPolicy Local: this node's endpoint only, the
-		// client's address kept.
-		check(t, k.reaches("tcp", e2eNodeIP, 30085, 20, "pod-a"))
-		check(t, k.reaches("tcp", "203.0.113.15", 80, 20, "pod-a"))
-		if r, err := k.dial("tcp", e2eClientIP, e2eNodeIP, 30085, 2*time.Second); err != nil || r.Client != netip.MustParseAddr(e2eClientIP) {
-			t.Errorf("local node port saw %v (%v), want the client's own address", r.Client, err)
-		}
-		check(t, k.reaches("tcp", "10.96.0.15", 80, 30, "pod-a", "pod-b"))
-		// internalTrafficPolicy Local.
-		check(t, k.reaches("tcp", "10.96.0.16", 80, 20, "pod-a"))
-		check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
-		check(t, k.refused("udp", e2eClientIP, "10.96.0.17", 80))
-		checkGet(t, k, "http://"+e2eNodeIP+":30185/", 200, `"localEndpoints":1`)
-	})
+	t.Run("services", func(t *testing.T) { k.checkServices(t, randomCounts) })
 
 	t.Run("churn", func(t *testing.T) {
 		partials := k.metric(partialSyncs)
-		deleted := `kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`
-		flowsDeleted := k.metric(deleted)
-		// A UDP flow that pod-b answers: scaling pod-b out must clear its
-		// conntrack entry, or the same socket keeps reaching pod-b, whose
-		// backend still runs.
-		udp := k.udpFlowTo(t, "10.96.0.10:80", "pod-b")
-		k.cluster.service("web").pods = []string{"pod-a"}
-		k.writeManifest()
-		k.eventually(5*time.Second, "scale down", func() error { return k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a") })
-		// The cleanup follows the restore, so it may lag the TCP check.
-		k.eventually(5*time.Second, "stale UDP flow cleared", func() error {
-			if got := udpAsk(udp); got != "pod-a" {
-				return fmt.Errorf("the UDP flow's next datagram reached %q, want pod-a", got)
-			}
-			if got := k.metric(deleted); got <= flowsDeleted {
-				return fmt.Errorf("conntrack entries deleted: %v, want more than %v", got, flowsDeleted)
-			}
-			return nil
-		})
-		k.cluster.service("web").pods = []string{"pod-a", "pod-b", "pod-c"}
-		k.writeManifest()
-		k.eventually(5*time.Second, "scale up", func() error { return k.reaches("tcp", "10.96.0.10", 80, 40, "pod-a", "pod-b", "pod-c") })
-
-		k.cluster.services = append(k.cluster.services, e2eService{name: "added", ports: e2eTCP, pods: []string{"pod-c"}, spec: e2eClusterIP("10.96.0.20")})
-		k.writeManifest()
-		k.eventually(5*time.Second, "service added", func() error { return k.reaches("tcp", "10.96.0.20", 80, 5, "pod-c") })
-		k.cluster.delete("np")
-		k.writeManifest()
-		// Nothing listens on the node's port 30080 any more, and the
-		// cluster IP leads nowhere. (The slice and the Service go in two
-		// events: in between, the Service has no endpoints and is refused.)
-		k.eventually(5*time.Second, "service deleted", func() error {
-			if err := k.refused("tcp", e2eClientIP, e2eNodeIP, 30080); err != nil {
-				return err
-			}
-			return k.unanswered("tcp", e2eClientIP, "10.96.0.11", 80)
-		})
+		k.churn(t, randomCounts, true)
 
 		// The Local service loses its endpoint on this node: the
 		// health-check node port says so, and external traffic is dropped.
 		k.cluster.service("local").pods = []string{"pod-b"}
 		k.writeManifest()
-		k.eventually(5*time.Second, "health check without local endpoints", func() error {
+		k.eventually(e2eChange, "health check without local endpoints", func() error {
 			return expectGet(k, "http://"+e2eNodeIP+":30185/", 503, `"localEndpoints":0`)
 		})
 		check(t, k.unanswered("tcp", e2eClientIP, e2eNodeIP, 30085))
@@ -639,24 +576,31 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 	})
 
 	t.Run("SIGTERM", func(t *testing.T) {
-		if err := k.proc.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-k.exited:
-			if err != nil {
-				t.Errorf("the proxier exited with %v after SIGTERM, want status 0", err)
-			}
-			k.exited <- err // for the cleanup
-		case <-time.After(10 * time.Second):
-			t.Fatal("the proxier did not exit within 10s of SIGTERM")
-		}
-		// Rules stay; listeners are closed.
+		k.terminate(t)
+		// Rules stay.
 		check(t, k.reaches("tcp", "10.96.0.10", 80, 10, "pod-b"))
-		if _, _, err := k.get("http://" + e2eNodeIP + ":10256/healthz"); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Errorf("/healthz after exit: %v, want connection refused", err)
-		}
 	})
+}
+
+// terminate sends the proxier SIGTERM and checks that it exits with
+// status 0 and closes its listeners.
+func (k *e2eNode) terminate(t *testing.T) {
+	t.Helper()
+	if err := k.proc.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-k.exited:
+		if err != nil {
+			t.Errorf("the proxier exited with %v after SIGTERM, want status 0", err)
+		}
+		k.exited <- err // for the cleanup
+	case <-time.After(e2eChange):
+		t.Fatalf("the proxier did not exit within %v of SIGTERM", e2eChange)
+	}
+	if _, _, err := k.get("http://" + e2eNodeIP + ":10256/healthz"); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("/healthz after exit: %v, want connection refused", err)
+	}
 }
 
 // udpFlowTo opens UDP sockets from the client to dst until one is answered
@@ -734,6 +678,98 @@ func checkGet(t *testing.T, k *e2eNode, url string, code int, body string) {
 	check(t, expectGet(k, url, code, body))
 }
 
+// e2eCounts are how many connections a check makes to reach each of one,
+// two or three backends at least once: iptables mode picks a backend at
+// random, and misses one of two in 30 tries with a chance of one in half a
+// billion; IPVS's round robin takes them in turn.
+type e2eCounts struct{ one, two, three int }
+
+var (
+	randomCounts     = e2eCounts{one: 20, two: 30, three: 40}
+	roundRobinCounts = e2eCounts{one: 4, two: 6, three: 9}
+)
+
+// e2eChange bounds the time from an edit of the manifest to traffic
+// following it: generous, for the emulated VM.
+const e2eChange = 10 * time.Second
+
+// checkServices checks every kind of service of e2eScenario, as it is
+// before any change, from the client.
+func (k *e2eNode) checkServices(t *testing.T, n e2eCounts) {
+	check(t, k.reaches("tcp", "10.96.0.10", 80, n.two, "pod-a", "pod-b"))
+	check(t, k.reaches("udp", "10.96.0.10", 80, n.two, "pod-a", "pod-b"))
+	// The client is outside the cluster CIDR: masqueraded.
+	if r, err := k.dial("tcp", e2eClientIP, "10.96.0.10", 80, 2*time.Second); err != nil || r.Client != netip.MustParseAddr(e2eBridgeIP) {
+		t.Errorf("web saw %v (%v), want the node's bridge address", r.Client, err)
+	}
+	check(t, k.reaches("tcp", e2eNodeIP, 30080, n.two, "pod-a", "pod-b"))
+	check(t, k.reaches("tcp", "192.0.2.10", 80, n.two, "pod-a", "pod-b"))
+	check(t, k.reaches("tcp", "203.0.113.5", 80, n.two, "pod-a", "pod-b"))
+	check(t, k.unanswered("tcp", e2eOtherClient, "203.0.113.5", 80))
+	if got, err := k.spread("tcp", "10.96.0.14", 80, n.three); err != nil || len(got) != 1 {
+		t.Errorf("ClientIP affinity: %d connections reached %v (%v), want one backend", n.three, got, err)
+	}
+	// externalTrafficPolicy Local: this node's endpoint only, the
+	// client's address kept.
+	check(t, k.reaches("tcp", e2eNodeIP, 30085, n.one, "pod-a"))
+	check(t, k.reaches("tcp", "203.0.113.15", 80, n.one, "pod-a"))
+	if r, err := k.dial("tcp", e2eClientIP, e2eNodeIP, 30085, 2*time.Second); err != nil || r.Client != netip.MustParseAddr(e2eClientIP) {
+		t.Errorf("local node port saw %v (%v), want the client's own address", r.Client, err)
+	}
+	check(t, k.reaches("tcp", "10.96.0.15", 80, n.two, "pod-a", "pod-b"))
+	// internalTrafficPolicy Local.
+	check(t, k.reaches("tcp", "10.96.0.16", 80, n.one, "pod-a"))
+	check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
+	check(t, k.refused("udp", e2eClientIP, "10.96.0.17", 80))
+	checkGet(t, k, "http://"+e2eNodeIP+":30185/", 200, `"localEndpoints":1`)
+}
+
+// churn edits the manifest of e2eScenario and checks that traffic
+// follows: a Service scaled down (its stale UDP flow moving on) and up, one
+// added and one deleted. With proxierClearsFlows the proxier's conntrack
+// cleanup must be what moved the flow; in IPVS mode the kernel may get
+// there first, since expire_nodest_conn ends an IPVS connection to a
+// deleted real server, and its conntrack entry with it, on its next packet.
+func (k *e2eNode) churn(t *testing.T, n e2eCounts, proxierClearsFlows bool) {
+	deleted := `kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`
+	flowsDeleted := k.metric(deleted)
+	// A UDP flow that pod-b answers: scaling pod-b out must clear its
+	// conntrack entry, or the same socket keeps reaching pod-b, whose
+	// backend still runs.
+	udp := k.udpFlowTo(t, "10.96.0.10:80", "pod-b")
+	k.cluster.service("web").pods = []string{"pod-a"}
+	k.writeManifest()
+	k.eventually(e2eChange, "scale down", func() error { return k.reaches("tcp", "10.96.0.10", 80, n.one, "pod-a") })
+	// The cleanup follows the restore, so it may lag the TCP check.
+	k.eventually(e2eChange, "stale UDP flow cleared", func() error {
+		if got := udpAsk(udp); got != "pod-a" {
+			return fmt.Errorf("the UDP flow's next datagram reached %q, want pod-a", got)
+		}
+		if got := k.metric(deleted); proxierClearsFlows && got <= flowsDeleted {
+			return fmt.Errorf("conntrack entries deleted: %v, want more than %v", got, flowsDeleted)
+		}
+		return nil
+	})
+	k.cluster.service("web").pods = []string{"pod-a", "pod-b", "pod-c"}
+	k.writeManifest()
+	k.eventually(e2eChange, "scale up", func() error { return k.reaches("tcp", "10.96.0.10", 80, n.three, "pod-a", "pod-b", "pod-c") })
+
+	k.cluster.services = append(k.cluster.services, e2eService{name: "added", ports: e2eTCP, pods: []string{"pod-c"}, spec: e2eClusterIP("10.96.0.20")})
+	k.writeManifest()
+	k.eventually(e2eChange, "service added", func() error { return k.reaches("tcp", "10.96.0.20", 80, n.one, "pod-c") })
+	k.cluster.delete("np")
+	k.writeManifest()
+	// Nothing serves the node's port 30080 any more, and the cluster IP
+	// leads nowhere. (The slice and the Service go in two events: in
+	// between, the Service has no endpoints and is refused.)
+	k.eventually(e2eChange, "service deleted", func() error {
+		if err := k.refused("tcp", e2eClientIP, e2eNodeIP, 30080); err != nil {
+			return err
+		}
+		return k.unanswered("tcp", e2eClientIP, "10.96.0.11", 80)
+	})
+}
+
 // TestE2EOnceAndCleanup applies one sync with --once, checks that it
 // serves, and removes it with --cleanup, which must leave the node's
 // tables exactly as they were before, other programs' rules included.
@@ -774,6 +810,20 @@ func TestE2EOnceAndCleanup(t *testing.T) {
 	}
 }
 
+// e2eDualStackCluster is a node with an address of each family, and a
+// dual-stack NodePort Service served by pod-a and pod-b in both, with
+// more services.
+func e2eDualStackCluster(more ...e2eService) *e2eCluster {
+	return &e2eCluster{
+		node: "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\nstatus: {addresses: [{type: InternalIP, address: " + e2eNodeIP + "}, {type: InternalIP, address: \"fd00:1::1\"}]}\n",
+		services: append([]e2eService{
+			{name: "dual", ports: e2eTCP, pods: []string{"pod-a", "pod-b"}, pods6: []string{"pod-a", "pod-b"},
+				spec: "  type: NodePort\n  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10, \"fd00:96::10\"]\n  ipFamilies: [IPv4, IPv6]\n  ipFamilyPolicy: RequireDualStack\n" +
+					"  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080, protocol: TCP}]\n"},
+		}, more...),
+	}
+}
+
 // TestE2EDualStack runs the proxier on a node with both families: a
 // dual-stack Service is reachable on both cluster IPs, and an IPv6-only
 // one on its own.
@@ -782,16 +832,8 @@ func TestE2EDualStack(t *testing.T) {
 		t.Run(string(backend), func(t *testing.T) {
 			b := string(backend)
 			kerneltest.Require(t, append(e2eTools(backend), "ip6tables-"+b, "ip6tables-"+b+"-save", "ip6tables-"+b+"-restore")...)
-			c := &e2eCluster{
-				node: "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\nstatus: {addresses: [{type: InternalIP, address: " + e2eNodeIP + "}, {type: InternalIP, address: \"fd00:1::1\"}]}\n",
-				services: []e2eService{
-					{name: "dual", ports: e2eTCP, pods: []string{"pod-a", "pod-b"}, pods6: []string{"pod-a", "pod-b"},
-						spec: "  type: NodePort\n  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10, \"fd00:96::10\"]\n  ipFamilies: [IPv4, IPv6]\n  ipFamilyPolicy: RequireDualStack\n" +
-							"  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080, protocol: TCP}]\n"},
-					{name: "only6", ports: e2eTCP, pods6: []string{"pod-c"},
-						spec: "  clusterIP: \"fd00:96::11\"\n  clusterIPs: [\"fd00:96::11\"]\n  ipFamilies: [IPv6]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n"},
-				},
-			}
+			c := e2eDualStackCluster(e2eService{name: "only6", ports: e2eTCP, pods6: []string{"pod-c"},
+				spec: "  clusterIP: \"fd00:96::11\"\n  clusterIPs: [\"fd00:96::11\"]\n  ipFamilies: [IPv6]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n"})
 			k := newE2ENode(t, backend, c, true)
 			k.start(k.proxierArgs("--cluster-cidr", e2eClusterCIDR+",fd00:244::/64")...)
 

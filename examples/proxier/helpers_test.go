@@ -120,10 +120,18 @@ var (
 	buildErr  error
 )
 
-// proxierBinary builds the proxier once per test process, into a
-// directory removed by TestMain, and returns its path.
+// commandEnv names a proxier built beforehand, as the VM tier does: it has
+// no Go toolchain to build one.
+const commandEnv = "PROXYKIT_TEST_COMMAND"
+
+// proxierBinary returns the path of the proxier: $PROXYKIT_TEST_COMMAND
+// when set, or else one built once per test process, into a directory
+// removed by TestMain.
 func proxierBinary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv(commandEnv); bin != "" {
+		return bin
+	}
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "proxier-test-")
 		if buildErr != nil {

@@ -1,9 +1,10 @@
 #!/bin/busybox sh
 # /init of the VM that hack/vmtest/run.sh boots: load the kernel modules the
 # tests need, run every test binary in /tests/*/ (from its own directory,
-# which holds its package's testdata) with the flags in /args, print
-# the combined exit status as PROXYKIT_VM_EXIT=N (run.sh looks for that
-# line) and power off.
+# which holds its package's testdata) with the flags in the args file
+# there, and with PROXYKIT_TEST_COMMAND naming the package's command when
+# run.sh built one, print the combined exit status as PROXYKIT_VM_EXIT=N
+# (run.sh looks for that line) and power off.
 /bin/busybox --install -s /bin
 # /usr/sbin holds iptables-legacy, from the host.
 export PATH=/bin:/usr/sbin
@@ -29,10 +30,13 @@ for t in /tests/*/*.test; do
 	[ -x "$t" ] || continue
 	name=${t##*/}
 	echo "vmtest: running $name"
-	cd "${t%/*}"
+	dir=${t%/*}
+	cd "$dir"
+	command=""
+	[ ! -x "$dir/command" ] || command=$dir/command
 	# Word splitting of the flags is intended.
 	# shellcheck disable=SC2046
-	PROXYKIT_VM=1 PROXYKIT_REQUIRE_KERNEL=1 HOME=/tmp TMPDIR=/tmp "$t" $(cat /args)
+	PROXYKIT_VM=1 PROXYKIT_REQUIRE_KERNEL=1 PROXYKIT_TEST_COMMAND=$command HOME=/tmp TMPDIR=/tmp "$t" $(cat "$dir/args")
 	rc=$?
 	echo "vmtest: $name exited with $rc"
 	[ "$rc" = 0 ] || status=$rc

@@ -2,12 +2,20 @@
 # Run Go test packages inside a small VM with a stock Debian cloud kernel,
 # for the kernel features the host's own kernel lacks (IPVS, dummy links).
 #
-# usage: hack/vmtest/run.sh [-v] [-run REGEX] [-bench REGEX] [-benchmem] [-benchtime T] [-count N] [-timeout D] PKG...
+# usage: hack/vmtest/run.sh [-v] [-run REGEX] [-bench REGEX] [-benchmem] [-benchtime T] [-count N] [-timeout D] PKG[:REGEX]...
 #    eg: hack/vmtest/run.sh ./ipvs
 #        hack/vmtest/run.sh -v -run 'TestVMScale' ./ipvs
+#        hack/vmtest/run.sh ./ipvs ./examples/proxier:^TestVM
 #
-# Each package is built into a static test binary (CGO_ENABLED=0 go test -c)
-# and put, with busybox, the IPVS, conntrack, ipset, veth and dummy modules,
+# PKG:REGEX runs only the tests of PKG that match REGEX (as -run does; a
+# -run flag applies to the packages without one): for a package whose other
+# tests need what only the host has, and run in the host's tiers.
+#
+# Each package is built into a static test binary (CGO_ENABLED=0 go test -c).
+# A package that is a command (package main) is also built, statically, into
+# a binary beside it, whose path its tests find in PROXYKIT_TEST_COMMAND:
+# there is no Go toolchain in the VM to build it there. The binaries are
+# put, with busybox, the IPVS, conntrack, ipset, veth, bridge and dummy modules,
 # the netfilter modules of IPVS mode's iptables rules, the host's
 # iptables-legacy binaries (with their shared libraries, dynamic loader and
 # extensions) and hack/vmtest/init.sh as /init, into an initramfs. QEMU boots it with
@@ -52,7 +60,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ -n "$pkgs" ] || die "usage: $0 [-v] [-run REGEX] [-bench REGEX] [-benchmem] [-benchtime T] [-count N] [-timeout D] PKG..."
+[ -n "$pkgs" ] || die "usage: $0 [-v] [-run REGEX] [-bench REGEX] [-benchmem] [-benchtime T] [-count N] [-timeout D] PKG[:REGEX]..."
 case "$testargs" in *-test.timeout*) ;; *) testargs="-test.timeout 10m$testargs" ;; esac
 
 # Tools.
@@ -128,14 +136,15 @@ cp "$here/init.sh" "$root/init"
 chmod 755 "$root/init"
 
 # xfrm_user: vishvananda/netlink handles made without a family list open an
-# XFRM socket too, and fail without it. The second half are the legacy
-# x_tables and the matches and targets of IPVS mode's rules, loaded up front
-# because the kernel's on-demand loading needs a modprobe where the kernel
-# looks for one.
-modules="ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh ip_vs_lc nf_conntrack veth dummy xfrm_user
+# XFRM socket too, and fail without it. nf_conntrack_netlink: a proxier's
+# conntrack cleanup; bridge: the pods' network of its end-to-end tests. The
+# rest are the legacy x_tables and the matches and targets of the proxy
+# modes' rules, loaded up front because the kernel's on-demand loading needs
+# a modprobe where the kernel looks for one.
+modules="ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh ip_vs_lc nf_conntrack nf_conntrack_netlink veth dummy bridge xfrm_user
 ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet
 ip_set_hash_net ip_set_hash_netport ip_set_bitmap_port xt_set
-ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter nf_nat
+ip_tables iptable_nat iptable_filter iptable_mangle ip6_tables ip6table_nat ip6table_filter ip6table_mangle nf_nat
 xt_comment xt_mark xt_MASQUERADE xt_addrtype xt_conntrack xt_tcpudp xt_multiport
 xt_statistic xt_recent xt_nat ipt_REJECT ip6t_REJECT"
 for m in $modules; do
@@ -182,20 +191,32 @@ done
 mkdir -p "$root$xtlib"
 cp -L "$xtlib"/*.so "$root$xtlib/"
 withlibs "$xtables" "$xtlib"/*.so
-echo "$testargs" >"$root/args"
-
 n=0
-for p in $pkgs; do
+for spec in $pkgs; do
 	n=$((n + 1))
+	p=${spec%%:*}
+	args=$testargs
+	if [ "$p" != "$spec" ]; then
+		run=${spec#*:}
+		case "$run" in *[[:space:]]*) die "$spec: values with spaces are not supported" ;; esac
+		# Later flags win: this -run overrides a global one.
+		args="$args -test.run $run"
+	fi
 	name=$(printf '%02d-%s' "$n" "$(echo "$p" | sed 's#^\./##; s#[/.]#_#g')")
 	log "building $p"
 	# Each binary runs in a directory of its own with the package's
-	# testdata, as go test runs it in the package's directory.
-	mkdir -p "$root/tests/$name"
-	(cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/$name/$name.test" "$p") || die "building $p failed"
-	[ -f "$root/tests/$name/$name.test" ] || log "$p has no tests"
-	dir=$(cd "$repo" && go list -f '{{.Dir}}' "$p") || die "go list $p failed"
-	[ ! -d "$dir/testdata" ] || cp -R "$dir/testdata" "$root/tests/$name/"
+	# testdata, as go test runs it in the package's directory, and reads
+	# its flags from args there.
+	dir=$root/tests/$name
+	mkdir -p "$dir"
+	(cd "$repo" && CGO_ENABLED=0 go test -c -o "$dir/$name.test" "$p") || die "building $p failed"
+	[ -f "$dir/$name.test" ] || log "$p has no tests"
+	echo "$args" >"$dir/args"
+	src=$(cd "$repo" && go list -f '{{.Dir}}' "$p") || die "go list $p failed"
+	[ ! -d "$src/testdata" ] || cp -R "$src/testdata" "$dir/"
+	if [ "$(cd "$repo" && go list -f '{{.Name}}' "$p")" = main ]; then
+		(cd "$repo" && CGO_ENABLED=0 go build -o "$dir/command" "$p") || die "building the command $p failed"
+	fi
 done
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.gz"
