@@ -46,32 +46,18 @@ func kernelTools(b iptables.Backend) []string {
 func newKernelNode(t *testing.T, backend iptables.Backend) *kernelNode {
 	t.Helper()
 	ctx := context.Background()
-	k := &kernelNode{pods: map[string]*kerneltest.NS{}}
-	k.node = kerneltest.NewNS(t)
-	k.node.Sysctl(t, "net.ipv4.ip_forward", "1")
-	// The node sends rejected and unrouted packets back out the interface
-	// they came in on. An ICMP redirect there, or the ICMP rate limit,
-	// would turn a REJECT into a client timeout; new links copy "default".
-	k.node.Sysctl(t, "net.ipv4.conf.all.send_redirects", "0")
-	k.node.Sysctl(t, "net.ipv4.conf.default.send_redirects", "0")
-	k.node.Sysctl(t, "net.ipv4.icmp_ratelimit", "0")
-
-	k.client = kerneltest.NewNS(t)
-	v := kerneltest.Link(t, k.client, k.node, prefix(scnClientIP+"/24"), prefix(scnNodeIP+"/24"))
-	k.client.AddAddr(t, v.A, prefix(scnOtherClient+"/24"))
-	k.client.AddRoute(t, netip.Prefix{}, addr(scnNodeIP))
-	k.node.AddRoute(t, netip.Prefix{}, addr(scnClientIP))
-
-	k.node.AddBridge(t, "br0")
-	k.node.AddAddr(t, "br0", prefix(scnBridgeIP+"/24"))
-	for _, p := range scnPods {
-		pod := kerneltest.NewNS(t)
-		pv := kerneltest.Link(t, pod, k.node, prefix(p.ip+"/24"), netip.Prefix{})
-		k.node.AttachToBridge(t, pv.B, "br0")
-		pod.AddRoute(t, netip.Prefix{}, addr(scnBridgeIP))
-		kerneltest.StartBackend(t, pod, p.name, scnPort)
-		k.pods[p.name] = pod
+	k := &kernelNode{}
+	nc := kerneltest.ProxyNetworkConfig{
+		ClientAddrs: []netip.Prefix{prefix(scnClientIP + "/24"), prefix(scnOtherClient + "/24")},
+		NodeAddrs:   []netip.Prefix{prefix(scnNodeIP + "/24")},
+		BridgeAddrs: []netip.Prefix{prefix(scnBridgeIP + "/24")},
+		BackendPort: scnPort,
 	}
+	for _, p := range scnPods {
+		nc.Pods = append(nc.Pods, kerneltest.NetworkPod{Name: p.name, Addrs: []netip.Prefix{prefix(p.ip + "/24")}})
+	}
+	nw := kerneltest.NewProxyNetwork(t, nc)
+	k.node, k.client, k.pods = nw.Node, nw.Client, nw.Pods
 
 	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend))
 	if err != nil {
@@ -518,21 +504,17 @@ func testWriterKernelIPv6(t *testing.T, backend iptables.Backend) {
 		podA, podB                 = "fd00:10::11", "fd00:10::12"
 		webIP, emptyIP             = "fd00:96::10", "fd00:96::11"
 	)
-	node, client := kerneltest.NewNS(t), kerneltest.NewNS(t)
-	node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
-	node.Sysctl(t, "net.ipv6.icmp.ratelimit", "0")
-	kerneltest.Link(t, client, node, prefix(clientIP+"/64"), prefix(nodeIP+"/64"))
-	client.AddRoute(t, netip.Prefix{}, addr(nodeIP))
-	node.AddRoute(t, netip.Prefix{}, addr(clientIP))
-	node.AddBridge(t, "br0")
-	node.AddAddr(t, "br0", prefix(bridgeIP+"/64"))
-	for name, ip := range map[string]string{"pod-a": podA, "pod-b": podB} {
-		pod := kerneltest.NewNS(t)
-		v := kerneltest.Link(t, pod, node, prefix(ip+"/64"), netip.Prefix{})
-		node.AttachToBridge(t, v.B, "br0")
-		pod.AddRoute(t, netip.Prefix{}, addr(bridgeIP))
-		kerneltest.StartBackend(t, pod, name, scnPort)
-	}
+	nw := kerneltest.NewProxyNetwork(t, kerneltest.ProxyNetworkConfig{
+		ClientAddrs: []netip.Prefix{prefix(clientIP + "/64")},
+		NodeAddrs:   []netip.Prefix{prefix(nodeIP + "/64")},
+		BridgeAddrs: []netip.Prefix{prefix(bridgeIP + "/64")},
+		Pods: []kerneltest.NetworkPod{
+			{Name: "pod-a", Addrs: []netip.Prefix{prefix(podA + "/64")}},
+			{Name: "pod-b", Addrs: []netip.Prefix{prefix(podB + "/64")}},
+		},
+		BackendPort: scnPort,
+	})
+	node, client := nw.Node, nw.Client
 
 	ipt, err := iptables.New(ctx, iptables.ProtocolIPv6, iptables.WithBackend(backend))
 	if err != nil {

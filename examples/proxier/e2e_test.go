@@ -193,44 +193,28 @@ func e2eTools(b iptables.Backend) []string {
 // test marks it as the kubelet does, with the KUBE-IPTABLES-HINT chain.
 func newE2ENode(t *testing.T, backend iptables.Backend, cluster *e2eCluster, ipv6 bool) *e2eNode {
 	t.Helper()
-	k := &e2eNode{t: t, backend: backend, pods: map[string]*kerneltest.NS{}, dir: t.TempDir(), cluster: cluster, log: &logBuffer{}}
+	k := &e2eNode{t: t, backend: backend, dir: t.TempDir(), cluster: cluster, log: &logBuffer{}}
 	k.lockFile = filepath.Join(t.TempDir(), "xtables.lock")
-	k.node = kerneltest.NewNS(t)
-	k.node.Sysctl(t, "net.ipv4.ip_forward", "1")
-	// The node answers rejected packets out the interface they came in
-	// on: an ICMP redirect, or the ICMP rate limit, would turn a REJECT
-	// into a client timeout.
-	k.node.Sysctl(t, "net.ipv4.conf.all.send_redirects", "0")
-	k.node.Sysctl(t, "net.ipv4.conf.default.send_redirects", "0")
-	k.node.Sysctl(t, "net.ipv4.icmp_ratelimit", "0")
-	k.client = kerneltest.NewNS(t)
-	v := kerneltest.Link(t, k.client, k.node, prefix(e2eClientIP+"/24"), prefix(e2eNodeIP+"/24"))
-	k.client.AddAddr(t, v.A, prefix(e2eOtherClient+"/24"))
-	k.client.AddRoute(t, netip.Prefix{}, netip.MustParseAddr(e2eNodeIP))
-	k.node.AddRoute(t, netip.Prefix{}, netip.MustParseAddr(e2eClientIP))
-	k.node.AddBridge(t, "br0")
-	k.node.AddAddr(t, "br0", prefix(e2eBridgeIP+"/24"))
+	cfg := kerneltest.ProxyNetworkConfig{
+		ClientAddrs: []netip.Prefix{prefix(e2eClientIP + "/24"), prefix(e2eOtherClient + "/24")},
+		NodeAddrs:   []netip.Prefix{prefix(e2eNodeIP + "/24")},
+		BridgeAddrs: []netip.Prefix{prefix(e2eBridgeIP + "/24")},
+		BackendPort: e2ePodPort,
+	}
 	if ipv6 {
-		k.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
-		k.node.Sysctl(t, "net.ipv6.icmp.ratelimit", "0")
-		k.client.AddAddr(t, v.A, prefix("fd00:1::2/64"))
-		k.node.AddAddr(t, v.B, prefix("fd00:1::1/64"))
-		k.client.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("fd00:1::1"))
-		k.node.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("fd00:1::2"))
-		k.node.AddAddr(t, "br0", prefix("fd00:244::1/64"))
+		cfg.ClientAddrs = append(cfg.ClientAddrs, prefix("fd00:1::2/64"))
+		cfg.NodeAddrs = append(cfg.NodeAddrs, prefix("fd00:1::1/64"))
+		cfg.BridgeAddrs = append(cfg.BridgeAddrs, prefix("fd00:244::1/64"))
 	}
 	for _, p := range e2ePods {
-		pod := kerneltest.NewNS(t)
-		pv := kerneltest.Link(t, pod, k.node, prefix(p.ip+"/24"), netip.Prefix{})
-		k.node.AttachToBridge(t, pv.B, "br0")
-		pod.AddRoute(t, netip.Prefix{}, netip.MustParseAddr(e2eBridgeIP))
+		pod := kerneltest.NetworkPod{Name: p.name, Addrs: []netip.Prefix{prefix(p.ip + "/24")}}
 		if ipv6 {
-			pod.AddAddr(t, pv.A, prefix(p.ip6+"/64"))
-			pod.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("fd00:244::1"))
+			pod.Addrs = append(pod.Addrs, prefix(p.ip6+"/64"))
 		}
-		kerneltest.StartBackend(t, pod, p.name, e2ePodPort)
-		k.pods[p.name] = pod
+		cfg.Pods = append(cfg.Pods, pod)
 	}
+	nw := kerneltest.NewProxyNetwork(t, cfg)
+	k.node, k.client, k.pods = nw.Node, nw.Client, nw.Pods
 	k.iptables(t, iptables.ProtocolIPv4, "-t", "mangle", "-N", "KUBE-IPTABLES-HINT")
 	k.writeManifest()
 	return k

@@ -240,3 +240,44 @@ func TestRequireVM(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyNetwork: the client reaches every pod through the node in both
+// families, from its own address, and an address nothing serves leads
+// nowhere.
+func TestProxyNetwork(t *testing.T) {
+	Require(t)
+	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+	n := NewProxyNetwork(t, ProxyNetworkConfig{
+		ClientAddrs: []netip.Prefix{p("10.1.0.2/24"), p("10.1.0.3/24"), p("fd00:1::2/64")},
+		NodeAddrs:   []netip.Prefix{p("10.1.0.1/24"), p("fd00:1::1/64")},
+		BridgeAddrs: []netip.Prefix{p("10.244.0.1/24"), p("fd00:244::1/64")},
+		Pods: []NetworkPod{
+			{Name: "pod-a", Addrs: []netip.Prefix{p("10.244.0.11/24"), p("fd00:244::11/64")}},
+			{Name: "pod-b", Addrs: []netip.Prefix{p("10.244.0.12/24")}},
+		},
+		BackendPort: 8080,
+	})
+	for _, tc := range []struct{ dst, name, client string }{
+		{"10.244.0.11:8080", "pod-a", "10.1.0.2"},
+		{"[fd00:244::11]:8080", "pod-a", "fd00:1::2"},
+		{"10.244.0.12:8080", "pod-b", "10.1.0.2"},
+		{"10.1.0.1:8080", "", ""},
+	} {
+		got, err := Dial(n.Client, "tcp", netip.MustParseAddrPort(tc.dst), 2*time.Second)
+		if tc.name == "" {
+			if err == nil {
+				t.Errorf("tcp to %s reached %s, want nothing", tc.dst, got.Name)
+			}
+			continue
+		}
+		if want := (Reply{Name: tc.name, Client: netip.MustParseAddr(tc.client)}); err != nil || got != want {
+			t.Errorf("tcp to %s: %+v, %v; want %+v", tc.dst, got, err, want)
+		}
+	}
+	if len(n.Pods) != 2 || n.ClientLink == "" || n.NodeLink == "" {
+		t.Errorf("network %+v", n)
+	}
+	if _, err := Dial(n.Client, "tcp", netip.MustParseAddrPort("192.0.2.1:80"), 500*time.Millisecond); !IsTimeout(err) {
+		t.Errorf("tcp to an address nothing serves: %v, want a timeout", err)
+	}
+}
