@@ -22,7 +22,7 @@ type iptablesBackend struct {
 	ipt     iptables.Interface
 	out     io.Writer
 	metrics *metrics
-	// canaryInterval is how often monitor checks the canary.
+	// canaryInterval is how often run checks the canary.
 	canaryInterval time.Duration
 }
 
