@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,32 +20,15 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 )
 
-var updateGolden = flag.Bool("update-writer-golden", false, "rewrite the writer's golden files in testdata/writer")
-
 // checkGolden compares got with testdata/writer/NAME.golden.
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", "writer", name+".golden")
-	if *updateGolden {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run the test with -update-writer-golden to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("payload differs from %s (-want +got):\n%s", path, diff)
-	}
+	golden.Check(t, filepath.Join("testdata", "writer", name+".golden"), got)
 }
 
 // TestWriterFullSyncGolden renders one small cluster per behaviour and

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/ipvs"
 )
 
@@ -51,7 +52,7 @@ func TestTranslateDualStack(t *testing.T) {
 	if _, err := t6.WriteTo(&out); err != nil {
 		t.Fatal(err)
 	}
-	checkGolden(t, filepath.Join("testdata", "mode", "ipv6.golden"), out.Bytes())
+	golden.Check(t, filepath.Join("testdata", "mode", "ipv6.golden"), out.Bytes())
 
 	n := newNode(nodeIPs...)
 	n.apply(t, t4, t6)

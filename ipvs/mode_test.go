@@ -3,9 +3,7 @@ package ipvs_test
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,13 +13,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	"github.com/proxykit/proxykit/ipvs"
 )
-
-var updateModeGolden = flag.Bool("update-mode-golden", false, "rewrite the translation's golden files in testdata/mode")
 
 // The addresses of the translation tests: the node has two interfaces,
 // pods on it are in 10.244.1.0/24 and pods elsewhere in 10.244.2.0/24.
@@ -299,7 +296,7 @@ func TestTranslate(t *testing.T) {
 			if _, err := res.WriteTo(&out); err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, filepath.Join("testdata", "mode", tc.name+".golden"), out.Bytes())
+			golden.Check(t, filepath.Join("testdata", "mode", tc.name+".golden"), out.Bytes())
 
 			n := newNode(cfg.NodeIPs...)
 			n.apply(t, res)
@@ -360,26 +357,6 @@ func checkApplied(t *testing.T, n *node, trs ...ipvs.Translation) {
 		if diff := cmp.Diff(entryStrings(want), entryStrings(members)); diff != "" {
 			t.Errorf("members of %s (-translation +fake):\n%s", d.Set.Name, diff)
 		}
-	}
-}
-
-func checkGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *updateModeGolden {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update-mode-golden to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
 	}
 }
 

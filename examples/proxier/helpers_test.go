@@ -13,14 +13,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/iptables"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // demoCommand is the README's first command. The demo cluster's header
 // comment and the golden test use it too. demoIPVSCommand is the same in
@@ -98,20 +96,7 @@ func runArgs(t *testing.T, env *environment, args ...string) (string, error) {
 // -update.
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run the test with -update to create it)", err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("output differs from %s (run with -update to accept it):\n%s", path, cmp.Diff(string(want), string(got)))
-	}
+	golden.Check(t, filepath.Join("testdata", name), got)
 }
 
 var (
