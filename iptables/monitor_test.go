@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxykit/proxykit/iptables"
@@ -17,12 +18,26 @@ const canary = iptables.Chain("PROXYKIT-CANARY")
 
 var monitored = []iptables.Table{iptables.TableMangle, iptables.TableNAT, iptables.TableFilter}
 
+// countingClock is a FakeClock that counts the timers made on it. Monitor
+// makes a new timer for every wait, so a higher count after a step shows
+// that Monitor finished the work the step caused and waits again; watching
+// HasWaiters alone can miss the moment between two waits and hang.
+type countingClock struct {
+	*clocktesting.FakeClock
+	timers atomic.Int64
+}
+
+func (c *countingClock) NewTimer(d time.Duration) clock.Timer {
+	c.timers.Add(1) // before the timer exists, so HasWaiters implies the count
+	return c.FakeClock.NewTimer(d)
+}
+
 // monitorHarness runs Monitor against a Fake on a fake clock.
 type monitorHarness struct {
 	t       *testing.T
 	ctx     context.Context
 	fake    *iptablestest.Fake
-	clock   *clocktesting.FakeClock
+	clock   *countingClock
 	reloads atomic.Int32
 	done    chan struct{}
 }
@@ -30,7 +45,7 @@ type monitorHarness struct {
 func startMonitor(t *testing.T) *monitorHarness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &monitorHarness{t: t, ctx: ctx, clock: clocktesting.NewFakeClock(time.Unix(1e9, 0)), done: make(chan struct{})}
+	h := &monitorHarness{t: t, ctx: ctx, clock: &countingClock{FakeClock: clocktesting.NewFakeClock(time.Unix(1e9, 0))}, done: make(chan struct{})}
 	h.fake = iptablestest.NewFake(iptablestest.WithClock(h.clock))
 	go func() {
 		defer close(h.done)
@@ -51,13 +66,13 @@ func (h *monitorHarness) waitForTimer() {
 	}
 }
 
-// step advances the clock by d once Monitor waits on it, and waits until
-// Monitor waits again.
+// step advances the clock by d, which must fire the timer Monitor waits on,
+// and waits until Monitor has made its next timer and waits on it.
 func (h *monitorHarness) step(d time.Duration) {
 	h.waitForTimer()
+	before := h.clock.timers.Load()
 	h.clock.Step(d)
-	// The timer fired; Monitor now runs until it waits again.
-	for h.clock.HasWaiters() {
+	for h.clock.timers.Load() == before {
 		runtime.Gosched()
 	}
 	h.waitForTimer()
