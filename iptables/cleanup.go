@@ -18,11 +18,16 @@ const ProxyCanaryChain Chain = "KUBE-PROXY-CANARY"
 // writes, and mangle, where a proxy's canary lives too.
 var cleanupTables = []Table{TableFilter, TableNAT, TableMangle}
 
-// ownedChain reports whether chain c of table t is made by the Writer or by
-// EnsureJumpRules, or is the proxy's canary. Chains that other programs
-// make with similar names (the kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY,
-// KUBE-IPTABLES-HINT, KUBE-MARK-DROP) are not.
-func ownedChain(t Table, c Chain) bool {
+// ChainOwner reports whether chain c of table t belongs to the proxy that
+// [CleanupChains] cleans up after.
+type ChainOwner func(t Table, c Chain) bool
+
+// IsWriterChain is the [ChainOwner] of [Cleanup]: it reports whether chain
+// c of table t is made by the Writer or by EnsureJumpRules, or is the
+// proxy's canary. Chains that other programs make with similar names (the
+// kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT,
+// KUBE-MARK-DROP) are not.
+func IsWriterChain(t Table, c Chain) bool {
 	if c == ProxyCanaryChain {
 		return true
 	}
@@ -63,6 +68,16 @@ func ownedChain(t Table, c Chain) bool {
 // It returns how many chains it deleted. Errors name the table; they are
 // joined, so that a failure in one table does not stop the others.
 func Cleanup(ctx context.Context, ipt Interface) (int, error) {
+	return CleanupChains(ctx, ipt, IsWriterChain)
+}
+
+// CleanupChains is [Cleanup] for the chains that owned says are the
+// proxy's, in the filter, nat and mangle tables: a proxy whose chains
+// differ from the Writer's (IPVS mode, or a proxier that ran in more than
+// one mode, with an owner that joins theirs) removes them the same way,
+// one iptables-restore per table, keeping what other programs still jump
+// to.
+func CleanupChains(ctx context.Context, ipt Interface, owned ChainOwner) (int, error) {
 	var errs []error
 	deleted := 0
 	var save bytes.Buffer
@@ -72,7 +87,7 @@ func Cleanup(ctx context.Context, ipt Interface) (int, error) {
 			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, err))
 			continue
 		}
-		plan := planCleanup(t, save.Bytes())
+		plan := planCleanup(t, save.Bytes(), owned)
 		if len(plan.chains) > 0 || len(plan.jumps) > 0 {
 			if err := ipt.Restore(ctx, t, plan.payload(t), NoFlushTables, NoRestoreCounters); err != nil {
 				errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, err))
@@ -109,8 +124,8 @@ type savedRule struct {
 }
 
 // planCleanup reads one table's iptables-save output and decides what to
-// delete.
-func planCleanup(t Table, save []byte) cleanupPlan {
+// delete of the chains owned says are the proxy's.
+func planCleanup(t Table, save []byte, owned ChainOwner) cleanupPlan {
 	var rules []savedRule
 	for line := range bytes.Lines(save) {
 		line = bytes.TrimRight(line, "\r\n")
@@ -121,17 +136,17 @@ func planCleanup(t Table, save []byte) cleanupPlan {
 		chain, _, _ := bytes.Cut(spec, []byte(" "))
 		rules = append(rules, savedRule{chain: Chain(chain), target: ruleTarget(spec), spec: string(spec)})
 	}
-	var owned []Chain
+	var ours []Chain
 	for _, c := range ChainsFromSave(save) {
-		if ownedChain(t, c) {
-			owned = append(owned, c)
+		if owned(t, c) {
+			ours = append(ours, c)
 		}
 	}
 	p := cleanupPlan{kept: map[Chain]Chain{}}
 	// A chain of the proxy that another program's chain jumps to stays,
 	// and so does everything it jumps to, or deleting those would fail.
 	for _, r := range rules {
-		if r.chain.IsBuiltin(t) || ownedChain(t, r.chain) || !ownedChain(t, r.target) {
+		if r.chain.IsBuiltin(t) || owned(t, r.chain) || !owned(t, r.target) {
 			continue
 		}
 		if _, ok := p.kept[r.target]; !ok {
@@ -141,7 +156,7 @@ func planCleanup(t Table, save []byte) cleanupPlan {
 	for grew := len(p.kept) > 0; grew; {
 		grew = false
 		for _, r := range rules {
-			if _, from := p.kept[r.chain]; !from || !ownedChain(t, r.target) {
+			if _, from := p.kept[r.chain]; !from || !owned(t, r.target) {
 				continue
 			}
 			if _, ok := p.kept[r.target]; !ok {
@@ -150,7 +165,7 @@ func planCleanup(t Table, save []byte) cleanupPlan {
 			}
 		}
 	}
-	for _, c := range owned {
+	for _, c := range ours {
 		if _, ok := p.kept[c]; !ok {
 			p.chains = append(p.chains, c)
 		}

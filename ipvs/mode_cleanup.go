@@ -38,20 +38,23 @@ type CleanupConfig struct {
 }
 
 // Cleanup removes what an IPVS-mode proxier made, and nothing else: the
-// jump rules of [JumpRules], then the chains Translation payloads declare
-// (flushed, then deleted), the ipsets under SetPrefix, the virtual servers
-// outside the excluded CIDRs, and the dummy interface. Rules go first
-// because the kernel refuses to destroy a set that a rule matches on. What
-// is already gone is not an error, so Cleanup can run on a clean node or
-// twice. An error does not stop the other steps; the returned error joins
-// them all, each naming what it is about. A chain that another program's
-// rules still jump to (such as KUBE-MARK-MASQ, if the iptables mode's
-// rules are there too) cannot be deleted, and is reported.
+// chains Translation payloads declare ([IsModeChain]) with the rules of
+// built-in chains that jump to them, through iptables.CleanupChains (one
+// iptables-restore per table), then the ipsets under SetPrefix, the
+// virtual servers outside the excluded CIDRs, and the dummy interface.
+// Rules go first because the kernel refuses to destroy a set that a rule
+// matches on. What is already gone is not an error, so Cleanup can run on
+// a clean node or twice. An error does not stop the other steps; the
+// returned error joins them all, each naming what it is about. A chain
+// that another program's rules still jump to (such as KUBE-MARK-MASQ, if
+// the iptables mode's rules are there too) is left as it is, rules and
+// all, and reported; to remove both modes' rules at once, use
+// iptables.CleanupChains with an owner that accepts both.
 func Cleanup(ctx context.Context, c CleanupConfig) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	for _, ipt := range c.IPTables {
-		if err := cleanupRules(ctx, ipt); err != nil {
+		if _, err := iptables.CleanupChains(ctx, ipt, IsModeChain); err != nil {
 			errs = append(errs, fmt.Errorf("IPVS mode cleanup, %s rules: %w", ipt.Protocol(), err))
 		}
 	}
@@ -84,31 +87,13 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 	return errors.Join(errs...)
 }
 
-// cleanupRules deletes the jump rules, then flushes every chain before
-// deleting any, since the chains jump to each other.
-func cleanupRules(ctx context.Context, ipt iptables.Interface) error {
-	var errs []error
-	for _, j := range JumpRules() {
-		if err := ipt.DeleteRule(ctx, j.Table, j.Chain, j.Args...); err != nil {
-			errs = append(errs, fmt.Errorf("jump from %s to %s in table %s: %w", j.Chain, j.Target, j.Table, err))
-		}
-	}
-	var present []tableChain
-	for _, tc := range modeChains {
-		err := ipt.FlushChain(ctx, tc.table, tc.chain)
-		switch {
-		case err == nil:
-			present = append(present, tc)
-		case !iptables.IsNotFoundError(err):
-			errs = append(errs, fmt.Errorf("flushing chain %s in table %s: %w", tc.chain, tc.table, err))
-		}
-	}
-	for _, p := range present {
-		if err := ipt.DeleteChain(ctx, p.table, p.chain); err != nil && !iptables.IsNotFoundError(err) {
-			errs = append(errs, fmt.Errorf("deleting chain %s in table %s: %w", p.chain, p.table, err))
-		}
-	}
-	return errors.Join(errs...)
+// IsModeChain is the [iptables.ChainOwner] of IPVS mode: it reports
+// whether chain c of table t is one that Translation payloads declare. A
+// proxier that may have run in both modes cleans up with
+// iptables.CleanupChains and an owner that accepts both this and
+// iptables.IsWriterChain, since the modes share chains.
+func IsModeChain(t iptables.Table, c iptables.Chain) bool {
+	return slices.Contains(modeChains, tableChain{t, c})
 }
 
 // cleanupVirtualServers deletes every virtual server outside exclude, in
@@ -167,12 +152,13 @@ func cleanupVirtualServers(ctx context.Context, iface Interface, exclude []netip
 // ordinary restart: a start-up that removed them would break service
 // until the first sync (kubernetes#75360).
 type Leftovers struct {
-	// IPVSMode is set when a chain only IPVS mode makes is there:
+	// IPVSMode is set when a chain only IPVS mode makes (one IsModeChain
+	// accepts and iptables.IsWriterChain does not) is there:
 	// KUBE-NODE-PORT, KUBE-LOAD-BALANCER, KUBE-SOURCE-RANGES-FIREWALL or
 	// KUBE-IPVS-FILTER. Cleanup removes them.
 	IPVSMode bool
 	// IPTablesMode is set when a chain only the iptables rule writer
-	// makes is there: KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-SERVICES
+	// makes (the other way round) is there: KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-SERVICES
 	// in the filter table, a per-service or per-endpoint chain, or its
 	// iptables.ProxyCanaryChain. iptables.Cleanup removes them.
 	IPTablesMode bool
@@ -190,34 +176,10 @@ func FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, erro
 			return l, fmt.Errorf("looking for leftover rules in %s table %s: %w", ipt.Protocol(), t, err)
 		}
 		for _, c := range iptables.ChainsFromSave(buf.Bytes()) {
-			switch {
-			case slices.Contains(ipvsOnlyChains, tableChain{t, c}):
-				l.IPVSMode = true
-			case slices.Contains(writerOnlyChains, tableChain{t, c}), t == iptables.TableNAT && iptables.IsServiceChain(c):
-				l.IPTablesMode = true
-			}
+			ipvsMode, writer := IsModeChain(t, c), iptables.IsWriterChain(t, c)
+			l.IPVSMode = l.IPVSMode || ipvsMode && !writer
+			l.IPTablesMode = l.IPTablesMode || writer && !ipvsMode
 		}
 	}
 	return l, nil
 }
-
-// ipvsOnlyChains are IPVS mode's chains that the iptables rule writer
-// does not make, and writerOnlyChains the writer's that IPVS mode does
-// not.
-var (
-	ipvsOnlyChains = []tableChain{
-		{iptables.TableNAT, nodePortChain},
-		{iptables.TableNAT, loadBalancerChain},
-		{iptables.TableFilter, nodePortChain},
-		{iptables.TableFilter, sourceRangesChain},
-		{iptables.TableFilter, ipvsFilterChain},
-	}
-	writerOnlyChains = []tableChain{
-		{iptables.TableNAT, iptables.KubeNodePortsChain},
-		{iptables.TableNAT, iptables.ProxyCanaryChain},
-		{iptables.TableFilter, iptables.KubeServicesChain},
-		{iptables.TableFilter, iptables.KubeExternalServicesChain},
-		{iptables.TableFilter, iptables.KubeNodePortsChain},
-		{iptables.TableFilter, iptables.ProxyCanaryChain},
-	}
-)

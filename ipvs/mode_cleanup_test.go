@@ -126,11 +126,16 @@ func TestCleanupReportsWhatItCannotRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: []iptables.Interface{ipt}, IPSets: n.sets, IPVS: n.ipvs, Binder: n.binder})
-	if err == nil || !strings.Contains(err.Error(), "deleting chain KUBE-MARK-MASQ in table nat") {
-		t.Errorf("Cleanup: %v, want an error about KUBE-MARK-MASQ", err)
+	if err == nil || !strings.Contains(err.Error(), "KUBE-MARK-MASQ (used by KUBE-SEP-XYZ)") {
+		t.Errorf("Cleanup: %v, want an error naming KUBE-MARK-MASQ and KUBE-SEP-XYZ", err)
 	}
 	if got := ipt.Chains(iptables.TableNAT); !cmp.Equal(got, []iptables.Chain{"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING", "KUBE-MARK-MASQ", "KUBE-SEP-XYZ"}) {
 		t.Errorf("nat chains after Cleanup: %v", got)
+	}
+	// The kept chain still marks: flushing it would silently stop the
+	// masquerading that KUBE-SEP-XYZ relies on.
+	if got := ipt.Rules(iptables.TableNAT, iptables.KubeMarkMasqChain); len(got) != 1 {
+		t.Errorf("KUBE-MARK-MASQ after Cleanup holds %q, want its one rule", got)
 	}
 	if list, _ := n.ipvs.ListVirtualServers(ctx); len(list) != 0 {
 		t.Errorf("virtual servers left: %v", list)

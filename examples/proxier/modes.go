@@ -104,21 +104,20 @@ func cleanup(ctx context.Context, env *environment) error {
 	return errors.Join(errs...)
 }
 
-// cleanupRules removes the chains and jump rules of both modes from ipt.
-// Each mode's cleanup keeps a shared chain that the other mode's chains
-// still jump to (iptables mode's per-service chains jump to
-// KUBE-MARK-MASQ, and so do IPVS mode's KUBE-NODE-PORT and
-// KUBE-LOAD-BALANCER), so IPVS mode's goes first, then iptables mode's,
-// and when IPVS mode's had to keep something it runs again, now that
-// nothing jumps there. Both find nothing to do on a clean node.
+// cleanupRules removes the chains and jump rules of both modes from ipt,
+// in one iptables-restore per table: the modes share chains
+// (KUBE-MARK-MASQ, which iptables mode's per-service chains and IPVS
+// mode's KUBE-NODE-PORT both jump to, among others), so neither mode's
+// cleanup alone could delete them while the other's rules are there. It
+// finds nothing to do on a clean node.
 func cleanupRules(ctx context.Context, ipt iptables.Interface) error {
-	rules := ipvs.CleanupConfig{IPTables: []iptables.Interface{ipt}}
-	errIPVS := ipvs.Cleanup(ctx, rules)
-	_, errIPTables := iptables.Cleanup(ctx, ipt)
-	if errIPVS != nil {
-		errIPVS = ipvs.Cleanup(ctx, rules)
-	}
-	return errors.Join(errIPVS, errIPTables)
+	_, err := iptables.CleanupChains(ctx, ipt, bothModes)
+	return err
+}
+
+// bothModes owns the chains of either mode.
+func bothModes(t iptables.Table, c iptables.Chain) bool {
+	return iptables.IsWriterChain(t, c) || ipvs.IsModeChain(t, c)
 }
 
 // cleanupIPVSNode removes IPVS mode's ipsets, virtual servers and dummy
