@@ -33,12 +33,13 @@ type TranslatorConfig struct {
 	// NodeIPs are the node's own addresses, on its real interfaces (not
 	// the dummy interface; see DummyBinder.NodeAddresses); those of the
 	// other family are ignored, so both translators of a dual-stack node
-	// can take the same list. Translator.SetNodeIPs replaces them. Node ports get a virtual server on each of
-	// them inside NodePortAddresses. An external IP or load-balancer VIP
-	// that is one of them is not bound to the dummy interface, since the
-	// node has it already. A load balancer whose source ranges contain
-	// one of them also admits traffic whose source is the VIP itself,
-	// which is what the node sends when it reaches the VIP.
+	// can take the same list. Translator.SetNodeIPs replaces them. Node
+	// ports get a virtual server on each of them inside
+	// NodePortAddresses. An external IP or load-balancer VIP that is one
+	// of them is not bound to the dummy interface, since the node has it
+	// already. A load balancer whose source ranges contain one of them
+	// also admits traffic whose source is the VIP itself, which is what
+	// the node sends when it reaches the VIP.
 	NodeIPs []netip.Addr
 
 	// NodePortAddresses restricts node ports to the NodeIPs inside these
