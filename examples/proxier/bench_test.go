@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/iptables"
 )
 
@@ -75,13 +78,13 @@ func benchCluster(services, endpoints int) []runtime.Object {
 // from the API's write to the iptables-restore payload being ready: the
 // client-go fake clientset's watch, the informer, the event handler and the
 // endpoints change tracker, then the sync function with the maps' updates
-// and the rule writer's partial sync. It uses the example's own handlers,
-// familyProxier and iptables backend, with a dry-run backend in place of
-// the kernel. The runner's min-sync-period wait is left out: it is a
+// and the rule writer's partial sync, then the service health bookkeeping.
+// It uses the example's own handlers, familyProxier, iptables backend and
+// service health server, with a dry-run backend in place of the kernel. The runner's min-sync-period wait is left out: it is a
 // deliberate delay, not work. Each iteration flips the readiness of one
 // endpoint of another service.
 func BenchmarkPipeline(b *testing.B) {
-	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
+	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}, {30000, 10}} {
 		b.Run(fmt.Sprintf("%dx%d", size.services, size.endpoints), func(b *testing.B) {
 			benchPipeline(b, size.services, size.endpoints)
 		})
@@ -108,6 +111,13 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 	}
 	rec := &recordingBackend{backend: backend}
 	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m)
+	// No Service of the cluster has a health-check node port, so the
+	// server opens nothing; it still gets every Service's local endpoint
+	// count, as a long-running proxier's does.
+	fp.svcHealth = newServiceHealth(healthz.NewServiceHealthServer("node-a", nil,
+		healthz.WithListenFunc(func(context.Context, string, string) (net.Listener, error) {
+			return nil, errors.New("the benchmark opens no health-check node port")
+		})))
 	g := &syncGroup{backend: rec, families: []*familyProxier{fp}}
 	queued := make(chan struct{}, 1)
 	fp.requestSync = func() {
