@@ -2,6 +2,7 @@ package changetracker
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -258,6 +259,13 @@ type UpdateEndpointsMapResult struct {
 	// updates taken since the last Update (after the tracker started), for a
 	// network-programming-latency metric. Never nil.
 	LastChangeTriggerTimes map[types.NamespacedName][]time.Time
+	// LocalReadyEndpoints holds, for every Service in UpdatedServices, its
+	// count after the update as EndpointsMap.LocalReadyEndpoints returns
+	// it, or 0 when it has no local ready endpoint now. Applying these to
+	// the previous LocalReadyEndpoints (0 deletes) gives the new one, so a
+	// proxier can keep its health checks up to date at the cost of the
+	// change instead of walking the map. Never nil.
+	LocalReadyEndpoints map[types.NamespacedName]int
 }
 
 // Update applies the changes pending in t to m and returns what changed. Its
@@ -270,17 +278,27 @@ func (m EndpointsMap) Update(t *EndpointsChangeTracker) UpdateEndpointsMapResult
 	if t == nil {
 		result.UpdatedServices = sets.New[types.NamespacedName]()
 		result.LastChangeTriggerTimes = map[types.NamespacedName][]time.Time{}
+		result.LocalReadyEndpoints = map[types.NamespacedName]int{}
 		return result
 	}
 	changes, times := t.checkout()
 	result.UpdatedServices = make(sets.Set[types.NamespacedName], len(changes))
+	result.LocalReadyEndpoints = make(map[types.NamespacedName]int, len(changes))
 	if times == nil {
 		times = map[types.NamespacedName][]time.Time{}
 	}
 	result.LastChangeTriggerTimes = times
+	var ips []netip.Addr
 	for i := range changes {
 		c := &changes[i]
 		result.UpdatedServices.Insert(c.nn)
+		// c.current is every port of the Service, so its endpoints are
+		// all that m holds for it after this update.
+		ips = ips[:0]
+		for k := range c.current {
+			ips = appendLocalReadyIPs(ips, c.current[k].endpoints)
+		}
+		result.LocalReadyEndpoints[c.nn] = countDistinct(ips)
 		// Both lists are sorted by port name and protocol: walk them
 		// together.
 		prev, cur := c.previous, c.current
@@ -337,25 +355,37 @@ func storePort(m EndpointsMap, p *portEndpoints) {
 // node, how many distinct local ready IPs it has (an IP serving two ports
 // counts once). Terminating endpoints do not count, so that a node whose only
 // endpoints are terminating fails its health check. Services with none are
-// absent. It walks the whole map.
+// absent. It walks the whole map: after a partial update,
+// UpdateEndpointsMapResult.LocalReadyEndpoints says what changed at the cost
+// of the change.
 func (m EndpointsMap) LocalReadyEndpoints() map[types.NamespacedName]int {
-	ips := make(map[types.NamespacedName]map[netip.Addr]struct{})
+	ips := make(map[types.NamespacedName][]netip.Addr)
 	for name, eps := range m {
-		for _, ep := range eps {
-			if !ep.IsLocal() || !ep.IsReady() {
-				continue
-			}
-			s := ips[name.NamespacedName]
-			if s == nil {
-				s = make(map[netip.Addr]struct{})
-				ips[name.NamespacedName] = s
-			}
-			s[ep.IP()] = struct{}{}
+		if s := appendLocalReadyIPs(ips[name.NamespacedName], eps); len(s) > 0 {
+			ips[name.NamespacedName] = s
 		}
 	}
 	counts := make(map[types.NamespacedName]int, len(ips))
 	for nn, s := range ips {
-		counts[nn] = len(s)
+		counts[nn] = countDistinct(s)
 	}
 	return counts
+}
+
+// appendLocalReadyIPs appends the addresses of the local, ready endpoints
+// in eps to ips.
+func appendLocalReadyIPs(ips []netip.Addr, eps []Endpoint) []netip.Addr {
+	for _, ep := range eps {
+		if ep.IsLocal() && ep.IsReady() {
+			ips = append(ips, ep.IP())
+		}
+	}
+	return ips
+}
+
+// countDistinct returns how many different addresses ips holds; it sorts
+// ips.
+func countDistinct(ips []netip.Addr) int {
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return len(slices.Compact(ips))
 }

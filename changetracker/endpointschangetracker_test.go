@@ -333,7 +333,7 @@ func TestMakeEndpointFunc(t *testing.T) {
 func TestEndpointsMapUpdateNilTracker(t *testing.T) {
 	m := EndpointsMap{}
 	res := m.Update(nil)
-	if res.UpdatedServices == nil || res.ConntrackCleanupPorts == nil || res.LastChangeTriggerTimes == nil || len(m) != 0 {
+	if res.UpdatedServices == nil || res.ConntrackCleanupPorts == nil || res.LastChangeTriggerTimes == nil || res.LocalReadyEndpoints == nil || len(m) != 0 {
 		t.Errorf("Update(nil) = %+v; want empty non-nil results", res)
 	}
 }
@@ -370,5 +370,75 @@ func TestOversizedSlice(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[types.NamespacedName]int{{Namespace: "ns", Name: "big"}: 1, {Namespace: "ns", Name: "small"}: 1}, m.LocalReadyEndpoints()); diff != "" {
 		t.Errorf("LocalReadyEndpoints (-want +got):\n%s", diff)
+	}
+}
+
+// TestUpdateEndpointsMapResultLocalReadyEndpoints drives both families'
+// maps through the slice changes that move a Service's count of local
+// ready endpoints and checks that each result gives the count of every
+// updated Service now, and that applying the results one after the other
+// gives what LocalReadyEndpoints computes from the whole map.
+func TestUpdateEndpointsMapResultLocalReadyEndpoints(t *testing.T) {
+	const v4, v6 = discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
+	nsn := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
+	http := []port{namedPort("http", 8080, v1.ProtocolTCP)}
+	two := []port{namedPort("http", 8080, v1.ProtocolTCP), namedPort("dns", 53, v1.ProtocolUDP)}
+
+	// One local IP on two ports counts once.
+	a1 := makeSlice("ns", "a", "a-1", v4, two, readyEP("10.0.0.1", "node-a"), readyEP("10.0.0.2", "node-b"))
+	a1NotReady := makeSlice("ns", "a", "a-1", v4, two, notReadyEP("10.0.0.1", "node-a"), readyEP("10.0.0.2", "node-b"))
+	a2 := makeSlice("ns", "a", "a-2", v4, http, readyEP("10.0.0.3", "node-a"), terminatingEP("10.0.0.4", "node-a", true))
+	// The same local IP in two slices of the Service counts once.
+	a2Dup := makeSlice("ns", "a", "a-2", v4, http, readyEP("10.0.0.1", "node-a"))
+	b1 := makeSlice("ns", "b", "b-1", v4, http, readyEP("10.0.1.1", "node-b"))
+	b1Local := makeSlice("ns", "b", "b-1", v4, http, readyEP("10.0.1.1", "node-b"), readyEP("10.0.1.2", "node-a"))
+	b1Remote := makeSlice("ns", "b", "b-1", v4, http, readyEP("10.0.1.1", "node-b"), readyEP("10.0.1.3", "node-c"))
+	a6 := makeSlice("ns", "a", "a-v6", v6, http, readyEP("fd00::1", "node-a"), readyEP("fd00::2", "node-a"))
+
+	type want map[types.NamespacedName]int
+	rounds := []struct {
+		name         string
+		events       []sliceEvent
+		want4, want6 want
+	}{
+		{"adds", []sliceEvent{{slice: a1}, {slice: b1}, {slice: a6}},
+			want{nsn("a"): 1, nsn("b"): 0}, want{nsn("a"): 2}},
+		{"a second slice, one of its local endpoints terminating", []sliceEvent{{slice: a2}},
+			want{nsn("a"): 2}, want{}},
+		{"an endpoint comes to this node", []sliceEvent{{slice: b1Local}},
+			want{nsn("b"): 1}, want{}},
+		{"a local endpoint stops being ready", []sliceEvent{{slice: a1NotReady}},
+			want{nsn("a"): 1}, want{}},
+		{"the same local address in two slices", []sliceEvent{{slice: a1}, {slice: a2Dup}},
+			want{nsn("a"): 1}, want{}},
+		{"the last local endpoint goes elsewhere", []sliceEvent{{slice: b1Remote}},
+			want{nsn("b"): 0}, want{}},
+		{"deletes", []sliceEvent{{slice: a1, remove: true}, {slice: a2Dup, remove: true}, {slice: a6, remove: true}},
+			want{nsn("a"): 0}, want{nsn("a"): 0}},
+		{"nothing", nil, want{}, want{}},
+	}
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		tr := NewEndpointsChangeTracker(family, "node-a", nil)
+		m := EndpointsMap{}
+		state := map[types.NamespacedName]int{}
+		for _, r := range rounds {
+			for _, e := range r.events {
+				tr.EndpointSliceUpdate(e.slice, e.remove)
+			}
+			res := m.Update(tr)
+			w := r.want4
+			if family == v1.IPv6Protocol {
+				w = r.want6
+			}
+			if diff := cmp.Diff(map[types.NamespacedName]int(w), res.LocalReadyEndpoints); diff != "" {
+				t.Errorf("%s, %s: LocalReadyEndpoints of the result (-want +got):\n%s", family, r.name, diff)
+			}
+			if err := applyHealthChanges(state, res.LocalReadyEndpoints, res.UpdatedServices); err != nil {
+				t.Errorf("%s, %s: %v", family, r.name, err)
+			}
+			if diff := cmp.Diff(m.LocalReadyEndpoints(), state); diff != "" {
+				t.Errorf("%s, %s: the results applied in turn differ from the map's LocalReadyEndpoints (-map +applied):\n%s", family, r.name, diff)
+			}
+		}
 	}
 }

@@ -27,8 +27,9 @@ type serviceEvents []struct {
 
 // FuzzServiceChangeTracker feeds Service events through both families'
 // trackers, one Update every few events, and checks that the result equals a
-// fresh load of the final states, that every stored port is sane, and that
-// deleting everything empties the map.
+// fresh load of the final states, that every stored port is sane, that the
+// results' health-check node ports keep up with the map's, and that deleting
+// everything empties the map.
 func FuzzServiceChangeTracker(f *testing.F) {
 	f.Add([]byte(`[{"service":{"metadata":{"namespace":"ns","name":"a"},"spec":{"clusterIPs":["10.0.0.1","fd00::1"],"ports":[{"name":"p","port":80,"protocol":"UDP"}]}}},{"delete":true,"service":{"metadata":{"namespace":"ns","name":"a"}}}]`))
 	quiet := WithLogger(klog.Background().V(10))
@@ -41,6 +42,17 @@ func FuzzServiceChangeTracker(f *testing.F) {
 			tr := NewServiceChangeTracker(family, nil, quiet)
 			m := ServicePortMap{}
 			last := map[types.NamespacedName]*v1.Service{}
+			// The health-check node ports kept from the results alone.
+			health := map[types.NamespacedName]uint16{}
+			update := func() {
+				res := m.Update(tr)
+				if err := applyHealthChanges(health, res.HealthCheckNodePorts, res.UpdatedServices); err != nil {
+					t.Fatalf("%s: %v", family, err)
+				}
+				if diff := cmp.Diff(m.HealthCheckNodePorts(), health); diff != "" {
+					t.Fatalf("%s: health-check node ports kept from the results differ from the map's (-map +results):\n%s", family, diff)
+				}
+			}
 			for i := range events {
 				svc := events[i].Service.DeepCopy()
 				nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
@@ -54,12 +66,11 @@ func FuzzServiceChangeTracker(f *testing.F) {
 					last[nn] = svc
 				}
 				if i%3 == 2 {
-					m.Update(tr)
+					update()
 				}
 			}
-			m.Update(tr)
+			update()
 			checkServicePortMap(t, family, m)
-			m.HealthCheckNodePorts()
 
 			fresh := NewServiceChangeTracker(family, nil, quiet)
 			fm := ServicePortMap{}
@@ -74,7 +85,7 @@ func FuzzServiceChangeTracker(f *testing.F) {
 			for _, svc := range last {
 				tr.Update(svc, nil)
 			}
-			m.Update(tr)
+			update()
 			if len(m) != 0 {
 				t.Fatalf("%s: map not empty after deleting every service: %v", family, describeServicePortMap(m))
 			}
@@ -121,7 +132,8 @@ type sliceEvents struct {
 
 // FuzzEndpointSlices feeds EndpointSlice events through both families'
 // trackers and checks the lists (sorted, unique, right family, valid ports),
-// that the incremental map equals a fresh load of the final slices, that
+// that the incremental map equals a fresh load of the final slices, that the
+// results' local ready endpoint counts keep up with the map's, that
 // CategorizeEndpoints returns subsets consistent with its contract, and that
 // deleting every slice empties the map.
 func FuzzEndpointSlices(f *testing.F) {
@@ -137,6 +149,17 @@ func FuzzEndpointSlices(f *testing.F) {
 			tr := NewEndpointsChangeTracker(family, in.Node, nil, quiet)
 			m := EndpointsMap{}
 			last := map[types.NamespacedName]*discoveryv1.EndpointSlice{}
+			// The local ready endpoint counts kept from the results alone.
+			local := map[types.NamespacedName]int{}
+			update := func() {
+				res := m.Update(tr)
+				if err := applyHealthChanges(local, res.LocalReadyEndpoints, res.UpdatedServices); err != nil {
+					t.Fatalf("%s: %v", family, err)
+				}
+				if diff := cmp.Diff(m.LocalReadyEndpoints(), local); diff != "" {
+					t.Fatalf("%s: local ready endpoints kept from the results differ from the map's (-map +results):\n%s", family, diff)
+				}
+			}
 			for i := range in.Events {
 				s := in.Events[i].Slice.DeepCopy()
 				key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
@@ -156,12 +179,11 @@ func FuzzEndpointSlices(f *testing.F) {
 					last[key] = s
 				}
 				if i%3 == 2 {
-					m.Update(tr)
+					update()
 				}
 			}
-			m.Update(tr)
+			update()
 			checkEndpointsMap(t, family, m)
-			m.LocalReadyEndpoints()
 
 			fresh := NewEndpointsChangeTracker(family, in.Node, nil, quiet)
 			fm := EndpointsMap{}
@@ -194,7 +216,7 @@ func FuzzEndpointSlices(f *testing.F) {
 			for _, s := range last {
 				tr.EndpointSliceUpdate(s, true)
 			}
-			m.Update(tr)
+			update()
 			if len(m) != 0 {
 				t.Fatalf("%s: map not empty after deleting every slice: %v", family, describeEndpointsMap(m))
 			}

@@ -9,6 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 )
 
@@ -191,4 +193,24 @@ func namesOf[T fmt.Stringer](items []T) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// applyHealthChanges applies an Update result's per-Service health values
+// to state as a proxier that keeps its health checks incrementally does (a
+// zero value deletes the Service), after checking that they cover exactly
+// the updated Services: a Service missing from them would leave state
+// stale.
+func applyHealthChanges[V comparable](state, changes map[types.NamespacedName]V, updated sets.Set[types.NamespacedName]) error {
+	if !updated.Equal(sets.KeySet(changes)) {
+		return fmt.Errorf("health values for %v, want them for the updated services %v", sorted(namesOf(sets.KeySet(changes).UnsortedList())), sorted(namesOf(updated.UnsortedList())))
+	}
+	var zero V
+	for nn, v := range changes {
+		if v == zero {
+			delete(state, nn)
+		} else {
+			state[nn] = v
+		}
+	}
+	return nil
 }

@@ -224,6 +224,14 @@ type UpdateServiceMapResult struct {
 	// DeletedUDPClusterIPs holds the cluster IPs of UDP ports that were
 	// removed, whose conntrack entries should be cleared. Never nil.
 	DeletedUDPClusterIPs sets.Set[netip.Addr]
+	// HealthCheckNodePorts holds, for every Service in UpdatedServices, its
+	// health-check node port after the update as
+	// ServicePortMap.HealthCheckNodePorts returns it, or 0 when it has none
+	// now (it was removed, lost its ports, or no longer has a valid one).
+	// Applying these to the previous HealthCheckNodePorts (0 deletes) gives
+	// the new one, so a proxier can keep its health checks up to date at the
+	// cost of the change instead of walking the map. Never nil.
+	HealthCheckNodePorts map[types.NamespacedName]uint16
 }
 
 // Update applies the changes pending in t to m and returns what changed. Its
@@ -235,6 +243,7 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 	}
 	if t == nil {
 		result.UpdatedServices = sets.New[types.NamespacedName]()
+		result.HealthCheckNodePorts = map[types.NamespacedName]uint16{}
 		return result
 	}
 	t.mu.Lock()
@@ -242,9 +251,19 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 	t.items = nil
 	t.mu.Unlock()
 	result.UpdatedServices = make(sets.Set[types.NamespacedName], len(items))
+	result.HealthCheckNodePorts = make(map[types.NamespacedName]uint16, len(items))
 
 	for nn, change := range items {
 		result.UpdatedServices.Insert(nn)
+		// change.current is every port the Service has in m after this
+		// update, since m holds change.previous for it before.
+		result.HealthCheckNodePorts[nn] = 0
+		for _, p := range change.current {
+			if hc := healthCheckNodePort(p.port); hc != 0 {
+				result.HealthCheckNodePorts[nn] = hc
+				break
+			}
+		}
 		for _, p := range change.previous {
 			if hasServicePortName(change.current, p.name) {
 				continue
@@ -263,13 +282,26 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 
 // HealthCheckNodePorts returns, for every Service with a health-check node
 // port, that port (as uint16, the range the API allows). Services without
-// one are absent; an empty map when none has one.
+// one are absent; an empty map when none has one. The ports of a Service
+// share its health-check node port; should a MakeServicePortFunc give them
+// different ones, which of them is returned is unspecified. It walks the
+// whole map: after a partial update, UpdateServiceMapResult.HealthCheckNodePorts
+// says what changed at the cost of the change.
 func (m ServicePortMap) HealthCheckNodePorts() map[types.NamespacedName]uint16 {
 	ports := make(map[types.NamespacedName]uint16)
 	for name, p := range m {
-		if hc := p.HealthCheckNodePort(); hc > 0 && hc <= 65535 {
-			ports[name.NamespacedName] = uint16(hc)
+		if hc := healthCheckNodePort(p); hc != 0 {
+			ports[name.NamespacedName] = hc
 		}
 	}
 	return ports
+}
+
+// healthCheckNodePort returns p's health-check node port, or 0 when it has
+// none or one outside the range of ports.
+func healthCheckNodePort(p ServicePort) uint16 {
+	if hc := p.HealthCheckNodePort(); hc > 0 && hc <= 65535 {
+		return uint16(hc)
+	}
+	return 0
 }

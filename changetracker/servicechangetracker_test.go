@@ -213,7 +213,85 @@ func TestMakeServicePortFunc(t *testing.T) {
 func TestServicePortMapUpdateNilTracker(t *testing.T) {
 	m := ServicePortMap{}
 	res := m.Update(nil)
-	if res.UpdatedServices == nil || res.DeletedUDPClusterIPs == nil || len(m) != 0 {
-		t.Errorf("Update(nil) = %+v, map %v; want empty non-nil sets and no change", res, m)
+	if res.UpdatedServices == nil || res.DeletedUDPClusterIPs == nil || res.HealthCheckNodePorts == nil || len(m) != 0 {
+		t.Errorf("Update(nil) = %+v, map %v; want empty non-nil sets and maps and no change", res, m)
+	}
+}
+
+// TestUpdateServiceMapResultHealthCheckNodePorts drives both families'
+// maps through the changes that move a health-check node port and checks
+// that each result says what the port of every updated Service is now, and
+// that applying the results one after the other gives what
+// HealthCheckNodePorts computes from the whole map.
+func TestUpdateServiceMapResultHealthCheckNodePorts(t *testing.T) {
+	nsn := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
+	lb := func(policy v1.ServiceExternalTrafficPolicy, hc int32) func(*v1.Service) {
+		return func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ExternalTrafficPolicy = policy
+			s.Spec.HealthCheckNodePort = hc
+		}
+	}
+	local := v1.ServiceExternalTrafficPolicyLocal
+	cluster := v1.ServiceExternalTrafficPolicyCluster
+	dualStack := withClusterIPs("10.96.0.20", "fd00::20")
+	twoPorts := withPorts(svcPort("a", 80, v1.ProtocolTCP), svcPort("b", 81, v1.ProtocolUDP))
+
+	web := makeService("ns", "web", dualStack, twoPorts, lb(local, 30001))
+	webMoved := makeService("ns", "web", dualStack, twoPorts, lb(local, 30003))
+	webRenumbered := makeService("ns", "web", dualStack, withPorts(svcPort("a", 8080, v1.ProtocolTCP), svcPort("b", 81, v1.ProtocolUDP)), lb(local, 30003))
+	webCluster := makeService("ns", "web", dualStack, withPorts(svcPort("a", 8080, v1.ProtocolTCP), svcPort("b", 81, v1.ProtocolUDP)), lb(cluster, 0))
+	webHeadless := makeService("ns", "web", withClusterIPs("None"), twoPorts, lb(local, 30001))
+	api := makeService("ns", "api", lb(cluster, 0))
+	apiLocal := makeService("ns", "api", lb(local, 30004))
+	apiBad := makeService("ns", "api", lb(local, 70000))
+	v6 := makeService("ns", "v6", withClusterIPs("fd00::30"), lb(local, 30002))
+
+	type want map[types.NamespacedName]uint16
+	rounds := []struct {
+		name   string
+		events []svcEvent
+		// IPv4 and IPv6 results.
+		want4, want6 want
+	}{
+		{"adds", []svcEvent{{nil, web}, {nil, api}, {nil, v6}},
+			want{nsn("web"): 30001, nsn("api"): 0}, want{nsn("web"): 30001, nsn("v6"): 30002}},
+		{"health-check node port changes", []svcEvent{{web, webMoved}},
+			want{nsn("web"): 30003}, want{nsn("web"): 30003}},
+		{"service port changes, health check stays", []svcEvent{{webMoved, webRenumbered}},
+			want{nsn("web"): 30003}, want{nsn("web"): 30003}},
+		{"Local to Cluster", []svcEvent{{webRenumbered, webCluster}},
+			want{nsn("web"): 0}, want{nsn("web"): 0}},
+		{"Cluster to Local", []svcEvent{{api, apiLocal}, {webCluster, web}},
+			want{nsn("api"): 30004, nsn("web"): 30001}, want{nsn("web"): 30001}},
+		{"port out of range", []svcEvent{{apiLocal, apiBad}},
+			want{nsn("api"): 0}, want{}},
+		{"headless and deleted", []svcEvent{{web, webHeadless}, {v6, nil}, {apiBad, nil}},
+			want{nsn("web"): 0, nsn("api"): 0}, want{nsn("web"): 0, nsn("v6"): 0}},
+		{"nothing", nil, want{}, want{}},
+	}
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		tr := NewServiceChangeTracker(family, nil)
+		m := ServicePortMap{}
+		state := map[types.NamespacedName]uint16{}
+		for _, r := range rounds {
+			for _, e := range r.events {
+				tr.Update(e.prev, e.cur)
+			}
+			res := m.Update(tr)
+			w := r.want4
+			if family == v1.IPv6Protocol {
+				w = r.want6
+			}
+			if diff := cmp.Diff(map[types.NamespacedName]uint16(w), res.HealthCheckNodePorts); diff != "" {
+				t.Errorf("%s, %s: HealthCheckNodePorts of the result (-want +got):\n%s", family, r.name, diff)
+			}
+			if err := applyHealthChanges(state, res.HealthCheckNodePorts, res.UpdatedServices); err != nil {
+				t.Errorf("%s, %s: %v", family, r.name, err)
+			}
+			if diff := cmp.Diff(m.HealthCheckNodePorts(), state); diff != "" {
+				t.Errorf("%s, %s: the results applied in turn differ from the map's HealthCheckNodePorts (-map +applied):\n%s", family, r.name, diff)
+			}
+		}
 	}
 }
