@@ -30,4 +30,15 @@
 //	svcHealth.SyncServices(ctx, svcPortMap.HealthCheckNodePorts())
 //	svcHealth.SyncEndpoints(endpointsMap.LocalReadyEndpoints())
 //	hs.Updated(v1.IPv4Protocol)
+//
+// SyncServices and SyncEndpoints take the whole state, which a proxier gets
+// by walking its maps. At tens of thousands of Services that walk costs
+// more than a partial sync itself, so [ServiceHealthServer.UpdateServices]
+// and [ServiceHealthServer.UpdateEndpoints] take only what changed, as
+// changetracker's Update results give it:
+//
+//	svcResult, epResult := svcPortMap.Update(svcTracker), endpointsMap.Update(epTracker)
+//	...
+//	svcHealth.UpdateServices(ctx, svcResult.HealthCheckNodePorts)
+//	svcHealth.UpdateEndpoints(epResult.LocalReadyEndpoints)
 package healthz

@@ -40,8 +40,9 @@ type ServiceName struct {
 }
 
 // BindError reports a health-check node port that could not be opened.
-// [ServiceHealthServer.SyncServices] returns one per such port (joined),
-// keeps serving the others, and tries the port again on its next call.
+// [ServiceHealthServer.SyncServices] and [ServiceHealthServer.UpdateServices]
+// return one per such port (joined), keep serving the others, and try the
+// port again on their next call.
 type BindError struct {
 	// Service is the Service whose port failed.
 	Service types.NamespacedName
@@ -70,6 +71,9 @@ type ServiceHealthServer struct {
 	mu        sync.RWMutex
 	services  map[types.NamespacedName]*healthCheck
 	endpoints map[types.NamespacedName]int
+	// failed holds the ports asked for that could not be opened, tried
+	// again on every SyncServices and UpdateServices.
+	failed map[types.NamespacedName]uint16
 }
 
 // healthCheck is one Service's open port: one HTTP server per listen
@@ -93,6 +97,7 @@ func NewServiceHealthServer(nodeName string, proxy HealthReporter, opts ...Optio
 		addresses: o.addresses,
 		services:  map[types.NamespacedName]*healthCheck{},
 		endpoints: map[types.NamespacedName]int{},
+		failed:    map[types.NamespacedName]uint16{},
 	}
 }
 
@@ -102,34 +107,96 @@ func NewServiceHealthServer(nodeName string, proxy HealthReporter, opts ...Optio
 // changed, opens the new ones, and leaves the others serving without a
 // break. A port that cannot be opened (in use, or 0) is logged and
 // returned as a *BindError, joined with the others; it does not stop the
-// rest, and the next call tries it again.
+// rest, and the next call (of SyncServices or UpdateServices) tries it
+// again. Its cost is proportional to the number of Services; after a sync
+// that changed a few, UpdateServices costs that few.
 func (s *ServiceHealthServer) SyncServices(ctx context.Context, ports map[types.NamespacedName]uint16) error {
 	logger := klog.FromContext(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, hc := range s.services {
 		if port, ok := ports[name]; !ok || port != hc.port {
-			logger.V(2).Info("Closing service health check", "service", name, "port", hc.port)
-			hc.close()
-			delete(s.services, name)
+			s.closeLocked(logger, name, hc)
 		}
 	}
+	clear(s.failed)
 	var errs []error
 	for name, port := range ports {
 		if s.services[name] != nil {
 			continue
 		}
-		hc, err := s.open(ctx, name, port)
-		if err != nil {
-			berr := &BindError{Service: name, Port: port, Err: err}
-			logger.Error(berr, "Failed to open service health check", "node", s.nodeName, "service", name, "port", port)
-			errs = append(errs, berr)
-			continue
+		if err := s.openLocked(ctx, name, port); err != nil {
+			errs = append(errs, err)
 		}
-		logger.V(2).Info("Opened service health check", "service", name, "port", port)
-		s.services[name] = hc
 	}
 	return errors.Join(errs...)
+}
+
+// UpdateServices changes the ports of the Services in changes alone, for a
+// proxier that knows what its last sync changed (changetracker's
+// UpdateServiceMapResult.HealthCheckNodePorts): a port makes it the
+// Service's health-check node port, opening it and closing the Service's
+// previous one when it differs, while the same port keeps serving without
+// a break; 0 closes the Service's port. Services not in changes keep
+// theirs. A port that cannot be opened is logged and returned as a
+// *BindError, joined with the others, as by SyncServices; every port that
+// an earlier call could not open is tried again, whether or not its
+// Service is in changes. Its cost is proportional to the size of changes
+// and the number of such ports, not to the number of Services.
+func (s *ServiceHealthServer) UpdateServices(ctx context.Context, changes map[types.NamespacedName]uint16) error {
+	logger := klog.FromContext(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Every close before any open, so that a port can pass from one
+	// Service to another in one call.
+	for name, port := range changes {
+		delete(s.failed, name)
+		if hc := s.services[name]; hc != nil && hc.port != port {
+			s.closeLocked(logger, name, hc)
+		}
+	}
+	var errs []error
+	for name, port := range changes {
+		if port == 0 || s.services[name] != nil {
+			continue
+		}
+		if err := s.openLocked(ctx, name, port); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for name, port := range s.failed {
+		if _, ok := changes[name]; ok {
+			continue // tried just now
+		}
+		if err := s.openLocked(ctx, name, port); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closeLocked closes name's port and forgets it. s.mu must be held.
+func (s *ServiceHealthServer) closeLocked(logger klog.Logger, name types.NamespacedName, hc *healthCheck) {
+	logger.V(2).Info("Closing service health check", "service", name, "port", hc.port)
+	hc.close()
+	delete(s.services, name)
+}
+
+// openLocked opens name's port, or logs the failure, records it to be
+// tried again and returns it as a *BindError. s.mu must be held.
+func (s *ServiceHealthServer) openLocked(ctx context.Context, name types.NamespacedName, port uint16) error {
+	logger := klog.FromContext(ctx)
+	hc, err := s.open(ctx, name, port)
+	if err != nil {
+		berr := &BindError{Service: name, Port: port, Err: err}
+		logger.Error(berr, "Failed to open service health check", "node", s.nodeName, "service", name, "port", port)
+		s.failed[name] = port
+		return berr
+	}
+	logger.V(2).Info("Opened service health check", "service", name, "port", port)
+	s.services[name] = hc
+	delete(s.failed, name)
+	return nil
 }
 
 // open listens on port on every address and starts serving name's health.
@@ -173,17 +240,38 @@ func (hc *healthCheck) close() {
 }
 
 // SyncEndpoints records how many endpoints each Service has on this node.
-// It replaces the previous counts: a Service missing from counts has none.
+// It replaces the previous counts: a Service missing from counts, or with a
+// count of 0 or less, has none.
 // Counts of Services without an open port are kept, so the order of
-// SyncServices and SyncEndpoints does not matter.
+// SyncServices and SyncEndpoints does not matter. Its cost is proportional
+// to the size of counts; after a sync that changed a few Services,
+// UpdateEndpoints costs that few.
 func (s *ServiceHealthServer) SyncEndpoints(counts map[types.NamespacedName]int) {
 	c := maps.Clone(counts)
 	if c == nil {
 		c = map[types.NamespacedName]int{}
 	}
+	maps.DeleteFunc(c, func(_ types.NamespacedName, n int) bool { return n <= 0 })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.endpoints = c
+}
+
+// UpdateEndpoints changes the counts of the Services in changes alone (as
+// changetracker's UpdateEndpointsMapResult.LocalReadyEndpoints gives them):
+// 0 or less means the Service has no endpoint on this node. The others keep
+// theirs. As with SyncEndpoints, counts of Services without an open port
+// are kept.
+func (s *ServiceHealthServer) UpdateEndpoints(changes map[types.NamespacedName]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, n := range changes {
+		if n > 0 {
+			s.endpoints[name] = n
+		} else {
+			delete(s.endpoints, name)
+		}
+	}
 }
 
 // Ports returns the ports open now, by Service. The map is a copy.
@@ -197,8 +285,18 @@ func (s *ServiceHealthServer) Ports() map[types.NamespacedName]uint16 {
 	return ports
 }
 
-// Close closes every open port and waits for its server to stop. The
-// server can be used again: a later SyncServices opens ports anew.
+// LocalEndpoints returns the local endpoint counts the server holds, by
+// Service, whether or not the Service has an open port; Services with none
+// are absent. The map is a copy.
+func (s *ServiceHealthServer) LocalEndpoints() map[types.NamespacedName]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.endpoints)
+}
+
+// Close closes every open port and waits for its server to stop, and
+// forgets the ports that could not be opened. The server can be used
+// again: a later SyncServices or UpdateServices opens ports anew.
 func (s *ServiceHealthServer) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,6 +304,7 @@ func (s *ServiceHealthServer) Close() {
 		hc.close()
 		delete(s.services, name)
 	}
+	clear(s.failed)
 }
 
 // handler answers the health check of one Service: 200 when it has local

@@ -257,3 +257,159 @@ func TestServiceHealthRequestAfterClose(t *testing.T) {
 		t.Errorf("closed service: %d %v, want 503 with 0 endpoints", code, body)
 	}
 }
+
+// TestServiceHealthUpdateServices applies a sequence of changes with
+// UpdateServices and, beside it, the whole state they add up to with
+// SyncServices on a second server: after each step both must have the same
+// ports open, and UpdateServices must leave untouched the listeners of
+// Services it was not given.
+func TestServiceHealthUpdateServices(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem, fullMem := newMemNet(), newMemNet()
+	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen))
+	defer s.Close()
+	full := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(fullMem.Listen))
+	defer full.Close()
+
+	type ports = map[types.NamespacedName]uint16
+	state := ports{}
+	for _, step := range []struct {
+		name    string
+		changes ports
+		// wantOpen is the listeners that must be open after the step;
+		// kept lists those that must be the ones open before it.
+		wantOpen []string
+		kept     []string
+	}{
+		{"adds", ports{svcA: 30001, svcB: 30002}, []string{":30001", ":30002"}, nil},
+		{"one goes, one comes", ports{svcB: 0, svcC: 30003}, []string{":30001", ":30003"}, []string{":30001"}},
+		{"the same port again", ports{svcA: 30001}, []string{":30001", ":30003"}, []string{":30001", ":30003"}},
+		{"a port moves", ports{svcA: 31001}, []string{":30003", ":31001"}, []string{":30003"}},
+		{"a port passes from one Service to another", ports{svcC: 0, svcB: 30003}, []string{":30003", ":31001"}, []string{":31001"}},
+		{"closing a Service that has none", ports{svcC: 0}, []string{":30003", ":31001"}, []string{":30003", ":31001"}},
+		{"nothing", nil, []string{":30003", ":31001"}, []string{":30003", ":31001"}},
+		{"all go", ports{svcA: 0, svcB: 0}, nil, nil},
+	} {
+		before := mem.open()
+		if err := s.UpdateServices(ctx, step.changes); err != nil {
+			t.Fatalf("%s: UpdateServices: %v", step.name, err)
+		}
+		for name, port := range step.changes {
+			if port == 0 {
+				delete(state, name)
+			} else {
+				state[name] = port
+			}
+		}
+		if err := full.SyncServices(ctx, maps.Clone(state)); err != nil {
+			t.Fatalf("%s: SyncServices: %v", step.name, err)
+		}
+		if diff := cmp.Diff(full.Ports(), s.Ports()); diff != "" {
+			t.Errorf("%s: Ports() after UpdateServices differ from after SyncServices (-sync +update):\n%s", step.name, diff)
+		}
+		after := mem.open()
+		if diff := cmp.Diff(step.wantOpen, slices.Sorted(maps.Keys(after)), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: listeners (-want +got):\n%s", step.name, diff)
+		}
+		for _, addr := range step.kept {
+			if after[addr] != before[addr] {
+				t.Errorf("%s: the listener on %s was reopened: #%d, then #%d", step.name, addr, before[addr], after[addr])
+			}
+		}
+	}
+}
+
+// TestServiceHealthUpdateServicesRetries checks that a port that could not
+// be opened is tried again by the next UpdateServices, even one that does
+// not name its Service, until its Service is given another port or none,
+// or the server is closed.
+func TestServiceHealthUpdateServicesRetries(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem := newMemNet()
+	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen))
+	defer s.Close()
+	type ports = map[types.NamespacedName]uint16
+	wantBindErrors := func(what string, err error, want ...string) {
+		t.Helper()
+		var got []string
+		if err != nil {
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var be *BindError
+				if !errors.As(e, &be) {
+					t.Fatalf("%s: error %v is not a *BindError", what, e)
+				}
+				got = append(got, fmt.Sprintf("%s:%d", be.Service, be.Port))
+			}
+		}
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+			t.Errorf("%s: bind errors (-want +got):\n%s", what, diff)
+		}
+	}
+
+	mem.fail[":30002"] = syscall.EADDRINUSE
+	mem.fail[":30003"] = syscall.EADDRINUSE
+	wantBindErrors("first", s.UpdateServices(ctx, ports{svcA: 30001, svcB: 30002}), "default/b:30002")
+	// A failure of SyncServices is retried by UpdateServices too.
+	wantBindErrors("sync", s.SyncServices(ctx, ports{svcA: 30001, svcB: 30002, svcC: 30003}), "default/b:30002", "kube-system/c:30003")
+	wantBindErrors("still in use", s.UpdateServices(ctx, nil), "default/b:30002", "kube-system/c:30003")
+
+	delete(mem.fail, ":30002")
+	before := mem.open()[":30001"]
+	wantBindErrors("freed", s.UpdateServices(ctx, nil), "kube-system/c:30003")
+	if diff := cmp.Diff(ports{svcA: 30001, svcB: 30002}, s.Ports()); diff != "" {
+		t.Errorf("Ports() after the retry (-want +got):\n%s", diff)
+	}
+	if mem.open()[":30001"] != before {
+		t.Error("A's listener was reopened by the retry")
+	}
+
+	// C is given another port in use, then none: the first port is no
+	// longer wanted, and after the second nothing is.
+	mem.fail[":30004"] = syscall.EADDRINUSE
+	wantBindErrors("moved", s.UpdateServices(ctx, ports{svcC: 30004}), "kube-system/c:30004")
+	wantBindErrors("given up", s.UpdateServices(ctx, ports{svcC: 0}))
+	delete(mem.fail, ":30003")
+	delete(mem.fail, ":30004")
+	wantBindErrors("after", s.UpdateServices(ctx, nil))
+	if diff := cmp.Diff(ports{svcA: 30001, svcB: 30002}, s.Ports()); diff != "" {
+		t.Errorf("Ports() after C gave up its port (-want +got):\n%s", diff)
+	}
+
+	// Close forgets the ports it could not open.
+	mem.fail[":30005"] = syscall.EADDRINUSE
+	wantBindErrors("before close", s.UpdateServices(ctx, ports{svcC: 30005}), "kube-system/c:30005")
+	s.Close()
+	delete(mem.fail, ":30005")
+	wantBindErrors("after close", s.UpdateServices(ctx, nil))
+	if len(s.Ports()) != 0 {
+		t.Errorf("Ports() after Close and an empty UpdateServices: %v", s.Ports())
+	}
+}
+
+func TestServiceHealthUpdateEndpoints(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem := newMemNet()
+	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen))
+	defer s.Close()
+	if err := s.UpdateServices(ctx, map[types.NamespacedName]uint16{svcA: 30001, svcC: 30003}); err != nil {
+		t.Fatal(err)
+	}
+	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 2, svcB: 1, svcC: 0})
+	if diff := cmp.Diff(map[types.NamespacedName]int{svcA: 2, svcB: 1}, s.LocalEndpoints()); diff != "" {
+		t.Errorf("LocalEndpoints() after SyncEndpoints (-want +got):\n%s", diff)
+	}
+	s.UpdateEndpoints(map[types.NamespacedName]int{svcA: 0, svcC: 3})
+	if diff := cmp.Diff(map[types.NamespacedName]int{svcB: 1, svcC: 3}, s.LocalEndpoints()); diff != "" {
+		t.Errorf("LocalEndpoints() after UpdateEndpoints (-want +got):\n%s", diff)
+	}
+	if code, body := check(t, mem, ":30001"); code != 503 || body["localEndpoints"] != float64(0) {
+		t.Errorf("A after losing its endpoints: %d %v, want 503 with 0", code, body)
+	}
+	if code, body := check(t, mem, ":30003"); code != 200 || body["localEndpoints"] != float64(3) {
+		t.Errorf("C after gaining endpoints: %d %v, want 200 with 3", code, body)
+	}
+	s.UpdateEndpoints(map[types.NamespacedName]int{svcC: -1})
+	if diff := cmp.Diff(map[types.NamespacedName]int{svcB: 1}, s.LocalEndpoints()); diff != "" {
+		t.Errorf("LocalEndpoints() after a negative count (-want +got):\n%s", diff)
+	}
+}
