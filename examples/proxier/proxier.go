@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -45,6 +46,11 @@ type familyProxier struct {
 	// conntrack cleanup succeeds.
 	deletedUDP   sets.Set[netip.Addr]
 	conntrackDue bool
+	// healthPorts and healthLocal hold the health-check node ports and
+	// local ready endpoint counts (0: none) of the Services that the
+	// updates since the last good sync changed, until svcHealth has them.
+	healthPorts map[types.NamespacedName]uint16
+	healthLocal map[types.NamespacedName]int
 }
 
 func newFamilyProxier(ctx context.Context, family v1.IPFamily, nodeName string, topo *changetracker.NodeTopology, m *metrics) *familyProxier {
@@ -59,6 +65,8 @@ func newFamilyProxier(ctx context.Context, family v1.IPFamily, nodeName string, 
 		svcMap:      changetracker.ServicePortMap{},
 		epMap:       changetracker.EndpointsMap{},
 		deletedUDP:  sets.New[netip.Addr](),
+		healthPorts: map[types.NamespacedName]uint16{},
+		healthLocal: map[types.NamespacedName]int{},
 	}
 }
 
@@ -84,6 +92,12 @@ func (p *familyProxier) update() *syncInput {
 	}
 	p.deletedUDP = p.deletedUDP.Union(in.serviceChanges.DeletedUDPClusterIPs)
 	p.conntrackDue = p.conntrackDue || in.endpointChanges.ConntrackCleanupRequired
+	if p.svcHealth != nil {
+		// A later update's value replaces an earlier one's: each is the
+		// Service's state after its update.
+		maps.Copy(p.healthPorts, in.serviceChanges.HealthCheckNodePorts)
+		maps.Copy(p.healthLocal, in.endpointChanges.LocalReadyEndpoints)
+	}
 	return in
 }
 
@@ -122,7 +136,14 @@ func (p *familyProxier) synced(ctx context.Context, in *syncInput, out syncOutco
 		}
 	}
 	if p.svcHealth != nil {
-		p.svcHealth.update(ctx, p.family, p.svcMap.HealthCheckNodePorts(), p.epMap.LocalReadyEndpoints())
+		// Only what changed: walking every Service here would cost more
+		// than the partial sync itself at tens of thousands of them.
+		p.svcHealth.update(ctx, p.family, p.healthPorts, p.healthLocal)
+		// New maps, not cleared ones: a map keeps the room it once
+		// needed, and ranging over it costs that much, so the first
+		// sync's every Service would make each later sync a walk.
+		p.healthPorts = map[types.NamespacedName]uint16{}
+		p.healthLocal = map[types.NamespacedName]int{}
 	}
 	if p.health != nil {
 		p.health.Updated(p.family)
@@ -226,36 +247,80 @@ func (n nodeHealth) OnNodeSynced()                 {}
 type serviceHealth struct {
 	server *healthz.ServiceHealthServer
 	mu     sync.Mutex
-	ports  map[v1.IPFamily]map[types.NamespacedName]uint16
-	local  map[v1.IPFamily]map[types.NamespacedName]int
+	// ports and local hold each family's health-check node ports and local
+	// ready endpoint counts as of its last good sync: what
+	// HealthCheckNodePorts and LocalReadyEndpoints of its maps returned
+	// then, kept from the changes alone.
+	ports map[v1.IPFamily]map[types.NamespacedName]uint16
+	local map[v1.IPFamily]map[types.NamespacedName]int
 }
 
+// healthFamilies is the order in which serviceHealth merges the families,
+// so that the port of a Service whose families disagree (one has synced a
+// change the other has not) does not depend on map order.
+var healthFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+
 func newServiceHealth(server *healthz.ServiceHealthServer) *serviceHealth {
-	return &serviceHealth{
+	s := &serviceHealth{
 		server: server,
 		ports:  map[v1.IPFamily]map[types.NamespacedName]uint16{},
 		local:  map[v1.IPFamily]map[types.NamespacedName]int{},
 	}
+	for _, f := range healthFamilies {
+		s.ports[f] = map[types.NamespacedName]uint16{}
+		s.local[f] = map[types.NamespacedName]int{}
+	}
+	return s
 }
 
+// update records a good sync of family, which changed the health-check node
+// ports and local ready endpoint counts of the Services in ports and local
+// (0: none) and no other, and hands the server the merged state of those
+// Services. Its cost is that of the change. It is called after every good
+// sync, even one that changed nothing, so that the server tries again the
+// ports it could not open.
 func (s *serviceHealth) update(ctx context.Context, family v1.IPFamily, ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ports[family], s.local[family] = ports, local
-	allPorts := map[types.NamespacedName]uint16{}
-	allLocal := map[types.NamespacedName]int{}
-	for _, ports := range s.ports {
-		for nn, port := range ports {
-			allPorts[nn] = port
-		}
+	familyPorts, familyLocal := s.ports[family], s.local[family]
+	if familyPorts == nil {
+		return // the trackers track nothing for another family
 	}
-	for _, local := range s.local {
-		for nn, n := range local {
-			allLocal[nn] = max(allLocal[nn], n)
+	setOrDelete(familyPorts, ports)
+	setOrDelete(familyLocal, local)
+	mergedPorts := make(map[types.NamespacedName]uint16, len(ports))
+	for nn := range ports {
+		// Served while any family has it.
+		var port uint16
+		for _, f := range healthFamilies {
+			if port = s.ports[f][nn]; port != 0 {
+				break
+			}
 		}
+		mergedPorts[nn] = port
+	}
+	mergedLocal := make(map[types.NamespacedName]int, len(local))
+	for nn := range local {
+		n := 0
+		for _, f := range healthFamilies {
+			n = max(n, s.local[f][nn])
+		}
+		mergedLocal[nn] = n
 	}
 	// Errors are ports that could not be opened: logged by the server
 	// and tried again on the next call.
-	_ = s.server.SyncServices(ctx, allPorts)
-	s.server.SyncEndpoints(allLocal)
+	_ = s.server.UpdateServices(ctx, mergedPorts)
+	s.server.UpdateEndpoints(mergedLocal)
+}
+
+// setOrDelete applies changes to m: a zero value deletes the key.
+func setOrDelete[V comparable](m, changes map[types.NamespacedName]V) {
+	var zero V
+	for k, v := range changes {
+		if v == zero {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
 }
