@@ -51,6 +51,29 @@ func serviceBody(name types.NamespacedName, endpoints int, healthy bool) map[str
 	}
 }
 
+// bindErrors returns the Services and ports of the *BindErrors joined in
+// err, as "namespace/name:port", sorted; it fails the test on an error of
+// another type, and on one that does not name its Service.
+func bindErrors(t *testing.T, err error) []string {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var be *BindError
+		if !errors.As(e, &be) {
+			t.Fatalf("error %v is not a *BindError", e)
+		}
+		if !strings.Contains(be.Error(), be.Service.String()) {
+			t.Errorf("error %q does not name the service", be)
+		}
+		got = append(got, fmt.Sprintf("%s:%d", be.Service, be.Port))
+	}
+	slices.Sort(got)
+	return got
+}
+
 func TestServiceHealthResponses(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -153,18 +176,7 @@ func TestServiceHealthBindErrors(t *testing.T) {
 
 	want := map[types.NamespacedName]uint16{svcA: 30001, svcB: 30002, svcC: 0}
 	err := s.SyncServices(ctx, want)
-	var got []string
-	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var be *BindError
-		if !errors.As(e, &be) {
-			t.Fatalf("error %v is not a *BindError", e)
-		}
-		got = append(got, fmt.Sprintf("%s:%d", be.Service, be.Port))
-		if !strings.Contains(be.Error(), be.Service.String()) {
-			t.Errorf("error %q does not name the service", be)
-		}
-	}
-	if diff := cmp.Diff([]string{"default/b:30002", "kube-system/c:0"}, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+	if diff := cmp.Diff([]string{"default/b:30002", "kube-system/c:0"}, bindErrors(t, err)); diff != "" {
 		t.Errorf("bind errors (-want +got):\n%s", diff)
 	}
 	if !errors.Is(err, syscall.EADDRINUSE) {
@@ -331,17 +343,7 @@ func TestServiceHealthUpdateServicesRetries(t *testing.T) {
 	type ports = map[types.NamespacedName]uint16
 	wantBindErrors := func(what string, err error, want ...string) {
 		t.Helper()
-		var got []string
-		if err != nil {
-			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-				var be *BindError
-				if !errors.As(e, &be) {
-					t.Fatalf("%s: error %v is not a *BindError", what, e)
-				}
-				got = append(got, fmt.Sprintf("%s:%d", be.Service, be.Port))
-			}
-		}
-		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		if diff := cmp.Diff(want, bindErrors(t, err), cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("%s: bind errors (-want +got):\n%s", what, diff)
 		}
 	}

@@ -100,16 +100,7 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 	client := fake.NewSimpleClientset(objs...)
 
 	m := newMetrics(func() int { return 0 }, func() int { return 0 })
-	backend, err := newIPTablesBackend(iptables.WriterConfig{
-		IPFamily:    v1.IPv4Protocol,
-		NodeName:    "node-a",
-		NodeIPs:     []netip.Addr{netip.MustParseAddr("192.168.0.1")},
-		ClusterCIDR: netip.MustParsePrefix("10.128.0.0/10"),
-	}, nil, io.Discard, m, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rec := &recordingBackend{backend: backend}
+	rec := &recordingBackend{backend: newBenchBackend(b, m)}
 	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m)
 	// No Service of the cluster has a health-check node port, so the
 	// server opens nothing; it still gets every Service's local endpoint
@@ -169,6 +160,22 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 	if rec.full != 1 || rec.partial != b.N {
 		b.Errorf("%d full and %d partial syncs, want the first full and %d partial", rec.full, rec.partial, b.N)
 	}
+}
+
+// newBenchBackend returns the IPv4 iptables backend of node-a in
+// benchCluster, in a dry run that prints nothing.
+func newBenchBackend(tb testing.TB, m *metrics) *iptablesBackend {
+	tb.Helper()
+	backend, err := newIPTablesBackend(iptables.WriterConfig{
+		IPFamily:    v1.IPv4Protocol,
+		NodeName:    "node-a",
+		NodeIPs:     []netip.Addr{netip.MustParseAddr("192.168.0.1")},
+		ClusterCIDR: netip.MustParsePrefix("10.128.0.0/10"),
+	}, nil, io.Discard, m, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return backend
 }
 
 // recordingBackend counts the syncs of the backend it wraps.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/netip"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
-	"github.com/proxykit/proxykit/iptables"
 )
 
 // readLog records which Services' ports and endpoints were read, through
@@ -112,15 +110,7 @@ func TestPartialSyncReadsOnlyChangedServices(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	log := &readLog{read: sets.New[types.NamespacedName]()}
 	m := newMetrics(func() int { return 0 }, func() int { return 0 })
-	backend, err := newIPTablesBackend(iptables.WriterConfig{
-		IPFamily:    v1.IPv4Protocol,
-		NodeName:    "node-a",
-		NodeIPs:     []netip.Addr{netip.MustParseAddr("192.168.0.1")},
-		ClusterCIDR: netip.MustParsePrefix("10.128.0.0/10"),
-	}, nil, io.Discard, m, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	backend := newBenchBackend(t, m)
 	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m)
 	fp.svcTracker = changetracker.NewServiceChangeTracker(v1.IPv4Protocol,
 		func(_ *v1.ServicePort, svc *v1.Service, base *changetracker.BaseServicePort) changetracker.ServicePort {
