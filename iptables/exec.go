@@ -19,6 +19,15 @@ import (
 // [WithLockWait] says otherwise.
 const DefaultLockWait = 5 * time.Second
 
+// DefaultCommandTimeout is how long one run of iptables, iptables-save or
+// iptables-restore may take unless [WithCommandTimeout] says otherwise. The
+// slowest restore measured (BENCHMARKS.md) is a second full sync of 5,000
+// services of 100 endpoints on the nft backend, 5 min 49 s; 10,000 services
+// of 10 endpoints take 21 s. Fifteen minutes leaves room for larger or
+// slower nodes, and still ends a hung command, which would otherwise stop
+// every later sync, well before anyone would wait for it by hand.
+const DefaultCommandTimeout = 15 * time.Minute
+
 // lockFilePath is the xtables lock of iptables 1.6.0 and later.
 const lockFilePath = "/run/xtables.lock"
 
@@ -31,6 +40,7 @@ type options struct {
 	clock    clock.Clock
 	lockWait time.Duration
 	lockFile string
+	timeout  time.Duration
 }
 
 // WithExec makes the Interface run commands through e instead of the real
@@ -81,6 +91,17 @@ func WithLockFile(path string) Option {
 	return func(o *options) { o.lockFile = path }
 }
 
+// WithCommandTimeout bounds each run of a binary (iptables, iptables-save,
+// iptables-restore; not the --version probes of [New], which have a
+// deadline of their own): when d passes, the process is killed and the
+// method returns an error for which [IsCommandTimeout] is true. Zero or
+// less means no bound. The default is [DefaultCommandTimeout]; set it
+// well above the longest restore the node's tables need (see
+// BENCHMARKS.md), since a restore killed half-way is retried in full.
+func WithCommandTimeout(d time.Duration) Option {
+	return func(o *options) { o.timeout = d }
+}
+
 // runner is the Interface that runs the real binaries.
 type runner struct {
 	exec     utilexec.Interface
@@ -95,6 +116,8 @@ type runner struct {
 	lockFile string
 	// env is the environment of the commands, nil for the process's own.
 	env []string
+	// timeout bounds each command; zero means no bound.
+	timeout time.Duration
 
 	// mu makes the check-then-change of EnsureRule, DeleteRule and
 	// EnsureChain atomic with respect to each other within this process.
@@ -116,7 +139,7 @@ func New(ctx context.Context, protocol Protocol, opts ...Option) (Interface, err
 	if err := platformSupported(); err != nil {
 		return nil, err
 	}
-	o := options{exec: utilexec.New(), clock: clock.RealClock{}, lockWait: DefaultLockWait}
+	o := options{exec: utilexec.New(), clock: clock.RealClock{}, lockWait: DefaultLockWait, timeout: DefaultCommandTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -148,6 +171,7 @@ func newRunner(ctx context.Context, protocol Protocol, o options) (*runner, erro
 		feat:     featuresOf(version, o.lockWait),
 		lockWait: o.lockWait,
 		lockFile: lockFilePath,
+		timeout:  o.timeout,
 	}
 	if o.lockFile != "" {
 		r.lockFile = o.lockFile
@@ -167,13 +191,33 @@ func newError(command string, args []string, err error, stderr string) *Error {
 }
 
 // command returns the command name with args, in the runner's
-// environment.
-func (r *runner) command(ctx context.Context, name string, args ...string) utilexec.Cmd {
+// environment, bound to ctx and the runner's timeout, and the function that
+// runs it: it returns the error of Run, wrapped in a *commandTimeout when
+// the timeout killed the command.
+func (r *runner) command(ctx context.Context, name string, args ...string) (utilexec.Cmd, func() error) {
+	run := func(cmd utilexec.Cmd) error { return cmd.Run() }
+	if r.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, r.timeout, &commandTimeout{after: r.timeout})
+		run = func(cmd utilexec.Cmd) error {
+			defer cancel()
+			err := cmd.Run()
+			if err != nil && ctx.Err() != nil {
+				// The command ended because its context did; say why
+				// when it was the timeout rather than the caller.
+				var t *commandTimeout
+				if cause := context.Cause(ctx); errors.As(cause, &t) {
+					return fmt.Errorf("%w (%w)", t, err)
+				}
+			}
+			return err
+		}
+	}
 	cmd := r.exec.CommandContext(ctx, name, args...)
 	if r.env != nil {
 		cmd.SetEnv(r.env)
 	}
-	return cmd
+	return cmd, func() error { return run(cmd) }
 }
 
 // run runs iptables with the wait flag and args, and returns its standard
@@ -183,10 +227,10 @@ func (r *runner) run(ctx context.Context, args ...string) ([]byte, error) {
 	full = append(append(full, r.feat.waitFlag...), args...)
 	klog.FromContext(ctx).V(4).Info("Running iptables", "command", r.cmds.iptables, "args", full)
 	var stdout, stderr bytes.Buffer
-	cmd := r.command(ctx, r.cmds.iptables, full...)
+	cmd, run := r.command(ctx, r.cmds.iptables, full...)
 	cmd.SetStdout(&stdout)
 	cmd.SetStderr(&stderr)
-	if err := cmd.Run(); err != nil {
+	if err := run(); err != nil {
 		return stdout.Bytes(), newError(r.cmds.iptables, full, err, stderr.String())
 	}
 	return stdout.Bytes(), nil
@@ -369,11 +413,11 @@ func (r *runner) restore(ctx context.Context, args []string, data []byte, flush 
 	}
 	logger.V(4).Info("Running iptables-restore", "command", r.cmds.restore, "args", full, "bytes", len(data))
 	var stderr bytes.Buffer
-	cmd := r.command(ctx, r.cmds.restore, full...)
+	cmd, run := r.command(ctx, r.cmds.restore, full...)
 	cmd.SetStdin(bytes.NewReader(data))
 	cmd.SetStdout(&stderr)
 	cmd.SetStderr(&stderr)
-	if err := cmd.Run(); err != nil {
+	if err := run(); err != nil {
 		e := newError(r.cmds.restore, full, err, stderr.String())
 		e.Line = restoreLine(e.Stderr)
 		return e
