@@ -368,13 +368,23 @@ func (r *runner) SaveInto(ctx context.Context, table Table, buffer *bytes.Buffer
 	klog.FromContext(ctx).V(4).Info("Running iptables-save", "command", r.cmds.save, "args", args)
 	start := buffer.Len()
 	var stderr bytes.Buffer
-	cmd := r.command(ctx, r.cmds.save, args...)
+	cmd, run := r.command(ctx, r.cmds.save, args...)
 	cmd.SetStdout(buffer)
 	cmd.SetStderr(&stderr)
-	if err := cmd.Run(); err != nil {
+	if err := run(); err != nil {
 		buffer.Truncate(start)
 		return fmt.Errorf("saving table %s: %w", table, newError(r.cmds.save, args, err, stderr.String()))
 	}
+	return nil
+}
+
+// ListRules is part of Interface.
+func (r *runner) ListRules(ctx context.Context, table Table, chain Chain, buffer *bytes.Buffer) error {
+	out, err := r.run(ctx, "-t", string(table), "-S", string(chain))
+	if err != nil {
+		return fmt.Errorf("listing chain %s of table %s: %w", chain, table, err)
+	}
+	buffer.Write(out)
 	return nil
 }
 

@@ -1,0 +1,206 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+)
+
+// maxDriftExamples bounds the rules a Drift names, so that a flushed chain
+// of 10,000 services makes a log line, not a log page.
+const maxDriftExamples = 10
+
+// Drift is what [Writer.CheckDrift] found different between the per-service
+// rules of the top-level chains and what the writer last applied.
+type Drift struct {
+	// Missing counts the rules the writer applied that the kernel no
+	// longer holds; Unexpected the rules the kernel holds that the writer
+	// did not apply or has deleted since.
+	Missing, Unexpected int
+	// Examples describes up to ten of those rules, each as
+	// "missing nat KUBE-SERVICES: \"ns/svc:p cluster IP\" -j KUBE-SVC-..."
+	// or "unexpected ...".
+	Examples []string
+}
+
+// Found reports whether there is any drift.
+func (d Drift) Found() bool { return d.Missing > 0 || d.Unexpected > 0 }
+
+// ruleKey identifies a top-level rule by what survives the way iptables
+// prints rules back (-S and iptables-save reorder matches and add prefix
+// lengths): its chain, its comment and its target. Every per-service rule
+// the writer puts in a top-level chain has a comment naming its service
+// port and why the rule exists.
+type ruleKey struct {
+	chain   topChain
+	comment string
+	target  string
+}
+
+func (k ruleKey) String() string {
+	table := TableFilter
+	if k.chain.isNAT() {
+		table = TableNAT
+	}
+	return fmt.Sprintf("%s %s: %q -j %s", table, k.chain.chain(), k.comment, k.target)
+}
+
+// CheckDrift reads the top-level chains that hold per-service rules (nat
+// KUBE-SERVICES and KUBE-NODEPORTS; filter KUBE-SERVICES,
+// KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS and KUBE-PROXY-FIREWALL) with ipt
+// and compares their per-service rules with those the writer applied. When
+// they differ (someone deleted a service's jump, or added one to a service
+// chain), it makes the next Sync full, which rewrites those chains, and
+// returns what it found.
+//
+// This is the repair a partial sync cannot do: it trusts that the kernel
+// holds what it wrote, while kube-proxy rewrites KUBE-SERVICES at every
+// sync and so repairs it within a sync period. The check costs one
+// "iptables -S CHAIN" per chain (nat's two always, the filter chains only
+// when the writer has rules in them) and memory in proportion to the
+// services, not a sync; BENCHMARKS.md has its cost at 10,000 services.
+// Rules compare by chain, comment and target, so a rule changed in place
+// but keeping those is not seen, and neither is drift inside the
+// per-service chains; the periodic full sync (WriterConfig.FullSyncPeriod)
+// covers those. Rules that carry neither a comment the writer wrote nor a
+// jump to a service chain belong to someone else and are ignored.
+//
+// Call it between Applied and the next Sync, never concurrently with them.
+// It does nothing, and execs nothing, when the next Sync is full anyway
+// (the first one, or after a failure). An error reading a chain is
+// returned, and the writer's state is left alone; a missing chain counts
+// as drift.
+func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
+	if w.needFull || w.unapplied || w.requestFull.Load() {
+		return Drift{}, nil
+	}
+	want := make(map[ruleKey]int)
+	for _, ss := range w.services {
+		for _, ps := range ss.ports {
+			for _, r := range ps.top {
+				if k, ok := parseRuleKey(r.chain, r.spec); ok {
+					want[k]++
+				}
+			}
+		}
+	}
+	have := make(map[ruleKey]int, len(want))
+	var d Drift
+	var buf bytes.Buffer
+	for c := natServices; c <= filterFirewall; c++ {
+		table := TableFilter
+		if c.isNAT() {
+			table = TableNAT
+		} else if !hasRulesIn(want, c) {
+			continue
+		}
+		chain := c.chain()
+		buf.Reset()
+		if err := ipt.ListRules(ctx, table, chain, &buf); err != nil {
+			exists, existsErr := ipt.ChainExists(ctx, table, chain)
+			if existsErr != nil || exists {
+				return Drift{}, fmt.Errorf("checking %s %s for drift: %w", table, chain, err)
+			}
+			d.Missing++
+			d.Examples = append(d.Examples, fmt.Sprintf("missing %s %s: the whole chain", table, chain))
+			continue
+		}
+		prefix := "-A " + string(chain) + " "
+		for line := range strings.Lines(buf.String()) {
+			spec, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), prefix)
+			if !ok {
+				continue
+			}
+			k, ok := parseRuleKey(c, " "+spec)
+			if !ok {
+				continue
+			}
+			if _, mine := want[k]; mine || IsServiceChain(Chain(k.target)) {
+				have[k]++
+			}
+		}
+	}
+	for k, n := range want {
+		if m := have[k]; m < n {
+			d.Missing += n - m
+			d.example("missing", k)
+		}
+	}
+	for k, m := range have {
+		if n := want[k]; m > n {
+			d.Unexpected += m - n
+			d.example("unexpected", k)
+		}
+	}
+	if d.Found() {
+		w.needFull = true
+	}
+	return d, nil
+}
+
+func (d *Drift) example(what string, k ruleKey) {
+	if len(d.Examples) < maxDriftExamples {
+		d.Examples = append(d.Examples, what+" "+k.String())
+	}
+}
+
+func hasRulesIn(want map[ruleKey]int, c topChain) bool {
+	for k := range want {
+		if k.chain == c {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRuleKey returns the key of the rule spec (the words after "-A
+// CHAIN", as the writer writes them or iptables prints them) in chain c.
+// A rule without a target has no key.
+func parseRuleKey(c topChain, spec string) (ruleKey, bool) {
+	k := ruleKey{chain: c}
+	words := splitRuleWords(spec)
+	for i := 0; i+1 < len(words); i++ {
+		switch words[i] {
+		case "--comment":
+			k.comment = words[i+1]
+		case "-j", "--jump", "-g", "--goto":
+			k.target = words[i+1]
+		}
+	}
+	return k, k.target != ""
+}
+
+// splitRuleWords splits a rule into words as iptables-restore does:
+// at blanks, except inside double quotes, where a backslash keeps the
+// next character (iptables prints a comment with a quote or backslash
+// that way).
+func splitRuleWords(s string) []string {
+	var words []string
+	var cur strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case quoted && ch == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+		case ch == '"':
+			quoted = !quoted
+			inWord = true
+		case !quoted && (ch == ' ' || ch == '\t'):
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
+}
