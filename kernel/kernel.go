@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/utils/exec"
 )
@@ -30,7 +31,18 @@ type Kernel struct {
 	// Exec runs modprobe for a module that is neither loaded nor built
 	// in. Nil means modules are never loaded, only looked up.
 	Exec exec.Interface
+	// ModprobeTimeout bounds each modprobe: when it passes, modprobe is
+	// killed (Exec must honour the context, as the real one does) and the
+	// module counts as missing. Zero means DefaultModprobeTimeout; a
+	// negative value means no bound.
+	ModprobeTimeout time.Duration
 }
+
+// DefaultModprobeTimeout is how long a modprobe may run when
+// Kernel.ModprobeTimeout is zero. Loading a module takes milliseconds; a
+// modprobe that takes a minute is stuck (on a hung module's init, say),
+// and waiting longer would hold up the proxier's start for nothing.
+const DefaultModprobeTimeout = time.Minute
 
 // New returns a Kernel for this node: the real root and the real exec.
 func New() *Kernel {
