@@ -97,12 +97,12 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 	client := fake.NewSimpleClientset(objs...)
 
 	m := newMetrics(func() int { return 0 }, func() int { return 0 })
-	backend, err := newIPTablesBackend(iptables.WriterConfig{
+	backend, err := newIPTablesBackend(ctx, iptables.WriterConfig{
 		IPFamily:    v1.IPv4Protocol,
 		NodeName:    "node-a",
 		NodeIPs:     []netip.Addr{netip.MustParseAddr("192.168.0.1")},
 		ClusterCIDR: netip.MustParsePrefix("10.128.0.0/10"),
-	}, nil, io.Discard, m, 0)
+	}, nil, io.Discard, m, 0, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
