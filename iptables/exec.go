@@ -13,6 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/proxykit/proxykit/internal/boundedexec"
 )
 
 // DefaultLockWait is how long commands wait for the xtables lock unless
@@ -139,7 +141,7 @@ func New(ctx context.Context, protocol Protocol, opts ...Option) (Interface, err
 	if err := platformSupported(); err != nil {
 		return nil, err
 	}
-	o := options{exec: utilexec.New(), clock: clock.RealClock{}, lockWait: DefaultLockWait, timeout: DefaultCommandTimeout}
+	o := options{exec: boundedexec.New(0), clock: clock.RealClock{}, lockWait: DefaultLockWait, timeout: DefaultCommandTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/utils/exec"
+
+	"github.com/proxykit/proxykit/internal/boundedexec"
 )
 
 // ErrNotSupported is returned when the real root ("/") is read on an
@@ -46,7 +48,7 @@ const DefaultModprobeTimeout = time.Minute
 
 // New returns a Kernel for this node: the real root and the real exec.
 func New() *Kernel {
-	return &Kernel{Root: "/", Exec: exec.New()}
+	return &Kernel{Root: "/", Exec: boundedexec.New(0)}
 }
 
 // path returns the path of the absolute path p under k.Root, or
