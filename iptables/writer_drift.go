@@ -58,8 +58,9 @@ func (k ruleKey) String() string {
 // holds what it wrote, while kube-proxy rewrites KUBE-SERVICES at every
 // sync and so repairs it within a sync period. The check costs one
 // "iptables -S CHAIN" per chain (nat's two always, the filter chains only
-// when the writer has rules in them) and memory in proportion to the
-// services, not a sync; BENCHMARKS.md has its cost at 10,000 services.
+// when the writer has rules in them; on the legacy backend one
+// iptables-save of nat instead of nat's two) and memory in proportion to
+// the services, not a sync; BENCHMARKS.md has its cost at 10,000 services.
 // Rules compare by chain, comment and target, so a rule changed in place
 // but keeping those is not seen, and neither is drift inside the
 // per-service chains; the periodic full sync (WriterConfig.FullSyncPeriod)
@@ -88,6 +89,18 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 	have := make(map[ruleKey]int, len(want))
 	var d Drift
 	var buf bytes.Buffer
+	// iptables-legacy reads the whole table from the kernel for any
+	// listing, so one iptables-save of nat costs less than listing its
+	// two chains (1.06 s against 1.74 s at 10,000 services); the nft
+	// backend reads only the chain listed (0.12 s, where iptables-save
+	// takes 3.4 s).
+	var natSave string
+	if ipt.Backend() == BackendLegacy {
+		if err := ipt.SaveInto(ctx, TableNAT, &buf); err != nil {
+			return Drift{}, fmt.Errorf("checking table nat for drift: %w", err)
+		}
+		natSave = buf.String()
+	}
 	for c := natServices; c <= filterFirewall; c++ {
 		table := TableFilter
 		if c.isNAT() {
@@ -96,18 +109,29 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 			continue
 		}
 		chain := c.chain()
-		buf.Reset()
-		if err := ipt.ListRules(ctx, table, chain, &buf); err != nil {
-			exists, existsErr := ipt.ChainExists(ctx, table, chain)
-			if existsErr != nil || exists {
-				return Drift{}, fmt.Errorf("checking %s %s for drift: %w", table, chain, err)
+		var listing string
+		if natSave != "" && c.isNAT() {
+			if !strings.Contains(natSave, "\n:"+string(chain)+" ") {
+				d.Missing++
+				d.Examples = append(d.Examples, fmt.Sprintf("missing %s %s: the whole chain", table, chain))
+				continue
 			}
-			d.Missing++
-			d.Examples = append(d.Examples, fmt.Sprintf("missing %s %s: the whole chain", table, chain))
-			continue
+			listing = natSave
+		} else {
+			buf.Reset()
+			if err := ipt.ListRules(ctx, table, chain, &buf); err != nil {
+				exists, existsErr := ipt.ChainExists(ctx, table, chain)
+				if existsErr != nil || exists {
+					return Drift{}, fmt.Errorf("checking %s %s for drift: %w", table, chain, err)
+				}
+				d.Missing++
+				d.Examples = append(d.Examples, fmt.Sprintf("missing %s %s: the whole chain", table, chain))
+				continue
+			}
+			listing = buf.String()
 		}
 		prefix := "-A " + string(chain) + " "
-		for line := range strings.Lines(buf.String()) {
+		for line := range strings.Lines(listing) {
 			spec, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), prefix)
 			if !ok {
 				continue
@@ -156,51 +180,76 @@ func hasRulesIn(want map[ruleKey]int, c topChain) bool {
 
 // parseRuleKey returns the key of the rule spec (the words after "-A
 // CHAIN", as the writer writes them or iptables prints them) in chain c.
-// A rule without a target has no key.
+// A rule without a target has no key. The key's strings share spec's
+// memory unless a word had to be unescaped.
 func parseRuleKey(c topChain, spec string) (ruleKey, bool) {
 	k := ruleKey{chain: c}
-	words := splitRuleWords(spec)
-	for i := 0; i+1 < len(words); i++ {
-		switch words[i] {
-		case "--comment":
-			k.comment = words[i+1]
-		case "-j", "--jump", "-g", "--goto":
-			k.target = words[i+1]
+	var prev string
+	for i := 0; ; {
+		var w string
+		var ok bool
+		if w, i, ok = nextRuleWord(spec, i); !ok {
+			break
 		}
+		switch prev {
+		case "--comment":
+			k.comment = w
+		case "-j", "--jump", "-g", "--goto":
+			k.target = w
+		}
+		prev = w
 	}
 	return k, k.target != ""
 }
 
-// splitRuleWords splits a rule into words as iptables-restore does:
-// at blanks, except inside double quotes, where a backslash keeps the
-// next character (iptables prints a comment with a quote or backslash
-// that way).
-func splitRuleWords(s string) []string {
-	var words []string
-	var cur strings.Builder
-	inWord, quoted := false, false
-	for i := 0; i < len(s); i++ {
+// nextRuleWord returns the word of s that starts at or after i, and where
+// the word after it may start, splitting as iptables-restore does: at
+// blanks, except inside double quotes, where a backslash keeps the next
+// character (iptables prints a comment holding a quote or a backslash
+// that way). ok is false when no word is left.
+func nextRuleWord(s string, i int) (word string, next int, ok bool) {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	if i == len(s) {
+		return "", i, false
+	}
+	start := i
+	plain := true // no quote or escape so far: the word is s[start:i]
+	quoted := false
+	for ; i < len(s); i++ {
 		ch := s[i]
-		switch {
-		case quoted && ch == '\\' && i+1 < len(s):
-			i++
-			cur.WriteByte(s[i])
-		case ch == '"':
+		if !quoted && (ch == ' ' || ch == '\t') {
+			break
+		}
+		if ch == '"' || (quoted && ch == '\\') {
+			plain = false
+		}
+		if ch == '"' {
 			quoted = !quoted
-			inWord = true
-		case !quoted && (ch == ' ' || ch == '\t'):
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteByte(ch)
-			inWord = true
+		} else if quoted && ch == '\\' {
+			i++
 		}
 	}
-	if inWord {
-		words = append(words, cur.String())
+	if plain {
+		return s[start:i], i, true
 	}
-	return words
+	raw := s[start:min(i, len(s))]
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && !strings.ContainsAny(raw[1:len(raw)-1], "\"\\") {
+		return raw[1 : len(raw)-1], i, true
+	}
+	var b strings.Builder
+	q := false
+	for j := 0; j < len(raw); j++ {
+		switch ch := raw[j]; {
+		case ch == '"':
+			q = !q
+		case q && ch == '\\' && j+1 < len(raw):
+			j++
+			b.WriteByte(raw[j])
+		default:
+			b.WriteByte(ch)
+		}
+	}
+	return b.String(), i, true
 }

@@ -44,19 +44,23 @@ func restoreOrFail(t *testing.T, f *iptablestest.Fake, table iptables.Table, lin
 	}
 }
 
+// driftCase is a case of TestWriterCheckDrift: a way to break the rules a
+// writer applied, and what CheckDrift must find.
+type driftCase struct {
+	name           string
+	drift          func(t *testing.T, f *iptablestest.Fake)
+	wantMissing    int
+	wantUnexpected int
+	wantExamples   []string
+}
+
 // TestWriterCheckDrift breaks the rules a writer applied in the ways an
 // operator or another program would, and checks that CheckDrift names
 // what it sees, that the next sync is full exactly when there is drift,
 // and that after that sync the rules are whole again.
 func TestWriterCheckDrift(t *testing.T) {
 	webTCP := `"demo/web:tcp cluster IP"`
-	for _, tc := range []struct {
-		name           string
-		drift          func(t *testing.T, f *iptablestest.Fake)
-		wantMissing    int
-		wantUnexpected int
-		wantExamples   []string
-	}{
+	for _, tc := range []driftCase{
 		{
 			name:  "nothing changed",
 			drift: func(*testing.T, *iptablestest.Fake) {},
@@ -112,51 +116,60 @@ func TestWriterCheckDrift(t *testing.T) {
 			},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			c := scnCluster()
-			w := mustWriter(t, scnWriterConfig(true))
-			f := iptablestest.NewFake()
-			res := w.Sync(ctx, c.input())
-			err := applyFake(f, res)
-			w.Applied(err)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := f.Dump()
+		for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
+			t.Run(string(backend)+"/"+tc.name, func(t *testing.T) {
+				testCheckDrift(t, backend, tc)
+			})
+		}
+	}
+}
 
-			tc.drift(t, f)
-			d, err := w.CheckDrift(ctx, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Missing != tc.wantMissing || d.Unexpected != tc.wantUnexpected {
-				t.Errorf("missing %d, unexpected %d; want %d, %d (examples %q)", d.Missing, d.Unexpected, tc.wantMissing, tc.wantUnexpected, d.Examples)
-			}
-			for _, e := range tc.wantExamples {
-				if !slicesContainPrefix(d.Examples, e) {
-					t.Errorf("examples %q: none starts with %q", d.Examples, e)
-				}
-			}
+// testCheckDrift is one case of TestWriterCheckDrift, on a Fake of
+// backend: the legacy check reads nat with iptables-save, the nft one
+// lists chains.
+func testCheckDrift(t *testing.T, backend iptables.Backend, tc driftCase) {
+	ctx := context.Background()
+	c := scnCluster()
+	w := mustWriter(t, scnWriterConfig(true))
+	f := iptablestest.NewFake(iptablestest.WithBackend(backend))
+	res := w.Sync(ctx, c.input())
+	err := applyFake(f, res)
+	w.Applied(err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := f.Dump()
 
-			res = w.Sync(ctx, c.input())
-			if res.Full != d.Found() {
-				t.Errorf("sync after the check: full %v, want %v", res.Full, d.Found())
-			}
-			err = applyFake(f, res)
-			w.Applied(err)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Found() {
-				if diff := cmp.Diff(want, f.Dump()); diff != "" {
-					t.Errorf("after the full sync the rules differ from the first sync's (-want +got):\n%s", diff)
-				}
-				if d, err := w.CheckDrift(ctx, f); err != nil || d.Found() {
-					t.Errorf("after the repair: drift %+v, error %v", d, err)
-				}
-			}
-		})
+	tc.drift(t, f)
+	d, err := w.CheckDrift(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Missing != tc.wantMissing || d.Unexpected != tc.wantUnexpected {
+		t.Errorf("missing %d, unexpected %d; want %d, %d (examples %q)", d.Missing, d.Unexpected, tc.wantMissing, tc.wantUnexpected, d.Examples)
+	}
+	for _, e := range tc.wantExamples {
+		if !slicesContainPrefix(d.Examples, e) {
+			t.Errorf("examples %q: none starts with %q", d.Examples, e)
+		}
+	}
+
+	res = w.Sync(ctx, c.input())
+	if res.Full != d.Found() {
+		t.Errorf("sync after the check: full %v, want %v", res.Full, d.Found())
+	}
+	err = applyFake(f, res)
+	w.Applied(err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Found() {
+		if diff := cmp.Diff(want, f.Dump()); diff != "" {
+			t.Errorf("after the full sync the rules differ from the first sync's (-want +got):\n%s", diff)
+		}
+		if d, err := w.CheckDrift(ctx, f); err != nil || d.Found() {
+			t.Errorf("after the repair: drift %+v, error %v", d, err)
+		}
 	}
 }
 
@@ -240,5 +253,58 @@ func TestWriterCheckDriftWhenNotSettled(t *testing.T) {
 	}
 	if res := w.Sync(ctx, c.input()); !res.Full {
 		t.Error("after a chain was deleted the next sync is partial")
+	}
+}
+
+// BenchmarkCheckDrift measures CheckDrift's own work, the listing parsed
+// and compared with the writer's rules, at the benchmark sizes, against
+// the Fake (whose listing costs little); TestWriterCheckDriftKernel times
+// it with the real iptables.
+func BenchmarkCheckDrift(b *testing.B) {
+	for _, size := range benchSizes[:2] {
+		b.Run(size.String(), func(b *testing.B) {
+			ctx := context.Background()
+			c := benchCluster(size)
+			w := benchWriter(b)
+			f := iptablestest.NewFake()
+			res := w.Sync(ctx, c.input())
+			err := applyFake(f, res)
+			w.Applied(err)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := w.CheckDrift(ctx, f)
+				if err != nil || d.Found() {
+					b.Fatalf("drift %+v, error %v", d, err)
+				}
+			}
+		})
+	}
+}
+
+// TestWriterCheckDriftChainDeleted checks, on each backend's path, that a
+// top-level chain deleted outright is drift.
+func TestWriterCheckDriftChainDeleted(t *testing.T) {
+	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
+		t.Run(string(backend), func(t *testing.T) {
+			ctx := context.Background()
+			w := mustWriter(t, scnWriterConfig(true))
+			f := iptablestest.NewFake(iptablestest.WithBackend(backend))
+			err := applyFake(f, w.Sync(ctx, scnCluster().input()))
+			w.Applied(err)
+			if err != nil {
+				t.Fatal(err)
+			}
+			restoreOrFail(t, f, iptables.TableNAT, ":KUBE-NODEPORTS - [0:0]", ":KUBE-SERVICES - [0:0]", "-X KUBE-NODEPORTS")
+			d, err := w.CheckDrift(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slicesContainPrefix(d.Examples, "missing nat KUBE-NODEPORTS: the whole chain") {
+				t.Errorf("KUBE-NODEPORTS deleted: examples %q", d.Examples)
+			}
+		})
 	}
 }
