@@ -94,9 +94,11 @@ func WithLockFile(path string) Option {
 }
 
 // WithCommandTimeout bounds each run of a binary (iptables, iptables-save,
-// iptables-restore; not the --version probes of [New], which have a
-// deadline of their own): when d passes, the process is killed and the
-// method returns an error for which [IsCommandTimeout] is true. Zero or
+// iptables-restore): when d passes, the process is killed and the method
+// returns an error for which [IsCommandTimeout] is true. [New]'s own
+// "--version" probes share one such bound (their error then just says the
+// process was killed), and [DetectBackend]'s iptables-save runs have a
+// shorter one of their own. Zero or
 // less means no bound. The default is [DefaultCommandTimeout]; set it
 // well above the longest restore the node's tables need (see
 // BENCHMARKS.md), since a restore killed half-way is retried in full.
@@ -159,7 +161,14 @@ func newRunner(ctx context.Context, protocol Protocol, o options) (*runner, erro
 			return nil, err
 		}
 	}
-	cmds, version, err := resolveCommands(ctx, o.exec, backend, protocol)
+	// The --version probes get the same bound as every later command.
+	vctx := ctx
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		vctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	cmds, version, err := resolveCommands(vctx, o.exec, backend, protocol)
 	if err != nil {
 		return nil, err
 	}

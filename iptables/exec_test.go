@@ -521,3 +521,13 @@ func TestUnknownBackendAndProtocol(t *testing.T) {
 		t.Error("protocol 7 accepted")
 	}
 }
+
+// TestNewVersionProbeTimeout checks that New gives up on an
+// "iptables --version" that never returns, after the command timeout.
+func TestNewVersionProbeTimeout(t *testing.T) {
+	e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{hang: true} }}
+	_, err := New(context.Background(), ProtocolIPv4, WithExec(e), WithBackend(BackendNFT), WithCommandTimeout(20*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("New with a hung --version: error %v, want one saying it was killed", err)
+	}
+}
