@@ -26,18 +26,24 @@ import (
 // tables with iptables-save costs. Only 1000x10 runs unless
 // PROXYKIT_RESTORE_BENCH=1, which adds 10000x10; nothing runs with -short.
 func TestWriterCheckDriftKernel(t *testing.T) {
+	forKernelBenchSizes(t, benchSizes[:2], testCheckDriftKernel)
+}
+
+// forKernelBenchSizes runs fn on each backend for the first benchmark
+// size, or for every one of sizes when PROXYKIT_RESTORE_BENCH=1; nothing
+// runs with -short.
+func forKernelBenchSizes(t *testing.T, sizes []benchSize, fn func(t *testing.T, backend iptables.Backend, size benchSize)) {
 	if testing.Short() {
 		t.Skip("skipping kernel timings in -short mode")
 	}
-	sizes := benchSizes[:1]
-	if os.Getenv(restoreBenchEnv) == "1" {
-		sizes = benchSizes[:2]
+	if os.Getenv(restoreBenchEnv) != "1" {
+		sizes = sizes[:1]
 	}
 	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
 		for _, size := range sizes {
 			t.Run(string(backend)+"/"+size.String(), func(t *testing.T) {
 				kerneltest.Require(t, kernelTools(backend)...)
-				testCheckDriftKernel(t, backend, size)
+				fn(t, backend, size)
 			})
 		}
 	}
