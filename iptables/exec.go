@@ -98,10 +98,10 @@ func WithLockFile(path string) Option {
 // returns an error for which [IsCommandTimeout] is true. [New]'s own
 // "--version" probes share one such bound (their error then just says the
 // process was killed), and [DetectBackend]'s iptables-save runs have a
-// shorter one of their own. Zero or
-// less means no bound. The default is [DefaultCommandTimeout]; set it
-// well above the longest restore the node's tables need (see
-// BENCHMARKS.md), since a restore killed half-way is retried in full.
+// shorter one of their own. Zero or less means no bound. The default is
+// [DefaultCommandTimeout]; set it well above the longest restore the
+// node's tables need (see BENCHMARKS.md), since a restore killed half-way
+// is retried in full.
 func WithCommandTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
 }

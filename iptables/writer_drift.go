@@ -136,7 +136,7 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 			if !ok {
 				continue
 			}
-			k, ok := parseRuleKey(c, " "+spec)
+			k, ok := parseRuleKey(c, spec)
 			if !ok {
 				continue
 			}
