@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -529,5 +531,44 @@ func TestNewVersionProbeTimeout(t *testing.T) {
 	_, err := New(context.Background(), ProtocolIPv4, WithExec(e), WithBackend(BackendNFT), WithCommandTimeout(20*time.Millisecond))
 	if err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("New with a hung --version: error %v, want one saying it was killed", err)
+	}
+}
+
+// TestCommandTimeoutRealProcess runs New's Interface over stand-in
+// binaries on PATH whose iptables-restore is a shell waiting on a child
+// that holds its output open, as a hung restore that forked would: the
+// timeout must kill it and RestoreAll return, once the wait delay for the
+// child's pipes has passed, with a timeout error.
+func TestCommandTimeoutRealProcess(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	scripts := map[string]string{
+		"iptables-nft":         "#!/bin/sh\necho 'iptables v1.8.9 (nf_tables)'\n",
+		"iptables-nft-save":    "#!/bin/sh\n",
+		"iptables-nft-restore": "#!/bin/sh\ncat >/dev/null\nsleep 300\n",
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	ipt, err := New(context.Background(), ProtocolIPv4, WithBackend(BackendNFT), WithCommandTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- ipt.RestoreAll(context.Background(), []byte("*nat\nCOMMIT\n"), NoFlushTables, RestoreCounters)
+	}()
+	select {
+	case err := <-done:
+		if !IsCommandTimeout(err) {
+			t.Errorf("RestoreAll of a hung restore: %v, want a command timeout", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("RestoreAll still waits for the hung restore")
 	}
 }
