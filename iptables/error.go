@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrNotSupported is returned by [New] on platforms other than Linux.
@@ -13,6 +14,23 @@ var ErrNotSupported = errors.New("iptables is only supported on Linux")
 // for the xtables lock that proxykit takes itself for old iptables-restore
 // binaries that cannot wait for it.
 var errLockTimeout = errors.New("timed out waiting for the xtables lock")
+
+// commandTimeout is wrapped by the error of a command that the Interface
+// killed because it ran longer than [WithCommandTimeout] allows.
+type commandTimeout struct{ after time.Duration }
+
+func (e *commandTimeout) Error() string {
+	return "killed: timed out after " + e.after.String()
+}
+
+// IsCommandTimeout reports whether err says that a command ran longer than
+// [WithCommandTimeout] allows and was killed. Such a command may have done
+// part of its work (a restore's earlier commits, say), so treat it as any
+// failed restore: sync everything again.
+func IsCommandTimeout(err error) bool {
+	var t *commandTimeout
+	return errors.As(err, &t)
+}
 
 // Error is a failed iptables, iptables-save or iptables-restore command. All
 // errors from [Interface] methods that ran a command are an *Error or wrap
@@ -35,7 +53,8 @@ type Error struct {
 	// ("line 3 failed", "Error occurred at line: 3"), or 0 if it named
 	// none.
 	Line int
-	// Err is the underlying error: the exec error, or a lock timeout.
+	// Err is the underlying error: the exec error, a lock timeout, or a
+	// command timeout ([IsCommandTimeout]).
 	Err error
 }
 

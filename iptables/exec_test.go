@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +24,9 @@ import (
 type result struct {
 	stdout, stderr string
 	status         int
+	// hang makes the command run until its context ends, as a hung
+	// binary does until it is killed; it then fails as a killed process.
+	hang bool
 }
 
 // scriptExec is a utilexec.Interface that answers commands from a
@@ -39,8 +44,8 @@ func (e *scriptExec) Command(name string, args ...string) utilexec.Cmd {
 	return &scriptCmd{e: e, name: name, args: args}
 }
 
-func (e *scriptExec) CommandContext(_ context.Context, name string, args ...string) utilexec.Cmd {
-	return e.Command(name, args...)
+func (e *scriptExec) CommandContext(ctx context.Context, name string, args ...string) utilexec.Cmd {
+	return &scriptCmd{e: e, ctx: ctx, name: name, args: args}
 }
 
 func (e *scriptExec) LookPath(file string) (string, error) {
@@ -58,6 +63,7 @@ func (e *scriptExec) commands() []string {
 
 type scriptCmd struct {
 	e              *scriptExec
+	ctx            context.Context // nil for Command
 	name           string
 	args           []string
 	env            []string
@@ -72,6 +78,15 @@ func (x exitError) String() string  { return x.Error() }
 func (x exitError) Exited() bool    { return true }
 func (x exitError) ExitStatus() int { return x.status }
 
+// killedError is the error of a process ended by a signal, as os/exec
+// reports a command it killed when its context ended.
+type killedError struct{}
+
+func (killedError) Error() string   { return "signal: killed" }
+func (killedError) String() string  { return "signal: killed" }
+func (killedError) Exited() bool    { return false }
+func (killedError) ExitStatus() int { return -1 }
+
 func (c *scriptCmd) Run() error {
 	var in []byte
 	if c.stdin != nil {
@@ -83,6 +98,13 @@ func (c *scriptCmd) Run() error {
 	c.e.envs = append(c.e.envs, c.env)
 	c.e.mu.Unlock()
 	r := c.e.handle(c.name, c.args, string(in))
+	if r.hang {
+		if c.ctx == nil {
+			panic("scriptExec: a command without a context hangs forever")
+		}
+		<-c.ctx.Done()
+		return killedError{}
+	}
 	if c.stdout != nil {
 		io.WriteString(c.stdout, r.stdout)
 	}
@@ -377,6 +399,75 @@ func TestChainExistsNFTIncompatible(t *testing.T) {
 	}
 }
 
+// TestCommandTimeout checks that a command that never returns is killed
+// after the runner's timeout, for every kind of command, with an error
+// that IsCommandTimeout recognises and that names the timeout; and that
+// the caller ending the context is not mistaken for a timeout.
+func TestCommandTimeout(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	calls := map[string]func(r *runner, ctx context.Context) error{
+		"Restore": func(r *runner, ctx context.Context) error {
+			return r.RestoreAll(ctx, []byte("*nat\nCOMMIT\n"), NoFlushTables, RestoreCounters)
+		},
+		"SaveInto": func(r *runner, ctx context.Context) error {
+			return r.SaveInto(ctx, TableNAT, new(bytes.Buffer))
+		},
+		"FlushChain": func(r *runner, ctx context.Context) error {
+			return r.FlushChain(ctx, TableNAT, "C")
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			r, _ := newTestRunner(t, BackendNFT, ProtocolIPv4, "iptables v1.8.9 (nf_tables)", func(string, []string, string) result {
+				return result{hang: true}
+			})
+			r.timeout = timeout
+			err := call(r, context.Background())
+			if !IsCommandTimeout(err) {
+				t.Fatalf("error %v: IsCommandTimeout is false", err)
+			}
+			if want := "timed out after " + timeout.String(); !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+			if IsNotFoundError(err) || IsLockTimeout(err) {
+				t.Errorf("error %v: taken for a missing object or a lock timeout", err)
+			}
+
+			ctx, cancel := context.WithCancel(context.Background())
+			r.timeout = time.Hour
+			cancel()
+			if err := call(r, ctx); err == nil || IsCommandTimeout(err) {
+				t.Errorf("cancelled by the caller: error %v, want a failure that is not a timeout", err)
+			}
+		})
+	}
+}
+
+func TestCommandTimeoutOption(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want time.Duration
+	}{
+		{name: "default", want: DefaultCommandTimeout},
+		{name: "set", opts: []Option{WithCommandTimeout(time.Minute)}, want: time.Minute},
+		{name: "none", opts: []Option{WithCommandTimeout(0)}, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result {
+				return result{stdout: "iptables v1.8.9 (legacy)\n"}
+			}}
+			ipt, err := New(context.Background(), ProtocolIPv4, append([]Option{WithExec(e), WithBackend(BackendLegacy)}, tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ipt.(*runner).timeout; got != tc.want {
+				t.Errorf("timeout %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestRunnerFeatures(t *testing.T) {
 	for _, tc := range []struct {
 		version     string
@@ -430,5 +521,54 @@ func TestUnknownBackendAndProtocol(t *testing.T) {
 	}
 	if _, err := newRunner(context.Background(), Protocol(7), options{exec: e, backend: BackendNFT}); err == nil {
 		t.Error("protocol 7 accepted")
+	}
+}
+
+// TestNewVersionProbeTimeout checks that New gives up on an
+// "iptables --version" that never returns, after the command timeout.
+func TestNewVersionProbeTimeout(t *testing.T) {
+	e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{hang: true} }}
+	_, err := New(context.Background(), ProtocolIPv4, WithExec(e), WithBackend(BackendNFT), WithCommandTimeout(20*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("New with a hung --version: error %v, want one saying it was killed", err)
+	}
+}
+
+// TestCommandTimeoutRealProcess runs New's Interface over stand-in
+// binaries on PATH whose iptables-restore is a shell waiting on a child
+// that holds its output open, as a hung restore that forked would: the
+// timeout must kill it and RestoreAll return, once the wait delay for the
+// child's pipes has passed, with a timeout error.
+func TestCommandTimeoutRealProcess(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	scripts := map[string]string{
+		"iptables-nft":         "#!/bin/sh\necho 'iptables v1.8.9 (nf_tables)'\n",
+		"iptables-nft-save":    "#!/bin/sh\n",
+		"iptables-nft-restore": "#!/bin/sh\ncat >/dev/null\nsleep 300\n",
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	ipt, err := New(context.Background(), ProtocolIPv4, WithBackend(BackendNFT), WithCommandTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- ipt.RestoreAll(context.Background(), []byte("*nat\nCOMMIT\n"), NoFlushTables, RestoreCounters)
+	}()
+	select {
+	case err := <-done:
+		if !IsCommandTimeout(err) {
+			t.Errorf("RestoreAll of a hung restore: %v, want a command timeout", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("RestoreAll still waits for the hung restore")
 	}
 }

@@ -56,6 +56,15 @@ type Interface interface {
 	// "*table", chain declarations, "-A" rules and "COMMIT".
 	SaveInto(ctx context.Context, table Table, buffer *bytes.Buffer) error
 
+	// ListRules appends the rules of one chain to buffer as "iptables -S
+	// CHAIN" prints them: "-N CHAIN" (or "-P CHAIN POLICY" for a built-in
+	// chain), then one "-A CHAIN ..." line per rule. It is much cheaper
+	// than SaveInto on the nft backend, which lists only that chain; the
+	// legacy backend reads the whole table either way. A chain that does
+	// not exist is an error (the message depends on the backend: use
+	// ChainExists to tell). On error, buffer is left as it was.
+	ListRules(ctx context.Context, table Table, chain Chain, buffer *bytes.Buffer) error
+
 	// Restore runs iptables-restore for table alone: sections of data for
 	// other tables are skipped. data is iptables-save format. With
 	// [FlushTables] the table is emptied first (user chains not declared in

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"syscall"
@@ -389,21 +388,7 @@ const restoreBenchEnv = "PROXYKIT_RESTORE_BENCH"
 // sync over the loaded tables. The figures are logged (go test -v); only
 // 1000x10 runs unless PROXYKIT_RESTORE_BENCH=1, and nothing with -short.
 func TestWriterRestoreTime(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping restore timings in -short mode")
-	}
-	sizes := benchSizes[:1]
-	if os.Getenv(restoreBenchEnv) == "1" {
-		sizes = benchSizes
-	}
-	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
-		for _, size := range sizes {
-			t.Run(string(backend)+"/"+size.String(), func(t *testing.T) {
-				kerneltest.Require(t, kernelTools(backend)...)
-				testRestoreTime(t, backend, size)
-			})
-		}
-	}
+	forKernelBenchSizes(t, benchSizes, testRestoreTime)
 }
 
 func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {

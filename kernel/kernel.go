@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/utils/exec"
+
+	"github.com/proxykit/proxykit/internal/boundedexec"
 )
 
 // ErrNotSupported is returned when the real root ("/") is read on an
@@ -30,11 +33,22 @@ type Kernel struct {
 	// Exec runs modprobe for a module that is neither loaded nor built
 	// in. Nil means modules are never loaded, only looked up.
 	Exec exec.Interface
+	// ModprobeTimeout bounds each modprobe: when it passes, modprobe is
+	// killed (Exec must honour the context, as the real one does) and the
+	// module counts as missing. Zero means DefaultModprobeTimeout; a
+	// negative value means no bound.
+	ModprobeTimeout time.Duration
 }
+
+// DefaultModprobeTimeout is how long a modprobe may run when
+// Kernel.ModprobeTimeout is zero. Loading a module takes milliseconds; a
+// modprobe that takes a minute is stuck (on a hung module's init, say),
+// and waiting longer would hold up the proxier's start for nothing.
+const DefaultModprobeTimeout = time.Minute
 
 // New returns a Kernel for this node: the real root and the real exec.
 func New() *Kernel {
-	return &Kernel{Root: "/", Exec: exec.New()}
+	return &Kernel{Root: "/", Exec: boundedexec.New(0)}
 }
 
 // path returns the path of the absolute path p under k.Root, or

@@ -152,6 +152,30 @@ func (k *Kernel) readBuiltin(m *Modules) error {
 	return errors.Join(errs...)
 }
 
+// modprobe runs `modprobe -- name` through k.Exec within k's timeout and
+// returns its output. A modprobe killed by the timeout is an error that
+// says so.
+func (k *Kernel) modprobe(ctx context.Context, name string) ([]byte, error) {
+	timeout := k.ModprobeTimeout
+	if timeout == 0 {
+		timeout = DefaultModprobeTimeout
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errModprobeTimeout)
+		defer cancel()
+	}
+	out, err := k.Exec.CommandContext(ctx, "modprobe", "--", name).CombinedOutput()
+	if err != nil && errors.Is(context.Cause(ctx), errModprobeTimeout) {
+		return out, fmt.Errorf("modprobe %s: killed: timed out after %v: %w", name, timeout, err)
+	}
+	return out, err
+}
+
+// errModprobeTimeout is the cause of a modprobe's context ending at its
+// timeout.
+var errModprobeTimeout = errors.New("modprobe timed out")
+
 // MissingModulesError is returned by [Kernel.EnsureModules] when some
 // modules are neither present nor loadable.
 type MissingModulesError struct {
@@ -198,7 +222,7 @@ func (k *Kernel) ensure(ctx context.Context, m *Modules, modules []string) (load
 			missing = append(missing, name)
 			continue
 		}
-		out, err := k.Exec.CommandContext(ctx, "modprobe", "--", name).CombinedOutput()
+		out, err := k.modprobe(ctx, name)
 		if err != nil {
 			logger.V(2).Info("modprobe failed", "module", name, "err", err, "output", strings.TrimSpace(string(out)))
 			missing = append(missing, name)

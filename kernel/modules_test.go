@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/exec"
+	fakeexec "k8s.io/utils/exec/testing"
 )
 
 func TestParseModules(t *testing.T) {
@@ -189,5 +193,65 @@ func TestModulesUnreadableProcModules(t *testing.T) {
 	_, err := (&Kernel{Root: root}).Modules(context.Background())
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Modules() error = %v, want a read error", err)
+	}
+}
+
+// hungModprobe is an exec.Interface whose `modprobe -- ip_vs` never ends
+// on its own: it returns, as a killed process, only when its context ends,
+// as the real exec kills a command whose context is done. Other modules
+// load at once.
+type hungModprobe struct {
+	calls []string
+}
+
+func (h *hungModprobe) Command(cmd string, args ...string) exec.Cmd {
+	return h.CommandContext(context.Background(), cmd, args...)
+}
+
+func (h *hungModprobe) CommandContext(ctx context.Context, cmd string, args ...string) exec.Cmd {
+	fc := &fakeexec.FakeCmd{}
+	fc.CombinedOutputScript = []fakeexec.FakeAction{func() ([]byte, []byte, error) {
+		h.calls = append(h.calls, args[len(args)-1])
+		if args[len(args)-1] != "ip_vs" {
+			return nil, nil, nil
+		}
+		<-ctx.Done()
+		return nil, nil, errors.New("signal: killed")
+	}}
+	return fakeexec.InitFakeCmd(fc, cmd, args...)
+}
+
+func (h *hungModprobe) LookPath(file string) (string, error) { return "/usr/sbin/" + file, nil }
+
+// TestEnsureModulesHungModprobe checks that a modprobe that never returns
+// is killed after Kernel.ModprobeTimeout, that its module then counts as
+// missing, and that the modules after it are still loaded.
+func TestEnsureModulesHungModprobe(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	h := &hungModprobe{}
+	k := &Kernel{Root: writeTree(t, layoutDebianCloud(t)), Exec: h, ModprobeTimeout: 20 * time.Millisecond}
+	loaded, err := k.EnsureModules(ctx, "ip_vs", "ip_set")
+	var me *MissingModulesError
+	if !errors.As(err, &me) {
+		t.Fatalf("EnsureModules: %v, want a MissingModulesError", err)
+	}
+	if diff := cmp.Diff([]string{"ip_vs"}, me.Modules); diff != "" {
+		t.Errorf("missing (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"ip_set"}, loaded); diff != "" {
+		t.Errorf("loaded (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"ip_vs", "ip_set"}, h.calls); diff != "" {
+		t.Errorf("modprobe calls (-want +got):\n%s", diff)
+	}
+
+	_, err = k.modprobe(ctx, "ip_vs")
+	if err == nil || !strings.Contains(err.Error(), "timed out after 20ms") {
+		t.Errorf("modprobe error %v, want one saying it timed out after 20ms", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := k.modprobe(cancelled, "ip_vs"); err == nil || strings.Contains(err.Error(), "timed out") {
+		t.Errorf("modprobe cancelled by the caller: error %v, want one that is not a timeout", err)
 	}
 }

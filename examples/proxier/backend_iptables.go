@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/iptables"
 )
@@ -24,6 +27,14 @@ type iptablesBackend struct {
 	metrics *metrics
 	// canaryInterval is how often run checks the canary.
 	canaryInterval time.Duration
+	// driftCheckPeriod is how often run compares the top-level chains
+	// with what the writer applied (Writer.CheckDrift); zero turns the
+	// check off.
+	driftCheckPeriod time.Duration
+	// mu is held by sync and by the drift check: the writer is not safe
+	// for concurrent use, and a check during a sync would compare the
+	// kernel with rules not applied yet.
+	mu sync.Mutex
 }
 
 var _ backend = (*iptablesBackend)(nil)
@@ -35,8 +46,11 @@ const fullSyncPeriod = time.Hour
 
 // newIPTablesBackend makes the backend of one family. cfg carries the
 // family and the node's settings; ipt (nil for a dry run) decides the
-// backend-dependent parts.
-func newIPTablesBackend(cfg iptables.WriterConfig, ipt iptables.Interface, out io.Writer, m *metrics, canaryInterval time.Duration) (*iptablesBackend, error) {
+// backend-dependent parts. Unless in a dry run, it reads the chains that
+// exist in the nat table, so that the first full sync deletes the service
+// chains nothing owns any more: those of services deleted while no
+// proxier ran, or of a sync killed half-way.
+func newIPTablesBackend(ctx context.Context, cfg iptables.WriterConfig, ipt iptables.Interface, out io.Writer, m *metrics, canaryInterval, driftCheckPeriod time.Duration) (*iptablesBackend, error) {
 	cfg.FullSyncPeriod = fullSyncPeriod
 	if ipt != nil {
 		cfg.RandomFully = ipt.HasRandomFully()
@@ -54,10 +68,22 @@ func newIPTablesBackend(cfg iptables.WriterConfig, ipt iptables.Interface, out i
 	if err != nil {
 		return nil, fmt.Errorf("%s rule writer: %w", cfg.IPFamily, err)
 	}
-	return &iptablesBackend{family: cfg.IPFamily, w: w, ipt: ipt, out: out, metrics: m, canaryInterval: canaryInterval}, nil
+	if ipt != nil {
+		var save bytes.Buffer
+		if err := ipt.SaveInto(ctx, iptables.TableNAT, &save); err != nil {
+			// Not fatal: the chains are only left behind, as before.
+			klog.FromContext(ctx).Error(err, "Reading the existing chains; stale service chains from before this start stay", "ipFamily", cfg.IPFamily)
+		} else {
+			w.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
+		}
+	}
+	return &iptablesBackend{family: cfg.IPFamily, w: w, ipt: ipt, out: out, metrics: m,
+		canaryInterval: canaryInterval, driftCheckPeriod: driftCheckPeriod}, nil
 }
 
 func (b *iptablesBackend) sync(ctx context.Context, ins []*syncInput) ([]syncOutcome, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	in := ins[0]
 	res := b.w.Sync(ctx, iptables.SyncInput{
 		Services:        in.services,
@@ -110,12 +136,52 @@ func (b *iptablesBackend) requestFullSync() { b.w.RequestFullSync() }
 var canaryTables = []iptables.Table{iptables.TableMangle, iptables.TableNAT, iptables.TableFilter}
 
 // run watches the canary chain: a flush by another program (a firewall
-// reload, iptables -F) takes it too, and lost then brings a full sync.
+// reload, iptables -F) takes it too, and lost then brings a full sync. It
+// also checks the top-level chains for drift every driftCheckPeriod: a
+// service's jump deleted by hand takes no canary with it.
 func (b *iptablesBackend) run(ctx context.Context, lost func()) {
 	if b.ipt == nil {
 		return
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if b.driftCheckPeriod > 0 {
+		wg.Go(func() {
+			t := time.NewTicker(b.driftCheckPeriod)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					b.checkDrift(ctx, lost)
+				}
+			}
+		})
+	}
 	b.ipt.Monitor(ctx, iptables.ProxyCanaryChain, canaryTables, lost, b.canaryInterval)
+}
+
+// checkDrift compares the top-level chains with what the writer applied
+// and, when they differ, logs what it found and calls lost, which brings
+// a full sync. It waits for a sync in progress, so that it compares with
+// applied rules; an error reading the chains is logged, and the next
+// period tries again.
+func (b *iptablesBackend) checkDrift(ctx context.Context, lost func()) {
+	b.mu.Lock()
+	d, err := b.w.CheckDrift(ctx, b.ipt)
+	b.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		logger.Error(err, "Checking the iptables rules for drift; trying again later", "ipFamily", b.family)
+		return
+	}
+	if d.Found() {
+		logger.Info("iptables rules differ from what was applied; syncing everything", "ipFamily", b.family,
+			"missing", d.Missing, "unexpected", d.Unexpected, "examples", d.Examples)
+		b.metrics.driftRepairs.WithLabelValues(string(b.family)).Inc()
+		lost()
+	}
 }
 
 func restoreCommand(family v1.IPFamily) string {

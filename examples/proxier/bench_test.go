@@ -166,12 +166,12 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 // benchCluster, in a dry run that prints nothing.
 func newBenchBackend(tb testing.TB, m *metrics) *iptablesBackend {
 	tb.Helper()
-	backend, err := newIPTablesBackend(iptables.WriterConfig{
+	backend, err := newIPTablesBackend(context.Background(), iptables.WriterConfig{
 		IPFamily:    v1.IPv4Protocol,
 		NodeName:    "node-a",
 		NodeIPs:     []netip.Addr{netip.MustParseAddr("192.168.0.1")},
 		ClusterCIDR: netip.MustParsePrefix("10.128.0.0/10"),
-	}, nil, io.Discard, m, 0)
+	}, nil, io.Discard, m, 0, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -54,6 +54,8 @@
 // --nodeport-addresses, --healthz-bind-address, --metrics-bind-address,
 // --sync-period, --min-sync-period, --cleanup (of both modes) and -v; and
 // --manifests PATH (Services, EndpointSlices and Nodes from a YAML file or
-// directory, followed for edits), --dry-run and --once. See README.md
+// directory, followed for edits), --dry-run, --once and
+// --iptables-drift-check-period (how often iptables mode checks that no
+// service's top-level rule was deleted by hand). See README.md
 // beside this file for the details and the tests.
 package main

@@ -256,10 +256,12 @@ func (k *e2eNode) iptables(t testing.TB, p iptables.Protocol, args ...string) st
 	return stdout.String()
 }
 
-// proxierArgs are the flags every end-to-end run uses.
+// proxierArgs are the flags every end-to-end run uses. The drift check is
+// off unless extra turns it on: firing while a test breaks rules on
+// purpose, it would repair them before the test's own sync meets them.
 func (k *e2eNode) proxierArgs(extra ...string) []string {
 	return append([]string{"--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
-		"--sync-period", e2eSyncPeriod.String(), "--min-sync-period", "100ms",
+		"--sync-period", e2eSyncPeriod.String(), "--min-sync-period", "100ms", "--iptables-drift-check-period", "0",
 		"--healthz-bind-address", e2eNodeIP + ":10256", "--metrics-bind-address", e2eNodeIP + ":10249", "-v", "2"}, extra...)
 }
 

@@ -37,6 +37,7 @@ type metrics struct {
 	endpointChanges     prometheus.Counter
 	restoreFailures     *prometheus.CounterVec
 	partialFailures     *prometheus.CounterVec
+	driftRepairs        *prometheus.CounterVec
 	noLocalEndpoints    *prometheus.GaugeVec
 	conntrackDeleted    *prometheus.CounterVec
 }
@@ -93,6 +94,10 @@ func newMetrics(pendingServices, pendingEndpoints func() int) *metrics {
 			Subsystem: subsystem, Name: "sync_proxy_rules_iptables_partial_restore_failures_total",
 			Help: "iptables-restore runs of partial syncs that failed (the next sync is full).",
 		}, family),
+		driftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: subsystem, Name: "sync_proxy_rules_iptables_drift_repairs_total",
+			Help: "Checks that found the top-level iptables chains different from what was applied, each followed by a full sync (a proxykit metric; kube-proxy has none).",
+		}, family),
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_no_local_endpoints_total",
 			Help: "Service ports with a Local traffic policy whose traffic is dropped because this node has no endpoint for them.",
@@ -107,7 +112,7 @@ func newMetrics(pendingServices, pendingEndpoints func() int) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.networkProgramming,
 		m.lastSync, m.lastQueued, m.serviceChanges, m.endpointChanges,
-		m.restoreFailures, m.partialFailures, m.noLocalEndpoints, m.conntrackDeleted,
+		m.restoreFailures, m.partialFailures, m.driftRepairs, m.noLocalEndpoints, m.conntrackDeleted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_pending",
 			Help: "Services with a change not yet synced.",

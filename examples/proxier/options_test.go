@@ -21,6 +21,7 @@ func TestParseOptions(t *testing.T) {
 		metricsBindAddress: "127.0.0.1:10249",
 		syncPeriod:         30 * time.Second,
 		minSyncPeriod:      time.Second,
+		driftCheckPeriod:   30 * time.Second,
 	}
 	with := func(f func(*options)) *options {
 		o := defaults
@@ -59,6 +60,9 @@ func TestParseOptions(t *testing.T) {
 			args: []string{"--manifests", "x", "--dry-run", "--sync-period", "5s", "--min-sync-period", "0"},
 			want: with(func(o *options) { o.manifests, o.dryRun, o.syncPeriod, o.minSyncPeriod = "x", true, 5*time.Second, 0 }),
 		},
+		{args: []string{"--iptables-drift-check-period", "0"}, want: with(func(o *options) { o.driftCheckPeriod = 0 })},
+		{args: []string{"--iptables-drift-check-period", "2m"}, want: with(func(o *options) { o.driftCheckPeriod = 2 * time.Minute })},
+		{args: []string{"--iptables-drift-check-period", "-1s"}, wantErr: "--iptables-drift-check-period"},
 		{args: []string{"--mode", "nftables"}, wantErr: `--mode "nftables"`},
 		{args: []string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, wantErr: "at most one per IP family"},
 		{args: []string{"--cluster-cidr", "10.0.0.0"}, wantErr: "--cluster-cidr"},

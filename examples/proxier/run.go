@@ -365,7 +365,7 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 		if ipts != nil {
 			ipt = ipts[i]
 		}
-		b, err := newIPTablesBackend(cfg, ipt, env.stdout, m, o.syncPeriod)
+		b, err := newIPTablesBackend(ctx, cfg, ipt, env.stdout, m, o.syncPeriod, o.driftCheckPeriod)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -284,6 +284,42 @@ func (f *Fake) SaveInto(ctx context.Context, t iptables.Table, buffer *bytes.Buf
 	return nil
 }
 
+// ListRules is part of Interface. The rules are printed as the Fake
+// holds them, which is how iptables-save prints them. A missing chain is
+// the legacy binary's error, for which iptables.IsNotFoundError is true.
+func (f *Fake) ListRules(ctx context.Context, t iptables.Table, c iptables.Chain, buffer *bytes.Buffer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	args := []string{"-t", string(t), "-S", string(c)}
+	if !t.Valid() {
+		return f.tableError(f.binary(""), args, t)
+	}
+	var ch *chain
+	if tbl := f.tables[t]; tbl != nil {
+		ch = tbl.chains[c]
+	} else if c.IsBuiltin(t) {
+		ch = &chain{name: c, builtin: true, policy: "ACCEPT"}
+	}
+	if ch == nil {
+		return &iptables.Error{Command: f.binary(""), Args: args, ExitStatus: 1, Stderr: "iptables: No chain/target/match by that name."}
+	}
+	var b strings.Builder
+	if ch.builtin {
+		b.WriteString("-P " + string(c) + " " + ch.policy + "\n")
+	} else {
+		b.WriteString("-N " + string(c) + "\n")
+	}
+	for _, r := range ch.rules {
+		b.WriteString("-A " + string(c))
+		if r.text != "" {
+			b.WriteString(" " + r.text)
+		}
+		b.WriteString("\n")
+	}
+	buffer.WriteString(b.String())
+	return nil
+}
+
 // Restore is part of Interface. Counters in data are checked for syntax
 // and otherwise ignored: the Fake counts nothing.
 func (f *Fake) Restore(ctx context.Context, t iptables.Table, data []byte, flush iptables.FlushFlag, counters iptables.RestoreCountersFlag) error {

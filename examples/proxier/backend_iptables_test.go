@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/iptables"
+	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+)
+
+// fakeIPTablesFamily is an iptables backend over a Fake with the
+// familyProxier whose maps feed it, holding one service "ns/web" with one
+// endpoint.
+type fakeIPTablesFamily struct {
+	b    *iptablesBackend
+	fp   *familyProxier
+	fake *iptablestest.Fake
+	m    *metrics
+}
+
+func newFakeIPTablesFamily(t *testing.T, fake *iptablestest.Fake) *fakeIPTablesFamily {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	m := newMetrics(func() int { return 0 }, func() int { return 0 })
+	b, err := newIPTablesBackend(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake, nil, m, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m)
+	fp.svcTracker.Update(nil, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
+	})
+	fp.epTracker.EndpointSliceUpdate(&discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.11"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}, false)
+	return &fakeIPTablesFamily{b: b, fp: fp, fake: fake, m: m}
+}
+
+// sync runs one sync of the backend and reports whether it was full.
+func (f *fakeIPTablesFamily) sync(t *testing.T) bool {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	outs, err := f.b.sync(ctx, []*syncInput{f.fp.update()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outs[0].full
+}
+
+func natChains(t *testing.T, fake *iptablestest.Fake) []iptables.Chain {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := fake.SaveInto(context.Background(), iptables.TableNAT, &buf); err != nil {
+		t.Fatal(err)
+	}
+	return iptables.ChainsFromSave(buf.Bytes())
+}
+
+func hasChain(chains []iptables.Chain, c iptables.Chain) bool {
+	for _, x := range chains {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// TestIPTablesBackendDriftCheck checks that the backend's drift check
+// calls lost, and counts a repair, exactly when a service's jump has been
+// deleted, and that the full sync lost brings puts the jump back.
+func TestIPTablesBackendDriftCheck(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFakeIPTablesFamily(t, iptablestest.NewFake())
+	if !f.sync(t) {
+		t.Fatal("first sync partial")
+	}
+	losses := 0
+	lost := func() { losses++; f.b.requestFullSync() }
+	f.b.checkDrift(ctx, lost)
+	if losses != 0 {
+		t.Fatalf("lost called %d times with nothing changed", losses)
+	}
+
+	var buf bytes.Buffer
+	if err := f.fake.ListRules(ctx, iptables.TableNAT, iptables.KubeServicesChain, &buf); err != nil {
+		t.Fatal(err)
+	}
+	var jump string
+	for line := range strings.Lines(buf.String()) {
+		if strings.Contains(line, "ns/web:http cluster IP") {
+			jump = strings.TrimSpace(strings.TrimPrefix(line, "-A "))
+		}
+	}
+	if jump == "" {
+		t.Fatalf("no jump for ns/web:http in:\n%s", buf.String())
+	}
+	if err := f.fake.Restore(ctx, iptables.TableNAT, []byte("*nat\n-D "+jump+"\nCOMMIT\n"), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
+		t.Fatal(err)
+	}
+	f.b.checkDrift(ctx, lost)
+	if losses != 1 {
+		t.Fatalf("lost called %d times after the jump was deleted, want 1", losses)
+	}
+	if got := gatherMetric(t, f.m, "kubeproxy_sync_proxy_rules_iptables_drift_repairs_total"); got != 1 {
+		t.Errorf("drift repairs %v, want 1", got)
+	}
+	if !f.sync(t) {
+		t.Error("the sync after drift was partial")
+	}
+	buf.Reset()
+	if err := f.fake.ListRules(ctx, iptables.TableNAT, iptables.KubeServicesChain, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "ns/web:http cluster IP") {
+		t.Errorf("the jump is still missing after the full sync:\n%s", buf.String())
+	}
+	f.b.checkDrift(ctx, lost)
+	if losses != 1 {
+		t.Errorf("lost called again after the repair")
+	}
+}
+
+// TestIPTablesBackendStaleChainsAtStart checks that a backend made over
+// tables holding the chains of a service that no longer exists (left by a
+// proxier that ran before) deletes them in its first sync, and keeps the
+// chains of the live service.
+func TestIPTablesBackendStaleChainsAtStart(t *testing.T) {
+	ctx := context.Background()
+	fake := iptablestest.NewFake()
+	gone := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "gone"}, Port: "http", Protocol: v1.ProtocolTCP}
+	svc, sep := iptables.ServiceClusterChain(gone), iptables.EndpointChain(gone, "10.244.0.99:8080")
+	stale := "*nat\n:" + string(svc) + " - [0:0]\n:" + string(sep) + " - [0:0]\n-A " + string(svc) + " -j " + string(sep) +
+		"\n-A " + string(sep) + " -p tcp -j DNAT --to-destination 10.244.0.99:8080\nCOMMIT\n"
+	if err := fake.Restore(ctx, iptables.TableNAT, []byte(stale), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeIPTablesFamily(t, fake)
+	f.sync(t)
+	chains := natChains(t, fake)
+	for _, c := range []iptables.Chain{svc, sep} {
+		if hasChain(chains, c) {
+			t.Errorf("stale chain %s is still there after the first sync", c)
+		}
+	}
+	web := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
+	for _, c := range []iptables.Chain{iptables.ServiceClusterChain(web), iptables.EndpointChain(web, "10.244.0.11:8080")} {
+		if !hasChain(chains, c) {
+			t.Errorf("chain %s of the live service is missing", c)
+		}
+	}
+}
+
+// gatherMetric returns the value of the counter name (one series) in m's
+// registry, or 0 if it has none.
+func gatherMetric(t *testing.T, m *metrics, name string) float64 {
+	t.Helper()
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
