@@ -17,6 +17,8 @@ import (
 type iptablesBackend struct {
 	family v1.IPFamily
 	w      *iptables.Writer
+	// names are the writer's, for its jumps and canary.
+	names *iptables.ChainNames
 	// ipt applies the payloads; nil in a dry run, which prints them to
 	// out instead.
 	ipt     iptables.Interface
@@ -54,7 +56,12 @@ func newIPTablesBackend(cfg iptables.WriterConfig, ipt iptables.Interface, out i
 	if err != nil {
 		return nil, fmt.Errorf("%s rule writer: %w", cfg.IPFamily, err)
 	}
-	return &iptablesBackend{family: cfg.IPFamily, w: w, ipt: ipt, out: out, metrics: m, canaryInterval: canaryInterval}, nil
+	// NewWriter took the prefix, so NewChainNames does too.
+	names, err := iptables.NewChainNames(cfg.ChainPrefix)
+	if err != nil {
+		return nil, err
+	}
+	return &iptablesBackend{family: cfg.IPFamily, w: w, names: names, ipt: ipt, out: out, metrics: m, canaryInterval: canaryInterval}, nil
 }
 
 func (b *iptablesBackend) sync(ctx context.Context, ins []*syncInput) ([]syncOutcome, error) {
@@ -82,7 +89,7 @@ func (b *iptablesBackend) sync(ctx context.Context, ins []*syncInput) ([]syncOut
 	// A full sync is also how rules another program flushed come back,
 	// jumps from the built-in chains included.
 	if res.Full {
-		err = iptables.EnsureJumpRules(ctx, b.ipt)
+		err = iptables.EnsureJumps(ctx, b.ipt, b.names.JumpRules())
 	}
 	if err == nil && len(res.Payload) > 0 {
 		err = b.ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
@@ -115,7 +122,7 @@ func (b *iptablesBackend) run(ctx context.Context, lost func()) {
 	if b.ipt == nil {
 		return
 	}
-	b.ipt.Monitor(ctx, iptables.ProxyCanaryChain, canaryTables, lost, b.canaryInterval)
+	b.ipt.Monitor(ctx, b.names.Canary(), canaryTables, lost, b.canaryInterval)
 }
 
 func restoreCommand(family v1.IPFamily) string {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
@@ -21,6 +22,7 @@ func TestParseOptions(t *testing.T) {
 		metricsBindAddress: "127.0.0.1:10249",
 		syncPeriod:         30 * time.Second,
 		minSyncPeriod:      time.Second,
+		chainPrefix:        "KUBE",
 	}
 	with := func(f func(*options)) *options {
 		o := defaults
@@ -59,6 +61,10 @@ func TestParseOptions(t *testing.T) {
 			args: []string{"--manifests", "x", "--dry-run", "--sync-period", "5s", "--min-sync-period", "0"},
 			want: with(func(o *options) { o.manifests, o.dryRun, o.syncPeriod, o.minSyncPeriod = "x", true, 5*time.Second, 0 }),
 		},
+		{args: []string{"--chain-prefix", "PXYB"}, want: with(func(o *options) { o.chainPrefix = "PXYB" })},
+		{args: []string{"--chain-prefix", "KUBE-B"}, wantErr: `--chain-prefix: IPVS mode: chain prefix "KUBE-B": character '-'`},
+		{args: []string{"--chain-prefix", "PROXYB"}, wantErr: "--chain-prefix: IPVS mode: chain prefix \"PROXYB\": chain PROXYB-SOURCE-RANGES-FIREWALL is longer"},
+		{args: []string{"--chain-prefix", ""}, want: &defaults},
 		{args: []string{"--mode", "nftables"}, wantErr: `--mode "nftables"`},
 		{args: []string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, wantErr: "at most one per IP family"},
 		{args: []string{"--cluster-cidr", "10.0.0.0"}, wantErr: "--cluster-cidr"},
@@ -82,8 +88,11 @@ func TestParseOptions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(options{}), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(options{}), cmpopts.IgnoreFields(options{}, "names"), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 				t.Errorf("options (-want +got):\n%s", diff)
+			}
+			if p := got.names.Chains().Prefix(); p != tc.want.chainPrefix {
+				t.Errorf("names have prefix %q, want %q", p, tc.want.chainPrefix)
 			}
 		})
 	}
