@@ -105,8 +105,10 @@ type ChainNames struct {
 	// kinds are the prefixes of the per-service and per-endpoint chains,
 	// "PREFIX-SVC-" and so on, computed once so that writing a chain name
 	// costs one append.
-	kinds                                                                     [numChainKinds]string
-	services, external, nodePorts, postrouting, markMasq, forward, fw, canary Chain
+	kinds [numChainKinds]string
+	// The top-level chains and the canary.
+	services, external, nodePorts, postrouting Chain
+	markMasq, forward, fw, canary              Chain
 }
 
 // NewChainNames returns the names of the chains with prefix; "" means
@@ -209,7 +211,8 @@ func (n *ChainNames) Canary() Chain { return n.canary }
 // Custom returns PREFIX-suffix: a chain of the proxy's own that this
 // package does not name (IPVS mode's PREFIX-NODE-PORT, say). Such a chain
 // is not among those [ChainNames.IsWriterChain] accepts; the caller's own
-// ChainOwner must.
+// ChainOwner must. suffix is not checked: pass a constant of
+// capital letters and dashes.
 func (n *ChainNames) Custom(suffix string) Chain { return Chain(n.prefix + "-" + suffix) }
 
 // kindSuffixes follow the prefix and its dash in the per-service and
@@ -358,9 +361,10 @@ func EndpointChain(name changetracker.ServicePortName, endpoint string) Chain {
 }
 
 // IsServiceChain reports whether c has the form of a per-service or
-// per-endpoint chain that the writer makes: one of the KUBE-SVC-,
-// KUBE-SVL-, KUBE-EXT-, KUBE-FW- or KUBE-SEP- prefixes followed by 16
-// characters. Top-level chains such as KUBE-SERVICES are not.
+// per-endpoint chain that a writer with [DefaultChainPrefix] makes: one of
+// the KUBE-SVC-, KUBE-SVL-, KUBE-EXT-, KUBE-FW- or KUBE-SEP- prefixes
+// followed by 16 characters. Top-level chains such as KUBE-SERVICES are
+// not.
 func IsServiceChain(c Chain) bool {
 	return defaultNames.IsServiceChain(c)
 }

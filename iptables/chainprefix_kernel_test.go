@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
+	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 )
 
 // The second proxy's Service in TestTwoWritersKernel, on pod-c.
@@ -73,7 +74,7 @@ func testTwoWritersKernel(t *testing.T, backend iptables.Backend) {
 	rulesOf := func(t *testing.T, prefix string) []string {
 		t.Helper()
 		save := string(stripCounters(append(k.save(t, iptables.TableFilter), k.save(t, iptables.TableNAT)...)))
-		return linesOf(save, prefix)
+		return iptablestest.PrefixLines(save, prefix)
 	}
 	reachable := func(t *testing.T) {
 		t.Helper()

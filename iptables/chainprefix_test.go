@@ -194,18 +194,6 @@ func TestWriterChainPrefixPayloads(t *testing.T) {
 	}
 }
 
-// linesOf returns the lines of a Fake's dump that mention prefix, which
-// are that proxy's chains, their rules and the jumps to them.
-func linesOf(dump, prefix string) []string {
-	var out []string
-	for l := range strings.Lines(dump) {
-		if strings.Contains(l, prefix+"-") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // TestTwoWritersShareTables runs two writers with different prefixes on one
 // Fake, each for its own Services, and checks that neither's syncs,
 // leftover handling or cleanup touch the other's rules.
@@ -241,7 +229,7 @@ func TestTwoWritersShareTables(t *testing.T) {
 			}
 		}
 	}
-	kubeBefore, otherBefore := linesOf(f.Dump(), "KUBE"), linesOf(f.Dump(), otherPrefix)
+	kubeBefore, otherBefore := iptablestest.PrefixLines(f.Dump(), "KUBE"), iptablestest.PrefixLines(f.Dump(), otherPrefix)
 	if len(otherBefore) == 0 || len(kubeBefore) == 0 {
 		t.Fatal("a writer wrote nothing")
 	}
@@ -253,10 +241,10 @@ func TestTwoWritersShareTables(t *testing.T) {
 	scnRemoveEndpoint(kc)
 	scnDeleteService(kc)
 	prefixedSync(t, kw, kube, f, kc.input())
-	if diff := cmp.Diff(otherBefore, linesOf(f.Dump(), otherPrefix)); diff != "" {
+	if diff := cmp.Diff(otherBefore, iptablestest.PrefixLines(f.Dump(), otherPrefix)); diff != "" {
 		t.Errorf("the KUBE writer's syncs changed %s's rules:\n%s", otherPrefix, diff)
 	}
-	kubeBefore = linesOf(f.Dump(), "KUBE")
+	kubeBefore = iptablestest.PrefixLines(f.Dump(), "KUBE")
 
 	// And the other way round, ending with a cleanup of the second.
 	ow.RequestFullSync()
@@ -268,16 +256,16 @@ func TestTwoWritersShareTables(t *testing.T) {
 	if n == 0 {
 		t.Error("cleanup of the second proxy deleted nothing")
 	}
-	if left := linesOf(f.Dump(), otherPrefix); len(left) > 0 {
+	if left := iptablestest.PrefixLines(f.Dump(), otherPrefix); len(left) > 0 {
 		t.Errorf("cleanup left %s's rules:\n%s", otherPrefix, strings.Join(left, ""))
 	}
-	if diff := cmp.Diff(kubeBefore, linesOf(f.Dump(), "KUBE")); diff != "" {
+	if diff := cmp.Diff(kubeBefore, iptablestest.PrefixLines(f.Dump(), "KUBE")); diff != "" {
 		t.Errorf("the %s writer's syncs and cleanup changed KUBE's rules:\n%s", otherPrefix, diff)
 	}
 	if _, err := iptables.Cleanup(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if left := linesOf(f.Dump(), "KUBE"); len(left) > 0 {
+	if left := iptablestest.PrefixLines(f.Dump(), "KUBE"); len(left) > 0 {
 		t.Errorf("cleanup left KUBE's rules:\n%s", strings.Join(left, ""))
 	}
 }

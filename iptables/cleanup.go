@@ -10,8 +10,8 @@ import (
 )
 
 // ProxyCanaryChain is the chain a service proxy passes to
-// [Interface.Monitor], named as kube-proxy names it. [Cleanup] removes it
-// from every table it is in.
+// [Interface.Monitor], named as kube-proxy names it ([ChainNames.Canary]
+// for another prefix). [Cleanup] removes it from every table it is in.
 const ProxyCanaryChain Chain = "KUBE-PROXY-CANARY"
 
 // cleanupTables are the tables Cleanup looks at: the two the Writer

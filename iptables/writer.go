@@ -182,7 +182,8 @@ type SyncResult struct {
 // KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-FORWARD,
 // KUBE-PROXY-FIREWALL and KUBE-POSTROUTING; each service port has
 // KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- chains as its policies
-// need, and each endpoint a KUBE-SEP- chain.
+// need, and each endpoint a KUBE-SEP- chain. With WriterConfig.ChainPrefix
+// every one of these names starts with that prefix instead of KUBE.
 //
 // Partial syncs cost O(changed services). kube-proxy rewrites
 // KUBE-SERVICES on every sync, which costs O(services) bytes however small

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
+	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	"github.com/proxykit/proxykit/ipvs"
 	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
@@ -122,17 +123,6 @@ func TestNewModeNamesValidates(t *testing.T) {
 	}
 }
 
-// linesWith returns the lines of dump that mention prefix.
-func linesWith(dump, prefix string) []string {
-	var out []string
-	for l := range strings.Lines(dump) {
-		if strings.Contains(l, prefix+"-") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // TestTwoPrefixesShareNode applies the translations of two IPVS-mode
 // proxies with different prefixes to one node's iptables and ipsets (their
 // virtual servers kept apart, as WithExcludeCIDRs would) and checks that
@@ -154,7 +144,7 @@ func TestTwoPrefixesShareNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := func(prefix string) []string {
-		return append(linesWith(ipt.Dump(), prefix), linesWith(n.sets.Dump(), prefix)...)
+		return append(iptablestest.PrefixLines(ipt.Dump(), prefix), iptablestest.PrefixLines(n.sets.Dump(), prefix)...)
 	}
 	kubeBefore, otherBefore := state("KUBE"), state(otherPrefix)
 	if len(kubeBefore) < 20 || len(otherBefore) < 20 {

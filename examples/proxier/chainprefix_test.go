@@ -7,18 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-// linesWith returns the lines of dump that mention prefix.
-func linesWith(dump, prefix string) []string {
-	var out []string
-	for l := range strings.Lines(dump) {
-		if strings.Contains(l, prefix+"-") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
+	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+)
 
 // TestChainPrefixBesideKUBE runs a proxier with --chain-prefix PXYB, in
 // both modes and with --cleanup, on a node where a proxier with kube-proxy's
@@ -36,12 +27,12 @@ func TestChainPrefixBesideKUBE(t *testing.T) {
 	}
 	once := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a"}
 	run(t, append(once, "--mode", "iptables")...)
-	kube := linesWith(node.ipt4.Dump(), "KUBE")
+	kube := iptablestest.PrefixLines(node.ipt4.Dump(), "KUBE")
 	kubeSets := node.sets.Dump()
 
 	for _, mode := range []string{modeIPTables, modeIPVS} {
 		run(t, append(once, "--mode", mode, "--chain-prefix", "PXYB")...)
-		if diff := cmp.Diff(kube, linesWith(node.ipt4.Dump(), "KUBE")); diff != "" {
+		if diff := cmp.Diff(kube, iptablestest.PrefixLines(node.ipt4.Dump(), "KUBE")); diff != "" {
 			t.Errorf("PXYB in %s mode changed KUBE's rules (-before +after):\n%s", mode, diff)
 		}
 		if !strings.Contains(node.ipt4.Dump(), ":PXYB-SERVICES") {
@@ -54,10 +45,10 @@ func TestChainPrefixBesideKUBE(t *testing.T) {
 	vs := node.lb.Dump()
 
 	run(t, "--cleanup", "--chain-prefix", "PXYB")
-	if left := linesWith(node.ipt4.Dump(), "PXYB"); len(left) > 0 {
+	if left := iptablestest.PrefixLines(node.ipt4.Dump(), "PXYB"); len(left) > 0 {
 		t.Errorf("--cleanup --chain-prefix PXYB left:\n%s", strings.Join(left, ""))
 	}
-	if diff := cmp.Diff(kube, linesWith(node.ipt4.Dump(), "KUBE")); diff != "" {
+	if diff := cmp.Diff(kube, iptablestest.PrefixLines(node.ipt4.Dump(), "KUBE")); diff != "" {
 		t.Errorf("--cleanup --chain-prefix PXYB changed KUBE's rules (-before +after):\n%s", diff)
 	}
 	if diff := cmp.Diff(kubeSets, node.sets.Dump()); diff != "" {
