@@ -848,35 +848,35 @@ func (w *Writer) endLine(b []byte) []byte {
 }
 
 func (w *Writer) staticNATRules(b []byte) []byte {
-	b = w.ruleOf(b, w.cn.postrouting, " -m mark ! --mark ")
+	b = ruleOf(b, w.cn.postrouting, " -m mark ! --mark ")
 	b = w.endLine(append(append(b, w.markMask...), " -j RETURN"...))
 	// Clear the mark, so a packet that goes through the stack again is not
 	// masqueraded twice.
-	b = w.ruleOf(b, w.cn.postrouting, " -j MARK --xor-mark ")
+	b = ruleOf(b, w.cn.postrouting, " -j MARK --xor-mark ")
 	b = w.endLine(append(b, w.mark...))
-	b = w.ruleOf(b, w.cn.postrouting, " -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE")
+	b = ruleOf(b, w.cn.postrouting, " -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE")
 	if w.cfg.RandomFully {
 		b = append(b, " --random-fully"...)
 	}
 	b = w.endLine(b)
-	b = w.ruleOf(b, w.cn.markMasq, " -j MARK --or-mark ")
+	b = ruleOf(b, w.cn.markMasq, " -j MARK --or-mark ")
 	return w.endLine(append(b, w.mark...))
 }
 
 func (w *Writer) staticFilterRules(b []byte) []byte {
 	if !w.cfg.AcceptInvalid {
-		b = w.endLine(w.ruleOf(b, w.cn.forward, " -m conntrack --ctstate INVALID -j DROP"))
+		b = w.endLine(ruleOf(b, w.cn.forward, " -m conntrack --ctstate INVALID -j DROP"))
 	}
 	// Marked traffic is service traffic: accept it even if the FORWARD
 	// policy is DROP.
-	b = w.ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding rules\" -m mark --mark ")
+	b = ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding rules\" -m mark --mark ")
 	b = w.endLine(append(append(b, w.markMask...), " -j ACCEPT"...))
-	return w.endLine(w.ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"))
+	return w.endLine(ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"))
 }
 
 // ruleOf appends "-A CHAIN" and the rest of a rule, which starts with a
 // space.
-func (w *Writer) ruleOf(b []byte, c Chain, rest string) []byte {
+func ruleOf(b []byte, c Chain, rest string) []byte {
 	b = append(append(b, "-A "...), c...)
 	return append(b, rest...)
 }
