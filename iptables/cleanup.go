@@ -10,8 +10,8 @@ import (
 )
 
 // ProxyCanaryChain is the chain a service proxy passes to
-// [Interface.Monitor], named as kube-proxy names it. [Cleanup] removes it
-// from every table it is in.
+// [Interface.Monitor], named as kube-proxy names it ([ChainNames.Canary]
+// for another prefix). [Cleanup] removes it from every table it is in.
 const ProxyCanaryChain Chain = "KUBE-PROXY-CANARY"
 
 // cleanupTables are the tables Cleanup looks at: the two the Writer
@@ -23,24 +23,30 @@ var cleanupTables = []Table{TableFilter, TableNAT, TableMangle}
 type ChainOwner func(t Table, c Chain) bool
 
 // IsWriterChain is the [ChainOwner] of [Cleanup]: it reports whether chain
-// c of table t is made by the Writer or by EnsureJumpRules, or is the
-// proxy's canary. Chains that other programs make with similar names (the
-// kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT,
-// KUBE-MARK-DROP) are not.
-func IsWriterChain(t Table, c Chain) bool {
-	if c == ProxyCanaryChain {
+// c of table t is made by a Writer with [DefaultChainPrefix] or by
+// EnsureJumpRules, or is the proxy's canary. Chains that other programs
+// make with similar names (the kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY,
+// KUBE-IPTABLES-HINT, KUBE-MARK-DROP) are not.
+func IsWriterChain(t Table, c Chain) bool { return defaultNames.IsWriterChain(t, c) }
+
+// IsWriterChain is the package's [IsWriterChain] for the chains of these
+// names: it accepts only chains with their prefix, so a [ChainOwner] made
+// from it, given to [CleanupChains], leaves another prefix's chains and the
+// jumps to them alone.
+func (n *ChainNames) IsWriterChain(t Table, c Chain) bool {
+	if c == n.canary {
 		return true
 	}
 	switch t {
 	case TableNAT:
 		switch c {
-		case KubeServicesChain, KubeNodePortsChain, KubePostroutingChain, KubeMarkMasqChain:
+		case n.services, n.nodePorts, n.postrouting, n.markMasq:
 			return true
 		}
-		return IsServiceChain(c)
+		return n.IsServiceChain(c)
 	case TableFilter:
 		switch c {
-		case KubeServicesChain, KubeExternalServicesChain, KubeForwardChain, KubeNodePortsChain, KubeProxyFirewallChain:
+		case n.services, n.external, n.forward, n.nodePorts, n.fw:
 			return true
 		}
 	}
@@ -67,8 +73,17 @@ func IsWriterChain(t Table, c Chain) bool {
 //
 // It returns how many chains it deleted. Errors name the table; they are
 // joined, so that a failure in one table does not stop the others.
+//
+// Cleanup removes kube-proxy's names ([DefaultChainPrefix]); for a writer
+// with another WriterConfig.ChainPrefix use [ChainNames.Cleanup].
 func Cleanup(ctx context.Context, ipt Interface) (int, error) {
 	return CleanupChains(ctx, ipt, IsWriterChain)
+}
+
+// Cleanup is the package's [Cleanup] for the chains of these names: the
+// chains of other prefixes, and the built-in chains' jumps to them, stay.
+func (n *ChainNames) Cleanup(ctx context.Context, ipt Interface) (int, error) {
+	return CleanupChains(ctx, ipt, n.IsWriterChain)
 }
 
 // CleanupChains is [Cleanup] for the chains that owned says are the

@@ -17,6 +17,12 @@
 // [LineBuffer] builds iptables-restore input without allocating per line,
 // and counts lines.
 //
+// [Writer] renders kube-proxy's service rules, full or partial, under
+// kube-proxy's chain names by default. [ChainNames] derives every chain a
+// proxy owns from one prefix (WriterConfig.ChainPrefix), so that two
+// proxies, such as a proxykit proxier beside kube-proxy, each write, watch
+// and clean up their own chains without touching the other's.
+//
 // Package github.com/proxykit/proxykit/iptables/testing has a strict
 // in-memory Fake of Interface, for unit tests without root, and a packet
 // tracer that shows where a packet would go through the Fake's rules.

@@ -108,6 +108,15 @@ type WriterConfig struct {
 
 	// Clock is read for FullSyncPeriod; nil means the real clock.
 	Clock clock.PassiveClock
+
+	// ChainPrefix starts the name of every chain the writer owns
+	// (PREFIX-SERVICES, PREFIX-SVC-<hash>, PREFIX-MARK-MASQ, ...; see
+	// ChainNames); "" means DefaultChainPrefix, kube-proxy's names. Give
+	// two proxies on one node different prefixes, so that neither's
+	// full sync flushes the other's chains. kube-proxy has no such
+	// setting: beside kube-proxy, use anything but KUBE. NewWriter
+	// refuses a prefix NewChainNames refuses.
+	ChainPrefix string
 }
 
 // SyncInput is what [Writer.Sync] renders.
@@ -173,7 +182,8 @@ type SyncResult struct {
 // KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-FORWARD,
 // KUBE-PROXY-FIREWALL and KUBE-POSTROUTING; each service port has
 // KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- chains as its policies
-// need, and each endpoint a KUBE-SEP- chain.
+// need, and each endpoint a KUBE-SEP- chain. With WriterConfig.ChainPrefix
+// every one of these names starts with that prefix instead of KUBE.
 //
 // Partial syncs cost O(changed services). kube-proxy rewrites
 // KUBE-SERVICES on every sync, which costs O(services) bytes however small
@@ -196,6 +206,9 @@ type SyncResult struct {
 // may be called from any goroutine.
 type Writer struct {
 	cfg           WriterConfig
+	cn            *ChainNames // the names of the chains it owns
+	jumpMasq      string      // " -j PREFIX-MARK-MASQ"
+	droppedByFW   string      // " will be dropped by PREFIX-PROXY-FIREWALL"
 	clock         clock.PassiveClock
 	threshold     int
 	isIPv6        bool
@@ -293,16 +306,16 @@ const (
 
 func (c topChain) isNAT() bool { return c <= natNodePorts }
 
-func (c topChain) chain() Chain {
+func (w *Writer) topChainName(c topChain) Chain {
 	switch c {
 	case natServices, filterServices:
-		return KubeServicesChain
+		return w.cn.services
 	case natNodePorts, filterNodePorts:
-		return KubeNodePortsChain
+		return w.cn.nodePorts
 	case filterExternal:
-		return KubeExternalServicesChain
+		return w.cn.external
 	}
-	return KubeProxyFirewallChain
+	return w.cn.fw
 }
 
 type topRule struct {
@@ -317,8 +330,9 @@ type specRange struct {
 }
 
 // NewWriter returns a writer for cfg. It fails, naming the field, when the
-// IP family is unknown, the masquerade bit is out of range, or a prefix or
-// address has the wrong family. The first Sync is full.
+// IP family is unknown, the chain prefix is not valid (see NewChainNames),
+// the masquerade bit is out of range, or a prefix or address has the
+// wrong family. The first Sync is full.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	w := &Writer{
 		cfg:        cfg,
@@ -337,6 +351,13 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	default:
 		return nil, fmt.Errorf("iptables writer: unknown IP family %q", cfg.IPFamily)
 	}
+	names, err := NewChainNames(cfg.ChainPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("iptables writer: %w", err)
+	}
+	w.cn = names
+	w.jumpMasq = " -j " + string(names.markMasq)
+	w.droppedByFW = " will be dropped by " + string(names.fw)
 	if w.clock == nil {
 		w.clock = clock.RealClock{}
 	}
@@ -397,11 +418,12 @@ func (w *Writer) RequestFullSync() { w.requestFull.Store(true) }
 
 // NoteExistingChains tells the writer about chains that exist in the nat
 // table, typically read with iptables-save when the proxier starts, so that
-// the next full sync deletes those of them that are service chains (see
-// IsServiceChain) no service needs. Other chains are ignored.
+// the next full sync deletes those of them that are service chains of its
+// prefix (see ChainNames.IsServiceChain) no service needs. Other chains,
+// including another prefix's service chains, are ignored.
 func (w *Writer) NoteExistingChains(chains []Chain) {
 	for _, c := range chains {
-		if r, ok := parseChainRef(string(c)); ok {
+		if r, ok := w.cn.parseRef(string(c)); ok {
 			w.maybeStale[r] = struct{}{}
 		}
 	}
@@ -527,9 +549,8 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 	w.noLocalInt, w.noLocalExt = 0, 0
 
 	b := w.endLine(append(slices.Grow(w.payload, w.estimateFullSize()), "*nat"...))
-	for _, c := range []Chain{KubePostroutingChain, KubeMarkMasqChain} {
-		b = w.chainLine(b, c)
-	}
+	b = w.chainLine(b, w.cn.postrouting)
+	b = w.chainLine(b, w.cn.markMasq)
 	b = w.staticNATRules(b)
 
 	var ss *serviceState
@@ -574,20 +595,20 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 
 	// The top-level chains are flushed and refilled together, after every
 	// chain they send traffic to exists.
-	for _, c := range []Chain{KubeServicesChain, KubeNodePortsChain} {
-		b = w.chainLine(b, c)
-	}
+	b = w.chainLine(b, w.cn.services)
+	b = w.chainLine(b, w.cn.nodePorts)
 	b = append(b, w.natTop...)
 	for _, m := range w.nodePortMatch {
-		b = append(b, "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" "...)
+		b = append(append(b, "-A "...), w.cn.services...)
+		b = append(b, " -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" "...)
 		b = append(b, m...)
-		b = w.endLine(append(b, " -j KUBE-NODEPORTS"...))
+		b = w.endLine(append(append(b, " -j "...), w.cn.nodePorts...))
 	}
 	b = w.writeDeletions(b)
 	b = w.endLine(append(b, "COMMIT"...))
 
 	b = w.endLine(append(b, "*filter"...))
-	for _, c := range []Chain{KubeServicesChain, KubeExternalServicesChain, KubeForwardChain, KubeNodePortsChain, KubeProxyFirewallChain} {
+	for _, c := range [...]Chain{w.cn.services, w.cn.external, w.cn.forward, w.cn.nodePorts, w.cn.fw} {
 		b = w.chainLine(b, c)
 	}
 	b = append(b, w.filter...)
@@ -798,12 +819,12 @@ func (w *Writer) writeDeletions(b []byte) []byte {
 	slices.SortFunc(w.deleting, compareChainRefs)
 	for _, r := range w.deleting {
 		b = append(b, ':')
-		b = r.appendTo(b)
+		b = r.appendTo(b, w.cn)
 		b = w.endLine(append(b, " - [0:0]"...))
 	}
 	for _, r := range w.deleting {
 		b = append(b, "-X "...)
-		b = w.endLine(r.appendTo(b))
+		b = w.endLine(r.appendTo(b, w.cn))
 	}
 	return b
 }
@@ -827,30 +848,37 @@ func (w *Writer) endLine(b []byte) []byte {
 }
 
 func (w *Writer) staticNATRules(b []byte) []byte {
-	b = append(b, "-A KUBE-POSTROUTING -m mark ! --mark "...)
+	b = ruleOf(b, w.cn.postrouting, " -m mark ! --mark ")
 	b = w.endLine(append(append(b, w.markMask...), " -j RETURN"...))
 	// Clear the mark, so a packet that goes through the stack again is not
 	// masqueraded twice.
-	b = append(b, "-A KUBE-POSTROUTING -j MARK --xor-mark "...)
+	b = ruleOf(b, w.cn.postrouting, " -j MARK --xor-mark ")
 	b = w.endLine(append(b, w.mark...))
-	b = append(b, "-A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE"...)
+	b = ruleOf(b, w.cn.postrouting, " -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE")
 	if w.cfg.RandomFully {
 		b = append(b, " --random-fully"...)
 	}
 	b = w.endLine(b)
-	b = append(b, "-A KUBE-MARK-MASQ -j MARK --or-mark "...)
+	b = ruleOf(b, w.cn.markMasq, " -j MARK --or-mark ")
 	return w.endLine(append(b, w.mark...))
 }
 
 func (w *Writer) staticFilterRules(b []byte) []byte {
 	if !w.cfg.AcceptInvalid {
-		b = w.endLine(append(b, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP"...))
+		b = w.endLine(ruleOf(b, w.cn.forward, " -m conntrack --ctstate INVALID -j DROP"))
 	}
 	// Marked traffic is service traffic: accept it even if the FORWARD
 	// policy is DROP.
-	b = append(b, "-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" -m mark --mark "...)
+	b = ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding rules\" -m mark --mark ")
 	b = w.endLine(append(append(b, w.markMask...), " -j ACCEPT"...))
-	return w.endLine(append(b, "-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"...))
+	return w.endLine(ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"))
+}
+
+// ruleOf appends "-A CHAIN" and the rest of a rule, which starts with a
+// space.
+func ruleOf(b []byte, c Chain, rest string) []byte {
+	b = append(append(b, "-A "...), c...)
+	return append(b, rest...)
 }
 
 // probability returns 1/n formatted as kube-proxy does, computed once per n.

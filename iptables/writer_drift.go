@@ -38,12 +38,13 @@ type ruleKey struct {
 	target  string
 }
 
-func (k ruleKey) String() string {
+// describeRule names the rule of k for a log, in the writer's chain names.
+func (w *Writer) describeRule(k ruleKey) string {
 	table := TableFilter
 	if k.chain.isNAT() {
 		table = TableNAT
 	}
-	return fmt.Sprintf("%s %s: %q -j %s", table, k.chain.chain(), k.comment, k.target)
+	return fmt.Sprintf("%s %s: %q -j %s", table, w.topChainName(k.chain), k.comment, k.target)
 }
 
 // CheckDrift reads the top-level chains that hold per-service rules (nat
@@ -108,7 +109,7 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 		} else if !hasRulesIn(want, c) {
 			continue
 		}
-		chain := c.chain()
+		chain := w.topChainName(c)
 		var listing string
 		if natSave != "" && c.isNAT() {
 			if !strings.Contains(natSave, "\n:"+string(chain)+" ") {
@@ -140,7 +141,7 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 			if !ok {
 				continue
 			}
-			if _, mine := want[k]; mine || IsServiceChain(Chain(k.target)) {
+			if _, mine := want[k]; mine || w.cn.IsServiceChain(Chain(k.target)) {
 				have[k]++
 			}
 		}
@@ -148,13 +149,13 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 	for k, n := range want {
 		if m := have[k]; m < n {
 			d.Missing += n - m
-			d.example("missing", k)
+			d.example("missing " + w.describeRule(k))
 		}
 	}
 	for k, m := range have {
 		if n := want[k]; m > n {
 			d.Unexpected += m - n
-			d.example("unexpected", k)
+			d.example("unexpected " + w.describeRule(k))
 		}
 	}
 	if d.Found() {
@@ -163,9 +164,9 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 	return d, nil
 }
 
-func (d *Drift) example(what string, k ruleKey) {
+func (d *Drift) example(what string) {
 	if len(d.Examples) < maxDriftExamples {
-		d.Examples = append(d.Examples, what+" "+k.String())
+		d.Examples = append(d.Examples, what)
 	}
 }
 

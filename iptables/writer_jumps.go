@@ -35,21 +35,39 @@ func Jump(table Table, chain, target Chain, comment string, newOnly bool) JumpRu
 
 // JumpRules returns the rules that connect the built-in chains to the
 // writer's chains, as kube-proxy has them. The slice is new on every call.
-func JumpRules() []JumpRule {
+func JumpRules() []JumpRule { return defaultNames.JumpRules() }
+
+// JumpRules is the package's [JumpRules] for a writer with these names.
+// With a prefix other than [DefaultChainPrefix] each comment ends with
+// the prefix in brackets ("kubernetes service portals (PROXYB)"), so
+// that an operator reading the built-in chains sees which proxy each jump
+// belongs to.
+func (n *ChainNames) JumpRules() []JumpRule {
+	c := func(comment string) string { return n.JumpComment(comment) }
 	return []JumpRule{
-		Jump(TableFilter, ChainInput, KubeExternalServicesChain, "kubernetes externally-visible service portals", true),
-		Jump(TableFilter, ChainForward, KubeExternalServicesChain, "kubernetes externally-visible service portals", true),
-		Jump(TableFilter, ChainInput, KubeNodePortsChain, "kubernetes health check service ports", false),
-		Jump(TableFilter, ChainForward, KubeServicesChain, "kubernetes service portals", true),
-		Jump(TableFilter, ChainOutput, KubeServicesChain, "kubernetes service portals", true),
-		Jump(TableFilter, ChainForward, KubeForwardChain, "kubernetes forwarding rules", false),
-		Jump(TableFilter, ChainInput, KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
-		Jump(TableFilter, ChainOutput, KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
-		Jump(TableFilter, ChainForward, KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
-		Jump(TableNAT, ChainOutput, KubeServicesChain, "kubernetes service portals", false),
-		Jump(TableNAT, ChainPrerouting, KubeServicesChain, "kubernetes service portals", false),
-		Jump(TableNAT, ChainPostrouting, KubePostroutingChain, "kubernetes postrouting rules", false),
+		Jump(TableFilter, ChainInput, n.external, c("kubernetes externally-visible service portals"), true),
+		Jump(TableFilter, ChainForward, n.external, c("kubernetes externally-visible service portals"), true),
+		Jump(TableFilter, ChainInput, n.nodePorts, c("kubernetes health check service ports"), false),
+		Jump(TableFilter, ChainForward, n.services, c("kubernetes service portals"), true),
+		Jump(TableFilter, ChainOutput, n.services, c("kubernetes service portals"), true),
+		Jump(TableFilter, ChainForward, n.forward, c("kubernetes forwarding rules"), false),
+		Jump(TableFilter, ChainInput, n.fw, c("kubernetes load balancer firewall"), true),
+		Jump(TableFilter, ChainOutput, n.fw, c("kubernetes load balancer firewall"), true),
+		Jump(TableFilter, ChainForward, n.fw, c("kubernetes load balancer firewall"), true),
+		Jump(TableNAT, ChainOutput, n.services, c("kubernetes service portals"), false),
+		Jump(TableNAT, ChainPrerouting, n.services, c("kubernetes service portals"), false),
+		Jump(TableNAT, ChainPostrouting, n.postrouting, c("kubernetes postrouting rules"), false),
 	}
+}
+
+// JumpComment returns comment as a jump rule from a built-in chain carries
+// it for these names: unchanged with [DefaultChainPrefix], as kube-proxy
+// writes it, or followed by " (PREFIX)" otherwise.
+func (n *ChainNames) JumpComment(comment string) string {
+	if n.prefix == DefaultChainPrefix {
+		return comment
+	}
+	return comment + " (" + n.prefix + ")"
 }
 
 // EnsureJumpRules is EnsureJumps of the writer's JumpRules. Call it before

@@ -225,12 +225,12 @@ func (w *Writer) declare(b []byte, r chainRef) []byte {
 	}
 	w.batchChains++
 	b = append(b, ':')
-	b = r.appendTo(b)
+	b = r.appendTo(b, w.cn)
 	return w.endLine(append(b, " - [0:0]"...))
 }
 
 func (w *Writer) ruleStart(b []byte, r chainRef) []byte {
-	return r.appendTo(append(b, "-A "...))
+	return r.appendTo(append(b, "-A "...), w.cn)
 }
 
 // writeExternalChain writes KUBE-EXT-*, where all traffic to the port's
@@ -243,7 +243,7 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// through this node.
 		b = w.ruleStart(b, ext)
 		b = appendComment(b, "masquerade traffic for ", ps.name, " external destinations")
-		b = w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
+		b = w.endLine(append(b, w.jumpMasq...))
 	} else if chains&(1<<kindSVC) != 0 {
 		// Pods reaching an external address of the service are not
 		// subject to the Local policy: they are sent to all endpoints, as
@@ -253,23 +253,23 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 			b = appendComment(b, "pod traffic for ", ps.name, " external destinations")
 			b = append(b, " -s "...)
 			b = w.cfg.ClusterCIDR.AppendTo(b)
-			b = w.endLine(svcChain.appendTo(append(b, " -j "...)))
+			b = w.endLine(svcChain.appendTo(append(b, " -j "...), w.cn))
 		}
 		// Traffic from the node itself has a local address as source,
 		// which endpoints elsewhere could not answer: masquerade it and
 		// send it to all endpoints.
 		b = w.ruleStart(b, ext)
 		b = appendComment(b, "masquerade LOCAL traffic for ", ps.name, " external destinations")
-		b = w.endLine(append(b, " -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"...))
+		b = w.endLine(append(append(b, " -m addrtype --src-type LOCAL"...), w.jumpMasq...))
 		b = w.ruleStart(b, ext)
 		b = appendComment(b, "route LOCAL traffic for ", ps.name, " external destinations")
 		b = append(b, " -m addrtype --src-type LOCAL -j "...)
-		b = w.endLine(svcChain.appendTo(b))
+		b = w.endLine(svcChain.appendTo(b, w.cn))
 	}
 	if hasExternal {
 		b = w.ruleStart(b, ext)
 		b = append(b, " -j "...)
-		b = w.endLine(chainRef{kind: policy, hash: ps.hash}.appendTo(b))
+		b = w.endLine(chainRef{kind: policy, hash: ps.hash}.appendTo(b, w.cn))
 	}
 	return b
 }
@@ -284,7 +284,7 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 		b = w.ruleStart(b, fw)
 		b = appendComment(b, "", ps.name, " loadbalancer IP")
 		b = appendSource(append(b, " -s "...))
-		return w.endLine(ext.appendTo(append(b, " -j "...)))
+		return w.endLine(ext.appendTo(append(b, " -j "...), w.cn))
 	}
 	allowFromNode := false
 	for _, cidr := range svc.LoadBalancerSourceRanges() {
@@ -306,7 +306,7 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 		}
 	}
 	b = w.ruleStart(b, fw)
-	b = appendComment(b, "other traffic to ", ps.name, " will be dropped by KUBE-PROXY-FIREWALL")
+	b = appendComment(b, "other traffic to ", ps.name, w.droppedByFW)
 	return w.endLine(b)
 }
 
@@ -323,7 +323,7 @@ func (w *Writer) writeMasqueradeRule(b []byte, ps *portState, svc changetracker.
 		b = append(b, " ! -s "...)
 		b = w.cfg.ClusterCIDR.AppendTo(b)
 	}
-	return w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
+	return w.endLine(append(b, w.jumpMasq...))
 }
 
 // writeBalancing writes the rules of KUBE-SVC-* or KUBE-SVL-* that pick an
@@ -341,11 +341,11 @@ func (w *Writer) writeBalancing(b []byte, ps *portState, svc changetracker.Servi
 				b = appendEndpointComment(b, ps.name, ep)
 			}
 			b = append(b, " -m recent --name "...)
-			b = sep.appendTo(b)
+			b = sep.appendTo(b, w.cn)
 			b = append(b, " --rcheck --seconds "...)
 			b = append(b, seconds...)
 			b = append(b, " --reap -j "...)
-			b = w.endLine(sep.appendTo(b))
+			b = w.endLine(sep.appendTo(b, w.cn))
 		}
 	}
 	pos := 0
@@ -360,7 +360,7 @@ func (w *Writer) writeBalancing(b []byte, ps *portState, svc changetracker.Servi
 			b = append(b, " -m statistic --mode random --probability "...)
 			b = append(b, w.probability(n-i)...)
 		}
-		b = w.endLine(sep.appendTo(append(b, " -j "...)))
+		b = w.endLine(sep.appendTo(append(b, " -j "...), w.cn))
 	}
 	return b
 }
@@ -376,14 +376,14 @@ func (w *Writer) writeEndpointChain(b []byte, ps *portState, sep sepState, proto
 	}
 	b = append(b, " -s "...)
 	b = ip.AppendTo(b)
-	b = w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
+	b = w.endLine(append(b, w.jumpMasq...))
 	b = w.ruleStart(b, self)
 	if comments {
 		b = appendPlainComment(b, ps.name)
 	}
 	if affinity {
 		b = append(b, " -m recent --name "...)
-		b = append(self.appendTo(b), " --set"...)
+		b = append(self.appendTo(b, w.cn), " --set"...)
 	}
 	b = appendProtocol(b, proto)
 	b = append(b, " -j DNAT --to-destination "...)
@@ -433,7 +433,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 	}
 	var fwWhy []byte
 	if usesFW {
-		fwWhy = fw.appendTo([]byte(" traffic not accepted by "))
+		fwWhy = fw.appendTo([]byte(" traffic not accepted by "), w.cn)
 	}
 	for _, ip := range svc.LoadBalancerVIPs() {
 		if !w.sameFamily(ip) {
@@ -454,7 +454,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 			w.scratch = appendPlainComment(w.scratch, name)
 			w.scratch = appendProtocol(w.scratch, proto)
 			w.scratch = strconv.AppendInt(append(w.scratch, " --dport "...), int64(np), 10)
-			w.scratch = ext.appendTo(append(w.scratch, " -j "...))
+			w.scratch = ext.appendTo(append(w.scratch, " -j "...), w.cn)
 			w.addSpec(natNodePorts)
 		}
 		if !hasExternal {
@@ -531,7 +531,7 @@ func (w *Writer) addServiceSpec(c topChain, name changetracker.ServicePortName, 
 	if verdict != "" {
 		w.scratch = append(w.scratch, verdict...)
 	} else {
-		w.scratch = chain.appendTo(w.scratch)
+		w.scratch = chain.appendTo(w.scratch, w.cn)
 	}
 	w.addSpec(c)
 }
@@ -580,9 +580,9 @@ func (w *Writer) diffTopRules(ps *portState) {
 func (w *Writer) topRuleLine(c topChain, op string, spec []byte) {
 	w.lines++
 	if c.isNAT() {
-		w.natTop = appendTopRule(w.natTop, c, op, spec)
+		w.natTop = appendTopRule(w.natTop, w.topChainName(c), op, spec)
 	} else {
-		w.filter = appendTopRule(w.filter, c, op, spec)
+		w.filter = appendTopRule(w.filter, w.topChainName(c), op, spec)
 	}
 }
 
@@ -590,18 +590,18 @@ func (w *Writer) topRuleLine(c topChain, op string, spec []byte) {
 func (w *Writer) topRuleDelete(r topRule) {
 	w.lines++
 	if r.chain.isNAT() {
-		w.natTop = appendTopRule(w.natTop, r.chain, "-D", r.spec)
+		w.natTop = appendTopRule(w.natTop, w.topChainName(r.chain), "-D", r.spec)
 	} else {
-		w.filter = appendTopRule(w.filter, r.chain, "-D", r.spec)
+		w.filter = appendTopRule(w.filter, w.topChainName(r.chain), "-D", r.spec)
 	}
 }
 
 // appendTopRule appends the line "OP CHAIN[ 1]spec"; specs start with a
 // space.
-func appendTopRule[T string | []byte](b []byte, c topChain, op string, spec T) []byte {
+func appendTopRule[T string | []byte](b []byte, c Chain, op string, spec T) []byte {
 	b = append(b, op...)
 	b = append(b, ' ')
-	b = append(b, c.chain()...)
+	b = append(b, c...)
 	if op == "-I" {
 		b = append(b, " 1"...)
 	}

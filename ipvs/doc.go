@@ -12,7 +12,9 @@
 // iptables) that kube-proxy's IPVS mode programs, with its names; an
 // [Applier] applies the translations of a node's families in the order the
 // kernel needs, and [Cleanup] removes all of it. Every sync is a full
-// reconcile, cheap when nothing changed.
+// reconcile, cheap when nothing changed. [ModeNames] names its chains and
+// ipsets from a prefix (TranslatorConfig.ChainPrefix), kube-proxy's KUBE by
+// default, so that two proxies' chains and sets stay apart.
 //
 // It is what an IPVS-mode service proxier, or a kube-router-style load
 // balancer, needs under its own sync loop. It is not the proxier: it does

@@ -76,6 +76,12 @@ type TranslatorConfig struct {
 	// FlagSched2 and FlagSched3 are the scheduler's options (kube-proxy
 	// sets FlagSched2 with "mh", to hash the source port too).
 	SchedulerFlags Flags
+
+	// ChainPrefix starts the name of every chain and ipset the
+	// translation names (see NewModeNames); "" means
+	// iptables.DefaultChainPrefix, kube-proxy's names. Use the
+	// ModeNames.SetPrefix of the same prefix for the ipset reconciler.
+	ChainPrefix string
 }
 
 // TranslateInput is what [Translator.Translate] reads.
@@ -113,15 +119,23 @@ type Translation struct {
 
 	// Sets are every ipset of the family, with their members, in a fixed
 	// order, empty ones included, for ipset.Reconciler.Reconcile (with
-	// SetPrefix). The names are kube-proxy's, with "KUBE-6-" instead of
-	// "KUBE-" for IPv6.
+	// SetPrefix, or ModeNames.SetPrefix with another ChainPrefix). The
+	// names are kube-proxy's, with "KUBE-6-" instead of "KUBE-" for IPv6,
+	// and the chain prefix instead of KUBE.
 	Sets []ipset.Desired
+
+	// JumpRules are the rules from built-in chains into the payload's
+	// chains ([ModeNames.JumpRules]); apply them with
+	// iptables.EnsureJumps before Payload, as [Applier] does. A
+	// Translation that was not made by a Translator, with none, gets
+	// [JumpRules].
+	JumpRules []iptables.JumpRule
 
 	// Payload is the iptables-restore input for the family's nat and
 	// filter tables (iptables or ip6tables). It declares, and so flushes,
 	// every chain it fills. Apply it with RestoreAll(ctx, Payload,
 	// iptables.NoFlushTables, iptables.RestoreCounters) after
-	// EnsureJumpRules. Its size does not depend on the number of services.
+	// the JumpRules. Its size does not depend on the number of services.
 	Payload []byte
 	// Lines is the number of lines of Payload.
 	Lines int
@@ -178,6 +192,8 @@ type Translator struct {
 	nodePortPrefixes []netip.Prefix
 	nodePortDst      []string
 	setNames         [numSets]string
+	modeNames        *ModeNames
+	jumps            []iptables.JumpRule
 
 	// Buffers reused from call to call.
 	names    []changetracker.ServicePortName
@@ -192,9 +208,10 @@ type Translator struct {
 }
 
 // NewTranslator returns a translator for cfg. It fails, naming the field,
-// when the family is unknown, the masquerade bit is out of range, the
-// scheduler or flags are unknown to IPVS, the cluster CIDR is of the other
-// family, or a node IP or node-port prefix is not valid.
+// when the family is unknown, the chain prefix is not valid
+// (NewModeNames), the masquerade bit is out of range, the scheduler or
+// flags are unknown to IPVS, the cluster CIDR is of the other family, or a
+// node IP or node-port prefix is not valid.
 func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 	t := &Translator{cfg: cfg, owners: map[key]changetracker.ServicePortName{}, bound: map[netip.Addr]struct{}{}, loops: map[ipset.Entry]struct{}{}}
 	switch cfg.IPFamily {
@@ -205,6 +222,11 @@ func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 	default:
 		return nil, fmt.Errorf("IPVS translator: unknown IP family %q", cfg.IPFamily)
 	}
+	names, err := NewModeNames(cfg.ChainPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("IPVS translator: %w", err)
+	}
+	t.modeNames, t.jumps = names, names.JumpRules()
 	bit := iptables.DefaultMasqueradeBit
 	if cfg.MasqueradeBit != nil {
 		bit = *cfg.MasqueradeBit
@@ -247,7 +269,7 @@ func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 		return nil, err
 	}
 	for k := range numSets {
-		t.setNames[k] = setName(k, cfg.IPFamily)
+		t.setNames[k] = t.modeNames.setName(k, cfg.IPFamily)
 	}
 	return t, nil
 }
@@ -293,7 +315,7 @@ func (t *Translator) sameFamily(ip netip.Addr) bool {
 // name order) has already is left to that port.
 func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translation {
 	logger := klog.FromContext(ctx)
-	res := Translation{IPFamily: t.cfg.IPFamily}
+	res := Translation{IPFamily: t.cfg.IPFamily, JumpRules: t.jumps}
 
 	t.names = t.names[:0]
 	endpoints := 0
@@ -327,7 +349,7 @@ func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translati
 
 	t.sets = t.sets[:0]
 	for k := range numSets {
-		t.sets = append(t.sets, ipset.Desired{Set: setDesc(k, t.cfg.IPFamily, len(t.entries[k])), Entries: t.entries[k]})
+		t.sets = append(t.sets, ipset.Desired{Set: setDesc(k, t.setNames[k], t.cfg.IPFamily, len(t.entries[k])), Entries: t.entries[k]})
 	}
 	t.render()
 

@@ -13,7 +13,7 @@ import (
 
 // Applier programs a node with the [Translation] of each of its IP
 // families, in the order IPVS mode needs: the ipsets first, since the
-// rules match on them; then, per family, the jump rules ([EnsureJumpRules])
+// rules match on them; then, per family, the jump rules (Translation.JumpRules)
 // and the iptables payload; then the virtual servers and the dummy
 // interface's addresses, so that a new service address starts taking
 // traffic only once its rules are in place.
@@ -54,7 +54,8 @@ type ApplyResult struct {
 }
 
 // NewApplier returns an applier that reconciles virtual servers with
-// ipvs, sets with sets (made with [SetPrefix]) and applies each family's
+// ipvs, sets with sets (made with [SetPrefix], or the ModeNames.SetPrefix
+// of the translations' ChainPrefix) and applies each family's
 // rules with the one of ipts whose Protocol is that family.
 func NewApplier(ipvs *Reconciler, sets *ipset.Reconciler, ipts ...iptables.Interface) *Applier {
 	a := &Applier{ipvs: ipvs, sets: sets, ipt: map[v1.IPFamily]iptables.Interface{}}
@@ -94,7 +95,11 @@ func (a *Applier) Apply(ctx context.Context, translations ...Translation) (Apply
 			errs = append(errs, fmt.Errorf("IPVS mode: no iptables for %s", tr.IPFamily))
 			continue
 		}
-		if err := EnsureJumpRules(ctx, ipt); err != nil {
+		jumps := tr.JumpRules
+		if jumps == nil {
+			jumps = JumpRules()
+		}
+		if err := iptables.EnsureJumps(ctx, ipt, jumps); err != nil {
 			errs = append(errs, fmt.Errorf("IPVS mode: %s jump rules: %w", tr.IPFamily, err))
 		}
 		if err := ipt.RestoreAll(ctx, tr.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {

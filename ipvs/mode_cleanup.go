@@ -35,6 +35,11 @@ type CleanupConfig struct {
 	// DummyDevice is the Reconciler's WithDummyDevice; "" means
 	// [DummyDevice].
 	DummyDevice string
+	// ChainPrefix is the TranslatorConfig.ChainPrefix of the proxier
+	// cleaned up after; "" means iptables.DefaultChainPrefix. Only the
+	// chains and sets of its [ModeNames] are removed: another prefix's
+	// stay. Cleanup fails at once if NewModeNames refuses it.
+	ChainPrefix string
 }
 
 // Cleanup removes what an IPVS-mode proxier made, and nothing else: the
@@ -52,14 +57,18 @@ type CleanupConfig struct {
 // iptables.CleanupChains with an owner that accepts both.
 func Cleanup(ctx context.Context, c CleanupConfig) error {
 	logger := klog.FromContext(ctx)
+	names, err := NewModeNames(c.ChainPrefix)
+	if err != nil {
+		return fmt.Errorf("IPVS mode cleanup: %w", err)
+	}
 	var errs []error
 	for _, ipt := range c.IPTables {
-		if _, err := iptables.CleanupChains(ctx, ipt, IsModeChain); err != nil {
+		if _, err := iptables.CleanupChains(ctx, ipt, names.IsModeChain); err != nil {
 			errs = append(errs, fmt.Errorf("IPVS mode cleanup, %s rules: %w", ipt.Protocol(), err))
 		}
 	}
 	if c.IPSets != nil {
-		res, err := ipset.NewReconciler(c.IPSets, SetPrefix).Reconcile(ctx, nil)
+		res, err := ipset.NewReconciler(c.IPSets, names.SetPrefix()).Reconcile(ctx, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("IPVS mode cleanup, ipsets: %w", err))
 		}
@@ -88,12 +97,13 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 }
 
 // IsModeChain is the [iptables.ChainOwner] of IPVS mode: it reports
-// whether chain c of table t is one that Translation payloads declare. A
+// whether chain c of table t is one that Translation payloads declare,
+// with kube-proxy's names ([ModeNames.IsModeChain] for another prefix). A
 // proxier that may have run in both modes cleans up with
 // iptables.CleanupChains and an owner that accepts both this and
 // iptables.IsWriterChain, since the modes share chains.
 func IsModeChain(t iptables.Table, c iptables.Chain) bool {
-	return slices.Contains(modeChains, tableChain{t, c})
+	return defaultModeNames.IsModeChain(t, c)
 }
 
 // cleanupVirtualServers deletes every virtual server outside exclude, in
@@ -165,9 +175,16 @@ type Leftovers struct {
 }
 
 // FindLeftovers reads the nat and filter tables of ipt and reports which
-// modes' chains they hold. It changes nothing. An error means a table
-// could not be read; the Leftovers are then those of the tables read.
+// modes' chains they hold, with kube-proxy's names. It changes nothing. An
+// error means a table could not be read; the Leftovers are then those of
+// the tables read.
 func FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, error) {
+	return defaultModeNames.FindLeftovers(ctx, ipt)
+}
+
+// FindLeftovers is the package's [FindLeftovers] for the chains of these
+// names: another prefix's chains are not leftovers.
+func (n *ModeNames) FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, error) {
 	var l Leftovers
 	var buf bytes.Buffer
 	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
@@ -176,7 +193,7 @@ func FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, erro
 			return l, fmt.Errorf("looking for leftover rules in %s table %s: %w", ipt.Protocol(), t, err)
 		}
 		for _, c := range iptables.ChainsFromSave(buf.Bytes()) {
-			ipvsMode, writer := IsModeChain(t, c), iptables.IsWriterChain(t, c)
+			ipvsMode, writer := n.IsModeChain(t, c), n.chains.IsWriterChain(t, c)
 			l.IPVSMode = l.IPVSMode || ipvsMode && !writer
 			l.IPTablesMode = l.IPTablesMode || writer && !ipvsMode
 		}

@@ -6,63 +6,37 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 )
 
-// The chains of IPVS mode that package iptables does not name, as
-// kube-proxy names them.
-const (
-	// nodePortChain (nat) marks node-port traffic for masquerading unless
-	// its policy is Local; (filter) accepts health-check node ports.
-	nodePortChain iptables.Chain = "KUBE-NODE-PORT"
-	// loadBalancerChain (nat) marks load-balancer traffic for
-	// masquerading unless its policy is Local.
-	loadBalancerChain iptables.Chain = "KUBE-LOAD-BALANCER"
-	// sourceRangesChain (filter) drops load-balancer traffic from outside
-	// the service's loadBalancerSourceRanges.
-	sourceRangesChain iptables.Chain = "KUBE-SOURCE-RANGES-FIREWALL"
-	// ipvsFilterChain (filter) refuses new connections to a service
-	// address on a port no service has there (kubernetes#72236): the
-	// address is the node's own, on the dummy interface, and would
-	// otherwise reach whatever listens on the node.
-	ipvsFilterChain iptables.Chain = "KUBE-IPVS-FILTER"
-)
-
 // tableChain is a chain of a table.
 type tableChain struct {
 	table iptables.Table
 	chain iptables.Chain
 }
 
-// modeChains are the chains the payload declares, in the order it
-// declares them.
-var modeChains = []tableChain{
-	{iptables.TableNAT, iptables.KubeServicesChain},
-	{iptables.TableNAT, iptables.KubePostroutingChain},
-	{iptables.TableNAT, nodePortChain},
-	{iptables.TableNAT, loadBalancerChain},
-	{iptables.TableNAT, iptables.KubeMarkMasqChain},
-	{iptables.TableFilter, iptables.KubeForwardChain},
-	{iptables.TableFilter, nodePortChain},
-	{iptables.TableFilter, iptables.KubeProxyFirewallChain},
-	{iptables.TableFilter, sourceRangesChain},
-	{iptables.TableFilter, ipvsFilterChain},
-}
+// JumpRules returns the rules that send traffic from the built-in chains
+// into IPVS mode's chains, with kube-proxy's names ([ModeNames.JumpRules]
+// for another prefix). The slice is new on every call.
+func JumpRules() []iptables.JumpRule { return defaultModeNames.JumpRules() }
 
 // JumpRules returns the rules that send traffic from the built-in chains
 // into IPVS mode's chains. The restore payload cannot hold them, since
 // declaring a built-in chain would flush other programs' rules; add them
-// with [EnsureJumpRules]. Those that IPVS mode shares with the iptables
-// rule writer (iptables.JumpRules) are identical, so that switching modes
-// leaves no duplicate. The slice is new on every call.
-func JumpRules() []iptables.JumpRule {
+// with iptables.EnsureJumps, as [EnsureJumpRules] does. Those that IPVS
+// mode shares with the iptables rule writer of the same prefix
+// (iptables.ChainNames.JumpRules) are identical, so that switching modes
+// leaves no duplicate; with another prefix than kube-proxy's, comments
+// end with the prefix as there. The slice is new on every call.
+func (n *ModeNames) JumpRules() []iptables.JumpRule {
 	jump := iptables.Jump
+	c, cm := n.chains, n.chains.JumpComment
 	return []iptables.JumpRule{
-		jump(iptables.TableNAT, iptables.ChainPrerouting, iptables.KubeServicesChain, "kubernetes service portals", false),
-		jump(iptables.TableNAT, iptables.ChainOutput, iptables.KubeServicesChain, "kubernetes service portals", false),
-		jump(iptables.TableNAT, iptables.ChainPostrouting, iptables.KubePostroutingChain, "kubernetes postrouting rules", false),
-		jump(iptables.TableFilter, iptables.ChainForward, iptables.KubeForwardChain, "kubernetes forwarding rules", false),
-		jump(iptables.TableFilter, iptables.ChainInput, nodePortChain, "kubernetes health check rules", false),
-		jump(iptables.TableFilter, iptables.ChainInput, iptables.KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
-		jump(iptables.TableFilter, iptables.ChainForward, iptables.KubeProxyFirewallChain, "kubernetes load balancer firewall", true),
-		jump(iptables.TableFilter, iptables.ChainInput, ipvsFilterChain, "kubernetes ipvs access filter", false),
+		jump(iptables.TableNAT, iptables.ChainPrerouting, c.Services(), cm("kubernetes service portals"), false),
+		jump(iptables.TableNAT, iptables.ChainOutput, c.Services(), cm("kubernetes service portals"), false),
+		jump(iptables.TableNAT, iptables.ChainPostrouting, c.Postrouting(), cm("kubernetes postrouting rules"), false),
+		jump(iptables.TableFilter, iptables.ChainForward, c.Forward(), cm("kubernetes forwarding rules"), false),
+		jump(iptables.TableFilter, iptables.ChainInput, n.nodePort, cm("kubernetes health check rules"), false),
+		jump(iptables.TableFilter, iptables.ChainInput, c.ProxyFirewall(), cm("kubernetes load balancer firewall"), true),
+		jump(iptables.TableFilter, iptables.ChainForward, c.ProxyFirewall(), cm("kubernetes load balancer firewall"), true),
+		jump(iptables.TableFilter, iptables.ChainInput, n.ipvsFilter, cm("kubernetes ipvs access filter"), false),
 	}
 }
 
@@ -81,8 +55,9 @@ func (t *Translator) render() {
 	b.Reset()
 	b.Write("*nat")
 	t.declare(iptables.TableNAT)
-	svc := string(iptables.KubeServicesChain)
-	masq := string(iptables.KubeMarkMasqChain)
+	n := t.modeNames
+	svc := string(n.chains.Services())
+	masq := string(n.chains.MarkMasq())
 	// The node's own connections from a loopback address are not
 	// service traffic kube-proxy handles in IPVS mode: node ports on
 	// localhost are not served.
@@ -114,23 +89,23 @@ func (t *Translator) render() {
 		t.match(svc, setExternalIPLocal, "dst,dst", "ACCEPT")
 	}
 	if t.has(setLoadBalancer) {
-		t.match(svc, setLoadBalancer, "dst,dst", string(loadBalancerChain))
+		t.match(svc, setLoadBalancer, "dst,dst", string(n.loadBalancer))
 		t.match(svc, setLoadBalancer, "dst,dst", "ACCEPT")
 		if t.has(setLoadBalancerLocal) {
-			t.match(string(loadBalancerChain), setLoadBalancerLocal, "dst,dst", "RETURN")
+			t.match(string(n.loadBalancer), setLoadBalancerLocal, "dst,dst", "RETURN")
 		}
-		b.Write("-A", string(loadBalancerChain), "-j", masq)
+		b.Write("-A", string(n.loadBalancer), "-j", masq)
 	}
 	if t.hasNodePorts() {
 		// Last, after every service address has been accepted: the node
 		// ports' sets hold ports alone, which would match those too.
 		if t.nodePortDst == nil {
-			b.Write("-A", svc, "-m", "addrtype", "--dst-type", "LOCAL", "-j", string(nodePortChain))
+			b.Write("-A", svc, "-m", "addrtype", "--dst-type", "LOCAL", "-j", string(n.nodePort))
 		}
 		for _, dst := range t.nodePortDst {
-			b.Write("-A", svc, "-d", dst, "-m", "addrtype", "--dst-type", "LOCAL", "-j", string(nodePortChain))
+			b.Write("-A", svc, "-d", dst, "-m", "addrtype", "--dst-type", "LOCAL", "-j", string(n.nodePort))
 		}
-		np := string(nodePortChain)
+		np := string(n.nodePort)
 		for _, p := range []struct {
 			proto      string
 			all, local setKind
@@ -151,7 +126,7 @@ func (t *Translator) render() {
 		}
 	}
 	b.Write("-A", masq, "-j", "MARK", "--or-mark", t.mark)
-	post := string(iptables.KubePostroutingChain)
+	post := string(n.chains.Postrouting())
 	if t.has(setLoopBack) {
 		b.Words("-A", post, "-m", "comment", "--comment", `"endpoint reaching itself through a service"`)
 		t.match("", setLoopBack, "dst,dst,src", "MASQUERADE")
@@ -169,17 +144,17 @@ func (t *Translator) render() {
 
 	b.Write("*filter")
 	t.declare(iptables.TableFilter)
-	fwd := string(iptables.KubeForwardChain)
+	fwd := string(n.chains.Forward())
 	// Marked traffic is service traffic: forward it, and its replies, even
 	// under a FORWARD policy of DROP.
 	b.Write("-A", fwd, "-m", "comment", "--comment", `"kubernetes forwarding rules"`, "-m", "mark", "--mark", t.markMask, "-j", "ACCEPT")
 	b.Write("-A", fwd, "-m", "comment", "--comment", `"kubernetes forwarding conntrack rule"`, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
 	if t.has(setHealthCheckNodePort) {
-		t.match(string(nodePortChain), setHealthCheckNodePort, "dst", "ACCEPT")
+		t.match(string(n.nodePort), setHealthCheckNodePort, "dst", "ACCEPT")
 	}
 	if t.has(setLoadBalancerFW) {
-		src := string(sourceRangesChain)
-		t.match(string(iptables.KubeProxyFirewallChain), setLoadBalancerFW, "dst,dst", src)
+		src := string(n.sourceRanges)
+		t.match(string(n.chains.ProxyFirewall()), setLoadBalancerFW, "dst,dst", src)
 		t.match(src, setLoadBalancerSourceCIDR, "dst,dst,src", "RETURN")
 		if t.has(setLoadBalancerSourceIP) {
 			t.match(src, setLoadBalancerSourceIP, "dst,dst,src", "RETURN")
@@ -187,7 +162,7 @@ func (t *Translator) render() {
 		b.Write("-A", src, "-j", "DROP")
 	}
 	if t.has(setIPVSIPs) {
-		filter := string(ipvsFilterChain)
+		filter := string(n.ipvsFilter)
 		for _, k := range []setKind{setLoadBalancer, setClusterIP, setExternalIP, setExternalIPLocal} {
 			if t.has(k) {
 				t.match(filter, k, "dst,dst", "RETURN")
@@ -202,17 +177,8 @@ func (t *Translator) render() {
 	b.Write("COMMIT")
 }
 
-// chainDecls are the payload's chain declarations (":CHAIN"), per table.
-var chainDecls = func() map[iptables.Table][]string {
-	m := map[iptables.Table][]string{}
-	for _, tc := range modeChains {
-		m[tc.table] = append(m[tc.table], ":"+string(tc.chain))
-	}
-	return m
-}()
-
 func (t *Translator) declare(table iptables.Table) {
-	for _, d := range chainDecls[table] {
+	for _, d := range t.modeNames.decls[table] {
 		t.buf.Write(d, "-", "[0:0]")
 	}
 }

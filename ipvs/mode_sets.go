@@ -1,16 +1,16 @@
 package ipvs
 
 import (
-	"strings"
-
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/ipset"
 )
 
 // SetPrefix starts the name of every ipset IPVS mode uses, in both
-// families. Give it to ipset.NewReconciler: the reconciler then owns every
-// set whose name starts with it, which is also what [Cleanup] destroys.
+// families, with iptables.DefaultChainPrefix (see [ModeNames.SetPrefix]
+// for another). Give it to ipset.NewReconciler: the reconciler then owns
+// every set whose name starts with it, which is also what [Cleanup]
+// destroys.
 const SetPrefix = "KUBE-"
 
 // setKind is one of the ipsets of IPVS mode; its index into
@@ -66,26 +66,10 @@ var setDefs = [numSets]struct {
 	setIPVSIPs:             {"KUBE-IPVS-IPS", ipset.HashIP},
 }
 
-// setName returns the name of set k in family. IPv6 sets start with
-// "KUBE-6-" instead of "KUBE-", cut to the kernel's 31 bytes, as
-// kube-proxy names them, so that both families' sets coexist on a
-// dual-stack node.
-func setName(k setKind, family v1.IPFamily) string {
-	name := setDefs[k].name
-	if family != v1.IPv6Protocol {
-		return name
-	}
-	name = "KUBE-6-" + strings.TrimPrefix(name, SetPrefix)
-	if len(name) > ipset.MaxNameLen {
-		name = name[:ipset.MaxNameLen]
-	}
-	return name
-}
-
-// setDesc returns the description of set k in family, with the kernel's
-// defaults except a maximum large enough for n members.
-func setDesc(k setKind, family v1.IPFamily, n int) ipset.Set {
-	s := ipset.Set{Name: setName(k, family), Type: setDefs[k].typ}
+// setDesc returns the description of set k, named name, in family, with
+// the kernel's defaults except a maximum large enough for n members.
+func setDesc(k setKind, name string, family v1.IPFamily, n int) ipset.Set {
+	s := ipset.Set{Name: name, Type: setDefs[k].typ}
 	if !s.Type.IsHash() {
 		return s
 	}

@@ -20,6 +20,8 @@ import (
 type iptablesBackend struct {
 	family v1.IPFamily
 	w      *iptables.Writer
+	// names are the writer's, for its jumps and canary.
+	names *iptables.ChainNames
 	// ipt applies the payloads; nil in a dry run, which prints them to
 	// out instead.
 	ipt     iptables.Interface
@@ -68,6 +70,11 @@ func newIPTablesBackend(ctx context.Context, cfg iptables.WriterConfig, ipt ipta
 	if err != nil {
 		return nil, fmt.Errorf("%s rule writer: %w", cfg.IPFamily, err)
 	}
+	// NewWriter took the prefix, so NewChainNames does too.
+	names, err := iptables.NewChainNames(cfg.ChainPrefix)
+	if err != nil {
+		return nil, err
+	}
 	if ipt != nil {
 		var save bytes.Buffer
 		if err := ipt.SaveInto(ctx, iptables.TableNAT, &save); err != nil {
@@ -77,7 +84,7 @@ func newIPTablesBackend(ctx context.Context, cfg iptables.WriterConfig, ipt ipta
 			w.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
 		}
 	}
-	return &iptablesBackend{family: cfg.IPFamily, w: w, ipt: ipt, out: out, metrics: m,
+	return &iptablesBackend{family: cfg.IPFamily, w: w, names: names, ipt: ipt, out: out, metrics: m,
 		canaryInterval: canaryInterval, driftCheckPeriod: driftCheckPeriod}, nil
 }
 
@@ -108,7 +115,7 @@ func (b *iptablesBackend) sync(ctx context.Context, ins []*syncInput) ([]syncOut
 	// A full sync is also how rules another program flushed come back,
 	// jumps from the built-in chains included.
 	if res.Full {
-		err = iptables.EnsureJumpRules(ctx, b.ipt)
+		err = iptables.EnsureJumps(ctx, b.ipt, b.names.JumpRules())
 	}
 	if err == nil && len(res.Payload) > 0 {
 		err = b.ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
@@ -159,7 +166,7 @@ func (b *iptablesBackend) run(ctx context.Context, lost func()) {
 			}
 		})
 	}
-	b.ipt.Monitor(ctx, iptables.ProxyCanaryChain, canaryTables, lost, b.canaryInterval)
+	b.ipt.Monitor(ctx, b.names.Canary(), canaryTables, lost, b.canaryInterval)
 }
 
 // checkDrift compares the top-level chains with what the writer applied

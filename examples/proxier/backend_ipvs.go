@@ -117,9 +117,14 @@ func newIPVSBackend(cfgs []ipvs.TranslatorConfig, node *ipvsNode, ipts []iptable
 		}
 		b.translators = append(b.translators, tr)
 	}
-	if node != nil {
+	if node != nil && len(cfgs) > 0 {
+		// NewTranslator took the prefix, so NewModeNames does too.
+		names, err := ipvs.NewModeNames(cfgs[0].ChainPrefix)
+		if err != nil {
+			return nil, err
+		}
 		rec := ipvs.NewReconciler(node.table, node.binder)
-		b.applier = ipvs.NewApplier(rec, ipset.NewReconciler(node.sets, ipvs.SetPrefix), ipts...)
+		b.applier = ipvs.NewApplier(rec, ipset.NewReconciler(node.sets, names.SetPrefix()), ipts...)
 		b.terminator = rec.Terminator()
 	}
 	return b, nil
@@ -238,5 +243,6 @@ func ipvsTranslatorConfig(o *options, nodeName string, family v1.IPFamily, ips n
 		NodePortAddresses: nodePortPrefixes(o, family, ips.byFamily[family]),
 		ClusterCIDR:       o.clusterCIDR(family),
 		MasqueradeAll:     o.masqueradeAll,
+		ChainPrefix:       o.names.Chains().Prefix(),
 	}
 }

@@ -29,16 +29,16 @@ import (
 
 // removeIPTablesMode removes, from each of ipts, the rules a proxier in
 // iptables mode left, for IPVS mode to start on.
-func removeIPTablesMode(ctx context.Context, ipts []iptables.Interface) {
-	removeModeRules(ctx, ipts, "iptables", func(l ipvs.Leftovers) bool { return l.IPTablesMode })
+func removeIPTablesMode(ctx context.Context, names *ipvs.ModeNames, ipts []iptables.Interface) {
+	removeModeRules(ctx, names, ipts, "iptables", func(l ipvs.Leftovers) bool { return l.IPTablesMode })
 }
 
 // removeIPVSMode removes, from each of ipts, the rules a proxier in IPVS
 // mode left, and then, if there were any, IPVS mode's ipsets, virtual
 // servers and dummy interface, for iptables mode to start on.
-func removeIPVSMode(ctx context.Context, env *environment, ipts []iptables.Interface) {
-	if removeModeRules(ctx, ipts, "IPVS", func(l ipvs.Leftovers) bool { return l.IPVSMode }) {
-		if err := cleanupIPVSNode(ctx, env); err != nil {
+func removeIPVSMode(ctx context.Context, env *environment, names *ipvs.ModeNames, ipts []iptables.Interface) {
+	if removeModeRules(ctx, names, ipts, "IPVS", func(l ipvs.Leftovers) bool { return l.IPVSMode }) {
+		if err := cleanupIPVSNode(ctx, env, names); err != nil {
 			klog.FromContext(ctx).Error(err, "Removing IPVS mode's ipsets, virtual servers and dummy interface")
 		}
 	}
@@ -48,11 +48,11 @@ func removeIPVSMode(ctx context.Context, env *environment, ipts []iptables.Inter
 // which found says the other mode's chains are, and reports whether any
 // was. The first sync writes the running mode's rules again. Failures are
 // logged: the first sync rewrites the shared chains whatever is left.
-func removeModeRules(ctx context.Context, ipts []iptables.Interface, mode string, found func(ipvs.Leftovers) bool) bool {
+func removeModeRules(ctx context.Context, names *ipvs.ModeNames, ipts []iptables.Interface, mode string, found func(ipvs.Leftovers) bool) bool {
 	logger := klog.FromContext(ctx)
 	seen := false
 	for _, ipt := range ipts {
-		l, err := ipvs.FindLeftovers(ctx, ipt)
+		l, err := names.FindLeftovers(ctx, ipt)
 		if err != nil {
 			logger.Error(err, "Not looking for the rules of the other mode", "mode", mode)
 			continue
@@ -62,7 +62,7 @@ func removeModeRules(ctx context.Context, ipts []iptables.Interface, mode string
 		}
 		seen = true
 		logger.Info("Removing the rules of a proxier that ran here in another mode", "mode", mode, "family", ipt.Protocol())
-		if err := cleanupRules(ctx, ipt); err != nil {
+		if err := cleanupRules(ctx, ipt, names); err != nil {
 			logger.Error(err, "Removing the rules of the other mode", "mode", mode, "family", ipt.Protocol())
 		}
 	}
@@ -73,8 +73,9 @@ func removeModeRules(ctx context.Context, ipts []iptables.Interface, mode string
 // says, as kube-proxy's --cleanup does: the chains and jump rules of both
 // modes in both IP families, from the iptables backend this node uses, and
 // IPVS mode's ipsets, virtual servers and dummy interface. A family whose
-// iptables is missing (no ip6tables, say) has nothing to clean.
-func cleanup(ctx context.Context, env *environment) error {
+// iptables is missing (no ip6tables, say) has nothing to clean. Chains and
+// sets are those of names (--chain-prefix): another prefix's stay.
+func cleanup(ctx context.Context, env *environment, names *ipvs.ModeNames) error {
 	logger := klog.FromContext(ctx)
 	b, err := env.detectBackend(ctx)
 	if err != nil {
@@ -89,7 +90,7 @@ func cleanup(ctx context.Context, env *environment) error {
 			continue
 		}
 		cleaned++
-		if err := cleanupRules(ctx, ipt); err != nil {
+		if err := cleanupRules(ctx, ipt, names); err != nil {
 			errs = append(errs, err)
 		}
 		logger.Info("Removed the proxier's rules", "family", proto, "backend", b)
@@ -98,7 +99,7 @@ func cleanup(ctx context.Context, env *environment) error {
 		errs = append(errs, fmt.Errorf("cleanup: no iptables of backend %s works here", b))
 	}
 	// After the rules: the kernel keeps a set that a rule matches on.
-	if err := cleanupIPVSNode(ctx, env); err != nil {
+	if err := cleanupIPVSNode(ctx, env, names); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -110,20 +111,18 @@ func cleanup(ctx context.Context, env *environment) error {
 // mode's KUBE-NODE-PORT both jump to, among others), so neither mode's
 // cleanup alone could delete them while the other's rules are there. It
 // finds nothing to do on a clean node.
-func cleanupRules(ctx context.Context, ipt iptables.Interface) error {
-	_, err := iptables.CleanupChains(ctx, ipt, bothModes)
+func cleanupRules(ctx context.Context, ipt iptables.Interface, names *ipvs.ModeNames) error {
+	// The owner takes the chains of either mode.
+	_, err := iptables.CleanupChains(ctx, ipt, func(t iptables.Table, c iptables.Chain) bool {
+		return names.Chains().IsWriterChain(t, c) || names.IsModeChain(t, c)
+	})
 	return err
-}
-
-// bothModes owns the chains of either mode.
-func bothModes(t iptables.Table, c iptables.Chain) bool {
-	return iptables.IsWriterChain(t, c) || ipvs.IsModeChain(t, c)
 }
 
 // cleanupIPVSNode removes IPVS mode's ipsets, virtual servers and dummy
 // interface. It loads no module to do so: without ip_vs there is no
 // virtual server, and without ip_set no set.
-func cleanupIPVSNode(ctx context.Context, env *environment) error {
+func cleanupIPVSNode(ctx context.Context, env *environment, names *ipvs.ModeNames) error {
 	mods, err := env.kernel.Modules(ctx)
 	if err != nil {
 		return fmt.Errorf("cleanup of IPVS mode: %w", err)
@@ -133,9 +132,16 @@ func cleanupIPVSNode(ctx context.Context, env *environment) error {
 		return fmt.Errorf("cleanup of IPVS mode: %w", err)
 	}
 	defer node.close()
-	cfg := ipvs.CleanupConfig{Binder: node.binder}
-	if node.table != nil {
-		cfg.IPVS = node.table
+	cfg := ipvs.CleanupConfig{ChainPrefix: names.Chains().Prefix()}
+	// Virtual servers and the dummy interface carry no prefix: with
+	// another than kube-proxy's, they may be kube-proxy's, so they stay.
+	if names.Chains().Prefix() == iptables.DefaultChainPrefix {
+		cfg.Binder = node.binder
+		if node.table != nil {
+			cfg.IPVS = node.table
+		}
+	} else {
+		klog.FromContext(ctx).Info("Leaving IPVS virtual servers and the dummy interface: they are not named by --chain-prefix", "chainPrefix", names.Chains().Prefix())
 	}
 	if mods.Has(kernel.ModuleIPSet) {
 		cfg.IPSets = node.sets

@@ -13,6 +13,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
 )
 
 // Proxy modes, as --mode names them.
@@ -44,6 +47,10 @@ type options struct {
 	manifests        string
 	dryRun           bool
 	once             bool
+	// chainPrefix is --chain-prefix; names are what the proxier owns in
+	// the kernel with it, in either mode.
+	chainPrefix string
+	names       *ipvs.ModeNames
 }
 
 // Defaults as kube-proxy has them.
@@ -79,6 +86,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.manifests, "manifests", "", "Read Services, EndpointSlices and Nodes from this YAML file or directory, and follow changes to it, instead of an API server.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Print what the first full sync would apply and exit; touch nothing and need no privileges.")
 	fs.BoolVar(&o.once, "once", false, "Apply one full sync and exit.")
+	// Not a kube-proxy flag: kube-proxy's names are fixed.
+	fs.StringVar(&o.chainPrefix, "chain-prefix", iptables.DefaultChainPrefix, "Prefix of every iptables chain and ipset the proxier owns (KUBE-SERVICES, KUBE-SVC-*, KUBE-CLUSTER-IP, ...), at most 5 letters, digits or underscores: give a proxier that runs beside kube-proxy, or beside another proxier, one of its own. --cleanup removes this prefix's only.")
 	// Of klog's flags, only -v, as kube-proxy users know it.
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -102,6 +111,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	} else if o.nodePortAddresses, err = parseCIDRs("--nodeport-addresses", nodePortAddresses); err != nil {
 		return nil, err
 	}
+	if o.names, err = ipvs.NewModeNames(o.chainPrefix); err != nil {
+		return nil, fmt.Errorf("--chain-prefix: %w", err)
+	}
+	o.chainPrefix = o.names.Chains().Prefix()
 	if o.healthzBindAddress, err = bindAddress("--healthz-bind-address", o.healthzBindAddress, defaultHealthzPort); err != nil {
 		return nil, err
 	}

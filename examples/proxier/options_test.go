@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
@@ -22,6 +23,7 @@ func TestParseOptions(t *testing.T) {
 		syncPeriod:         30 * time.Second,
 		minSyncPeriod:      time.Second,
 		driftCheckPeriod:   30 * time.Second,
+		chainPrefix:        "KUBE",
 	}
 	with := func(f func(*options)) *options {
 		o := defaults
@@ -63,6 +65,10 @@ func TestParseOptions(t *testing.T) {
 		{args: []string{"--iptables-drift-check-period", "0"}, want: with(func(o *options) { o.driftCheckPeriod = 0 })},
 		{args: []string{"--iptables-drift-check-period", "2m"}, want: with(func(o *options) { o.driftCheckPeriod = 2 * time.Minute })},
 		{args: []string{"--iptables-drift-check-period", "-1s"}, wantErr: "--iptables-drift-check-period"},
+		{args: []string{"--chain-prefix", "PXYB"}, want: with(func(o *options) { o.chainPrefix = "PXYB" })},
+		{args: []string{"--chain-prefix", "KUBE-B"}, wantErr: `--chain-prefix: IPVS mode: chain prefix "KUBE-B": character '-'`},
+		{args: []string{"--chain-prefix", "PROXYB"}, wantErr: "--chain-prefix: IPVS mode: chain prefix \"PROXYB\": chain PROXYB-SOURCE-RANGES-FIREWALL is longer"},
+		{args: []string{"--chain-prefix", ""}, want: &defaults},
 		{args: []string{"--mode", "nftables"}, wantErr: `--mode "nftables"`},
 		{args: []string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, wantErr: "at most one per IP family"},
 		{args: []string{"--cluster-cidr", "10.0.0.0"}, wantErr: "--cluster-cidr"},
@@ -86,8 +92,11 @@ func TestParseOptions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(options{}), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(options{}), cmpopts.IgnoreFields(options{}, "names"), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 				t.Errorf("options (-want +got):\n%s", diff)
+			}
+			if p := got.names.Chains().Prefix(); p != tc.want.chainPrefix {
+				t.Errorf("names have prefix %q, want %q", p, tc.want.chainPrefix)
 			}
 		})
 	}

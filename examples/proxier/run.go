@@ -33,7 +33,7 @@ const manifestSettle = 100 * time.Millisecond
 // with --dry-run and --once.
 func run(ctx context.Context, o *options, env *environment) error {
 	if o.cleanup {
-		return cleanup(ctx, env)
+		return cleanup(ctx, env, o.names)
 	}
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
@@ -348,7 +348,7 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 		acceptInvalid = tuneConntrack(ctx, env.kernel)
 		// A node that ran IPVS mode before keeps its rules, sets, virtual
 		// servers and dummy interface until they are removed.
-		removeIPVSMode(ctx, env, ipts)
+		removeIPVSMode(ctx, env, o.names, ipts)
 	}
 	var backends []modeBackend
 	for i, family := range ips.families {
@@ -360,6 +360,7 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 			ClusterCIDR:       o.clusterCIDR(family),
 			MasqueradeAll:     o.masqueradeAll,
 			AcceptInvalid:     acceptInvalid,
+			ChainPrefix:       o.names.Chains().Prefix(),
 		}
 		var ipt iptables.Interface
 		if ipts != nil {
@@ -399,7 +400,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, nodeName
 			return nil, nil, err
 		}
 		tuneConntrack(ctx, env.kernel)
-		removeIPTablesMode(ctx, ipts)
+		removeIPTablesMode(ctx, o.names, ipts)
 	}
 	var cfgs []ipvs.TranslatorConfig
 	for _, family := range ips.families {
