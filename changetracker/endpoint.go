@@ -1,6 +1,7 @@
 package changetracker
 
 import (
+	"bytes"
 	"net/netip"
 	"strconv"
 	"sync/atomic"
@@ -157,6 +158,28 @@ func appendHostPort(b []byte, ip netip.Addr, port int) []byte {
 	}
 	b = append(b, ':')
 	return strconv.AppendInt(b, int64(port), 10)
+}
+
+// CompareHostPort orders two endpoints as their String() forms ("ip:port",
+// "[ip]:port" for IPv6) compare as strings, which is the order kube-proxy
+// keeps a service's endpoints in (so "10.0.0.10:80" sorts before
+// "10.0.0.2:80"). EndpointsMap lists are sorted this way, so that a proxier
+// built on them programs its endpoint chains in kube-proxy's order and
+// rule dumps of both can be compared. It returns a negative number, zero
+// or a positive number, like strings.Compare, and allocates nothing.
+//
+// For one port number, the order of two addresses does not depend on the
+// port, because the text after the address starts with the same separator.
+func CompareHostPort(a netip.Addr, aPort int, b netip.Addr, bPort int) int {
+	if a == b && aPort == bPort {
+		return 0
+	}
+	var ab, bb [64]byte
+	return bytes.Compare(appendHostPort(ab[:0], a, aPort), appendHostPort(bb[:0], b, bPort))
+}
+
+func compareHostPort(a netip.Addr, aPort int32, b netip.Addr, bPort int32) int {
+	return CompareHostPort(a, int(aPort), b, int(bPort))
 }
 
 // IP is part of Endpoint.

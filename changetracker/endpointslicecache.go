@@ -50,7 +50,8 @@ type sliceInfo struct {
 	// onePort backs ports for the usual single-port slice, saving an
 	// allocation per slice.
 	onePort [1]slicePort
-	// endpoints is sorted by address. When the slice has exactly one port
+	// endpoints is sorted as CompareHostPort orders them. When the slice
+	// has exactly one port
 	// its number is filled in, and a Service with that one slice uses this
 	// array as its endpoint list as it is: the common case then costs one
 	// BaseEndpoint per endpoint, not two structures.
@@ -73,22 +74,20 @@ type portEndpoints struct {
 }
 
 // sliceKey returns the Service an EndpointSlice belongs to, or an error naming
-// the slice when it cannot be attributed to one.
+// the slice when it cannot be attributed to one or the API server would
+// refuse its name, namespace or service-name label (see validateSliceObject).
 func sliceKey(slice *discoveryv1.EndpointSlice) (types.NamespacedName, error) {
-	if slice.Name == "" || slice.Namespace == "" {
-		return types.NamespacedName{}, fmt.Errorf("endpoint slice %q in namespace %q: name and namespace must be set", slice.Name, slice.Namespace)
+	if err := validateSliceObject(slice); err != nil {
+		return types.NamespacedName{}, fmt.Errorf("endpoint slice %q in namespace %q: %w", slice.Name, slice.Namespace, err)
 	}
-	svcName := slice.Labels[discoveryv1.LabelServiceName]
-	if svcName == "" {
-		return types.NamespacedName{}, fmt.Errorf("endpoint slice %s/%s: no %s label", slice.Namespace, slice.Name, discoveryv1.LabelServiceName)
-	}
-	return types.NamespacedName{Namespace: slice.Namespace, Name: svcName}, nil
+	return types.NamespacedName{Namespace: slice.Namespace, Name: slice.Labels[discoveryv1.LabelServiceName]}, nil
 }
 
 // newSliceInfo copies what the proxy uses out of slice, skipping (with a log
 // line naming the slice) ports without a number, duplicate ports, endpoints
-// without an address and addresses that do not parse or are of the other
-// family.
+// without an address, addresses that do not parse or are of the other family,
+// and addresses that cannot be a backend (see specialAddrReason). The slice's
+// names and port names must have been validated.
 func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily v1.IPFamily, nodeName string) *sliceInfo {
 	info := &sliceInfo{}
 	if len(slice.Ports) == 1 {
@@ -153,6 +152,10 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
 			continue
 		}
+		if reason := specialAddrReason(addr); reason != "" {
+			logger.Error(nil, "Ignoring endpoint that cannot be a backend", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0], "reason", reason)
+			continue
+		}
 		info.endpoints = append(info.endpoints, BaseEndpoint{ip: addr, port: onlyPort})
 		be := &info.endpoints[len(info.endpoints)-1]
 		if ep.NodeName != nil {
@@ -183,12 +186,17 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			}
 			be.zoneHints, be.nodeHints = lastZones, lastNodes
 		}
-		if n := len(info.endpoints); n > 1 && info.endpoints[n-2].ip.Compare(addr) > 0 {
+		if n := len(info.endpoints); n > 1 && compareHostPort(info.endpoints[n-2].ip, onlyPort, addr, onlyPort) > 0 {
 			sorted = false
 		}
 	}
 	if !sorted {
-		slices.SortStableFunc(info.endpoints, func(a, b BaseEndpoint) int { return a.ip.Compare(b.ip) })
+		// With several ports onlyPort is 0, and the order of "ip:0"
+		// strings is that of "ip:p" for any one port p (see
+		// CompareHostPort), so buildPorts keeps it.
+		slices.SortStableFunc(info.endpoints, func(a, b BaseEndpoint) int {
+			return compareHostPort(a.ip, onlyPort, b.ip, onlyPort)
+		})
 	}
 	return info
 }
@@ -313,7 +321,8 @@ type candidate struct {
 // buildPorts computes the base endpoints of every port of the Service nn from
 // its applied slices. An endpoint that appears in several slices (which
 // happens while the controller moves it) is kept once per port number,
-// preferring a copy that is local. Lists are sorted by IP, then port. scratch
+// preferring a copy that is local. Lists are sorted by "ip:port" string, as
+// kube-proxy sorts them (see CompareHostPort). scratch
 // is a reusable buffer; the grown buffer is returned.
 func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate) ([]portEndpoints, []candidate) {
 	if len(s.slices) == 1 && len(s.slices[0].applied.ports) == 1 && uniqueAddrs(s.slices[0].applied.endpoints) {
@@ -355,10 +364,7 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate)
 		if j-i > 1 {
 			// Several slices: merge their (sorted) lists.
 			slices.SortStableFunc(cands, func(a, b candidate) int {
-				if c := a.ep.ip.Compare(b.ep.ip); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.port, b.port)
+				return compareHostPort(a.ep.ip, a.port, b.ep.ip, b.port)
 			})
 		}
 		out = append(out, portEndpoints{
@@ -371,7 +377,8 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate)
 	return out, cands[:0]
 }
 
-// uniqueAddrs reports whether a list sorted by address has no duplicates.
+// uniqueAddrs reports whether a sorted list has no duplicate address (copies
+// of one address are adjacent in the order of CompareHostPort).
 func uniqueAddrs(eps []BaseEndpoint) bool {
 	for i := 1; i < len(eps); i++ {
 		if eps[i].ip == eps[i-1].ip {

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 )
 
@@ -85,6 +86,32 @@ func FuzzServiceChangeTracker(f *testing.F) {
 func checkServicePortMap(t *testing.T, family v1.IPFamily, m ServicePortMap) {
 	t.Helper()
 	for name, p := range m {
+		// Every text and number that reaches a payload passed the API
+		// server's checks.
+		for _, label := range []string{name.Namespace, name.Name} {
+			if msgs := validation.IsDNS1123Label(label); len(msgs) > 0 {
+				t.Fatalf("%s: stored with invalid name %q: %v", name, label, msgs)
+			}
+		}
+		if name.Port != "" {
+			if msgs := validation.IsDNS1123Label(name.Port); len(msgs) > 0 {
+				t.Fatalf("%s: stored with invalid port name: %v", name, msgs)
+			}
+		}
+		if np := p.NodePort(); np < 0 || np > 65535 {
+			t.Fatalf("%s: node port %d out of range", name, np)
+		}
+		if hc := p.HealthCheckNodePort(); hc < 0 || hc > 65535 {
+			t.Fatalf("%s: health-check node port %d out of range", name, hc)
+		}
+		if p.SessionAffinityType() == v1.ServiceAffinityClientIP && (p.StickyMaxAgeSeconds() < 1 || p.StickyMaxAgeSeconds() > maxClientIPAffinitySeconds) {
+			t.Fatalf("%s: affinity timeout %d out of range", name, p.StickyMaxAgeSeconds())
+		}
+		for _, ip := range p.ExternalIPs() {
+			if r := specialAddrReason(ip); r != "" {
+				t.Fatalf("%s: external IP %s is a %s", name, ip, r)
+			}
+		}
 		if familyOf(p.ClusterIP()) != family {
 			t.Fatalf("%s: cluster IP %s is not %s", name, p.ClusterIP(), family)
 		}
@@ -208,19 +235,32 @@ func checkEndpointsMap(t *testing.T, family v1.IPFamily, m EndpointsMap) {
 		if len(eps) == 0 {
 			t.Fatalf("%s: empty endpoint list stored", name)
 		}
+		for _, label := range []string{name.Namespace, name.Name} {
+			if msgs := validation.IsDNS1123Label(label); len(msgs) > 0 {
+				t.Fatalf("%s: stored with invalid name %q: %v", name, label, msgs)
+			}
+		}
+		if name.Port != "" {
+			if msgs := validation.IsDNS1123Label(name.Port); len(msgs) > 0 {
+				t.Fatalf("%s: stored with invalid port name: %v", name, msgs)
+			}
+		}
+		if !validProtocol(name.Protocol) {
+			t.Fatalf("%s: stored with protocol %q", name, name.Protocol)
+		}
 		for i, ep := range eps {
 			if familyOf(ep.IP()) != family {
 				t.Fatalf("%s: endpoint %s is not %s", name, ep, family)
 			}
+			if r := specialAddrReason(ep.IP()); r != "" {
+				t.Fatalf("%s: endpoint %s is a %s", name, ep, r)
+			}
 			if ep.Port() < 1 || ep.Port() > 65535 {
 				t.Fatalf("%s: endpoint %s has port out of range", name, ep)
 			}
-			if i > 0 {
-				prev := eps[i-1]
-				c := prev.IP().Compare(ep.IP())
-				if c > 0 || (c == 0 && prev.Port() >= ep.Port()) {
-					t.Fatalf("%s: endpoints not sorted or duplicated: %s then %s", name, prev, ep)
-				}
+			// kube-proxy's order: by "ip:port" string, no duplicates.
+			if i > 0 && eps[i-1].String() >= ep.String() {
+				t.Fatalf("%s: endpoints not sorted or duplicated: %s then %s", name, eps[i-1], ep)
 			}
 		}
 	}
