@@ -11,9 +11,12 @@
 // latency metrics. CategorizeEndpoints then picks, for one service port, the
 // endpoints this node should use under the traffic policies, topology hints
 // and the terminating-endpoint fallback. The informer glue (ServiceConfig,
-// EndpointSliceConfig, NodeConfig, NewInformerFactory) wires handlers to a
-// client-go SharedInformerFactory with kube-proxy's label selector, and
-// NodeTopology follows this node's topology labels.
+// EndpointSliceConfig, NodeConfig, NewServiceInformerFactory,
+// NewEndpointSliceInformerFactory) wires handlers to client-go
+// SharedInformerFactories with kube-proxy's selectors (Services by the
+// service-proxy-name label and a cluster IP other than None, EndpointSlices
+// by the headless label), and NodeTopology follows this node's topology
+// labels.
 //
 // Input is validated at the edge, as the API server of this module's
 // Kubernetes line (1.37) validates it, because a proxier hands names and
