@@ -3,6 +3,7 @@ package changetracker
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -134,8 +135,16 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 	if len(info.ports) == 1 {
 		onlyPort = info.ports[0].port
 	}
-	var lastZones, lastNodes sets.Set[string]
-	var lastHintSrc *discoveryv1.EndpointHints
+	// First the usable addresses, in a small array of sort keys: the
+	// endpoints are then built once, in order, rather than moved around
+	// by a sort (they are large and hold pointers).
+	var refBuf [128]endpointRef
+	var addrBuf [128]netip.Addr
+	refs, addrs := refBuf[:0], addrBuf[:0]
+	if len(slice.Endpoints) > len(refBuf) {
+		refs = make([]endpointRef, 0, len(slice.Endpoints))
+		addrs = make([]netip.Addr, 0, len(slice.Endpoints))
+	}
 	sorted := true
 	for i := range slice.Endpoints {
 		ep := &slice.Endpoints[i]
@@ -156,7 +165,28 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			logger.Error(nil, "Ignoring endpoint that cannot be a backend", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0], "reason", reason)
 			continue
 		}
-		info.endpoints = append(info.endpoints, BaseEndpoint{ip: addr, port: onlyPort})
+		r := endpointRef{slice: int32(i), addr: int32(len(addrs))}
+		if addr.Is4() {
+			r.key = ipv4TextKey(addr)
+		}
+		addrs = append(addrs, addr)
+		if n := len(refs); n > 0 && compareEndpointRefs(refs[n-1], r, addrs) > 0 {
+			sorted = false
+		}
+		refs = append(refs, r)
+	}
+	if !sorted {
+		// With several ports the order of "ip:p" strings is the same
+		// for any one port p (see CompareHostPort), so buildPorts keeps
+		// this order.
+		slices.SortFunc(refs, func(a, b endpointRef) int { return compareEndpointRefs(a, b, addrs) })
+	}
+
+	var lastZones, lastNodes sets.Set[string]
+	var lastHintSrc *discoveryv1.EndpointHints
+	for _, r := range refs {
+		ep := &slice.Endpoints[r.slice]
+		info.endpoints = append(info.endpoints, BaseEndpoint{ip: addrs[r.addr], port: onlyPort})
 		be := &info.endpoints[len(info.endpoints)-1]
 		if ep.NodeName != nil {
 			be.nodeName = *ep.NodeName
@@ -178,27 +208,38 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			be.flags |= flagTerminating
 		}
 		if h := ep.Hints; h != nil && (len(h.ForZones) > 0 || len(h.ForNodes) > 0) {
-			// Neighbouring endpoints usually carry the same hints; share
-			// the sets rather than building them per endpoint.
+			// Endpoints next to each other usually carry the same hints;
+			// share the sets rather than building them per endpoint.
 			if lastHintSrc == nil || !sameHints(lastHintSrc, h) {
 				lastZones, lastNodes = hintSets(h)
 				lastHintSrc = h
 			}
 			be.zoneHints, be.nodeHints = lastZones, lastNodes
 		}
-		if n := len(info.endpoints); n > 1 && compareHostPort(info.endpoints[n-2].ip, onlyPort, addr, onlyPort) > 0 {
-			sorted = false
-		}
-	}
-	if !sorted {
-		// With several ports onlyPort is 0, and the order of "ip:0"
-		// strings is that of "ip:p" for any one port p (see
-		// CompareHostPort), so buildPorts keeps it.
-		slices.SortStableFunc(info.endpoints, func(a, b BaseEndpoint) int {
-			return compareHostPort(a.ip, onlyPort, b.ip, onlyPort)
-		})
 	}
 	return info
+}
+
+// endpointRef is an endpoint of a slice being sorted: its index in the
+// slice, its parsed address's index, and ipv4TextKey of that address (0 for
+// IPv6, which compares by text).
+type endpointRef struct {
+	key   uint64
+	slice int32
+	addr  int32
+}
+
+// compareEndpointRefs orders refs as CompareHostPort orders their
+// addresses (all with one port), then by position in the slice, so that the
+// sort is stable: of duplicate addresses, the first listed comes first.
+func compareEndpointRefs(a, b endpointRef, addrs []netip.Addr) int {
+	if c := cmp.Compare(a.key, b.key); c != 0 {
+		return c
+	}
+	if c := CompareHostPort(addrs[a.addr], 0, addrs[b.addr], 0); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.slice, b.slice)
 }
 
 func compareSlicePorts(a, b slicePort) int {

@@ -32,7 +32,7 @@ type serviceEvents []struct {
 // deleting everything empties the map.
 func FuzzServiceChangeTracker(f *testing.F) {
 	f.Add([]byte(`[{"service":{"metadata":{"namespace":"ns","name":"a"},"spec":{"clusterIPs":["10.0.0.1","fd00::1"],"ports":[{"name":"p","port":80,"protocol":"UDP"}]}}},{"delete":true,"service":{"metadata":{"namespace":"ns","name":"a"}}}]`))
-	quiet := WithLogger(klog.Background().V(10))
+	quiet := WithLogger(klog.Logger{}) // the zero Logger discards, errors too
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var events serviceEvents
 		if err := json.Unmarshal(data, &events); err != nil || len(events) > 64 {
@@ -153,7 +153,7 @@ type sliceEvents struct {
 // deleting every slice empties the map.
 func FuzzEndpointSlices(f *testing.F) {
 	f.Add([]byte(`{"node":"n1","zone":"z1","service":{"metadata":{"namespace":"ns","name":"a"},"spec":{"clusterIP":"10.0.0.1","ports":[{"name":"p","port":80}]}},"events":[{"slice":{"metadata":{"namespace":"ns","name":"a-1","labels":{"kubernetes.io/service-name":"a"}},"addressType":"IPv4","ports":[{"name":"p","port":8080}],"endpoints":[{"addresses":["10.1.0.1"],"nodeName":"n1","hints":{"forZones":[{"name":"z1"}]}}]}}]}`))
-	quiet := WithLogger(klog.Background().V(10))
+	quiet := WithLogger(klog.Logger{}) // the zero Logger discards, errors too
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var in sliceEvents
 		if err := json.Unmarshal(data, &in); err != nil || len(in.Events) > 64 {
