@@ -83,21 +83,28 @@ func FuzzServiceChangeTracker(f *testing.F) {
 	})
 }
 
+// checkPortName fails unless the names in name pass the API server's
+// checks.
+func checkPortName(t *testing.T, name ServicePortName) {
+	t.Helper()
+	for _, label := range []string{name.Namespace, name.Name} {
+		if msgs := validation.IsDNS1123Label(label); len(msgs) > 0 {
+			t.Fatalf("%s: stored with invalid name %q: %v", name, label, msgs)
+		}
+	}
+	if name.Port != "" {
+		if msgs := validation.IsDNS1123Label(name.Port); len(msgs) > 0 {
+			t.Fatalf("%s: stored with invalid port name: %v", name, msgs)
+		}
+	}
+}
+
 func checkServicePortMap(t *testing.T, family v1.IPFamily, m ServicePortMap) {
 	t.Helper()
 	for name, p := range m {
 		// Every text and number that reaches a payload passed the API
 		// server's checks.
-		for _, label := range []string{name.Namespace, name.Name} {
-			if msgs := validation.IsDNS1123Label(label); len(msgs) > 0 {
-				t.Fatalf("%s: stored with invalid name %q: %v", name, label, msgs)
-			}
-		}
-		if name.Port != "" {
-			if msgs := validation.IsDNS1123Label(name.Port); len(msgs) > 0 {
-				t.Fatalf("%s: stored with invalid port name: %v", name, msgs)
-			}
-		}
+		checkPortName(t, name)
 		if np := p.NodePort(); np < 0 || np > 65535 {
 			t.Fatalf("%s: node port %d out of range", name, np)
 		}
@@ -235,16 +242,7 @@ func checkEndpointsMap(t *testing.T, family v1.IPFamily, m EndpointsMap) {
 		if len(eps) == 0 {
 			t.Fatalf("%s: empty endpoint list stored", name)
 		}
-		for _, label := range []string{name.Namespace, name.Name} {
-			if msgs := validation.IsDNS1123Label(label); len(msgs) > 0 {
-				t.Fatalf("%s: stored with invalid name %q: %v", name, label, msgs)
-			}
-		}
-		if name.Port != "" {
-			if msgs := validation.IsDNS1123Label(name.Port); len(msgs) > 0 {
-				t.Fatalf("%s: stored with invalid port name: %v", name, msgs)
-			}
-		}
+		checkPortName(t, name)
 		if !validProtocol(name.Protocol) {
 			t.Fatalf("%s: stored with protocol %q", name, name.Protocol)
 		}
