@@ -105,10 +105,14 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 		if p.Protocol != nil && *p.Protocol != "" {
 			sp.protocol = *p.Protocol
 		}
-		if p.Port == nil || *p.Port <= 0 || *p.Port > 65535 {
+		if p.Port == nil {
 			// A nil port means "all ports" in the API, which a
 			// port-mapping proxy cannot express.
-			logger.V(2).Info("Ignoring endpoint slice port without a valid number", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			logger.V(2).Info("Ignoring endpoint slice port without a number", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			continue
+		}
+		if err := firstPortNumMsg("port", int(*p.Port)); err != nil {
+			logger.Error(err, "Ignoring invalid endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", sp.name)
 			continue
 		}
 		sp.port = *p.Port

@@ -82,6 +82,8 @@ func TestServiceValidation(t *testing.T) {
 		obj      string
 		want     map[string]string // bad Service's ports in the map
 		wantLogs []string
+		// check, when set, looks at the bad Service's stored ports.
+		check func(t *testing.T, p ServicePort)
 	}{{
 		name: "valid, two ports",
 		svc:  makeService("ns", "bad", twoPorts),
@@ -210,6 +212,20 @@ func TestServiceValidation(t *testing.T) {
 		want: map[string]string{"ns/bad:http/TCP": "10.96.0.10:80/TCP"},
 		wantLogs: []string{"Ignoring invalid external IP", "Ignoring invalid external IP", "Ignoring invalid external IP",
 			"Ignoring invalid external IP", "Ignoring invalid external IP"},
+	}, {
+		name: "unparsable load-balancer ingress IPs are dropped, the service kept",
+		svc: makeService("ns", "bad", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.Ports[0].NodePort = 30080
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "192.0.2.1\n-j ACCEPT"}, {IP: "192.0.2.300"}, {IP: "192.0.2.1"}}
+		}),
+		want:     map[string]string{"ns/bad:http/TCP": "10.96.0.10:80/TCP"},
+		wantLogs: []string{"Ignoring unparsable load-balancer ingress IP", "Ignoring unparsable load-balancer ingress IP"},
+		check: func(t *testing.T, p ServicePort) {
+			if diff := cmp.Diff([]netip.Addr{netip.MustParseAddr("192.0.2.1")}, p.LoadBalancerVIPs(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("load-balancer VIPs (-want +got):\n%s", diff)
+			}
+		},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -236,10 +252,9 @@ func TestServiceValidation(t *testing.T) {
 			if diff := cmp.Diff(tc.wantLogs, defaultLogs(logger, "service", obj)); diff != "" {
 				t.Errorf("log lines naming %q at the default verbosity (-want +got):\n%s", obj, diff)
 			}
-			// Fields that passed validation must be in range.
-			for _, p := range m {
-				if np := p.NodePort(); np < 0 || np > 65535 {
-					t.Errorf("%s: node port %d out of range", p, np)
+			for name, p := range m {
+				if tc.check != nil && name.Name != "good" {
+					tc.check(t, p)
 				}
 			}
 		})
@@ -311,6 +326,12 @@ func TestEndpointSliceValidation(t *testing.T) {
 		name:     "port name injecting",
 		slice:    makeSlice("ns", "bad", "bad-1", v4, []port{namedPort("http\nCOMMIT", 8080, v1.ProtocolTCP)}, readyEP("10.0.0.1", "")),
 		wantLogs: []string{"Ignoring invalid endpoint slice"},
+	}, {
+		name: "port number out of range skips that port",
+		slice: makeSlice("ns", "bad", "bad-1", v4, []port{namedPort("http", 70000, v1.ProtocolTCP), namedPort("dns", 53, v1.ProtocolUDP)},
+			readyEP("10.0.0.1", "")),
+		want:     map[string][]string{"ns/bad:dns/UDP": {"10.0.0.1:53 ready serving"}},
+		wantLogs: []string{"Ignoring invalid endpoint slice port http"},
 	}, {
 		name:     "unknown protocol",
 		slice:    makeSlice("ns", "bad", "bad-1", v4, []port{namedPort("http", 8080, "ICMP")}, readyEP("10.0.0.1", "")),
