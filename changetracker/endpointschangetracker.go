@@ -77,7 +77,7 @@ func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string, makeEndpoi
 // DNS-1123 label cannot be attributed and is logged and ignored; a slice with
 // a port name that is not a DNS-1123 label or a protocol other than TCP, UDP
 // and SCTP is logged and counts as removed. Inside a valid slice, ports
-// without a number and endpoints without a usable address (unparsable, or
+// without a valid number and endpoints without a usable address (unparsable, or
 // unspecified, loopback, link-local, multicast or broadcast, which cannot be
 // a backend) are logged and skipped, and the rest of the slice is used. Each
 // refusal is one log line at the default verbosity naming the slice.

@@ -52,10 +52,10 @@ type sliceInfo struct {
 	// allocation per slice.
 	onePort [1]slicePort
 	// endpoints is sorted as CompareHostPort orders them. When the slice
-	// has exactly one port
-	// its number is filled in, and a Service with that one slice uses this
-	// array as its endpoint list as it is: the common case then costs one
-	// BaseEndpoint per endpoint, not two structures.
+	// has exactly one port its number is filled in, and a Service with
+	// that one slice uses this array as its endpoint list as it is: the
+	// common case then costs one BaseEndpoint per endpoint, not two
+	// structures.
 	endpoints []BaseEndpoint
 }
 

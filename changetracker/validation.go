@@ -48,7 +48,7 @@ func firstMsg(field, value string, msgs []string) error {
 // namespace and name, every port name, and the ClientIP affinity timeout.
 //
 // Service names are checked as DNS-1123 labels: KEP-5311
-// (RelaxedServiceNameValidation, GA and locked on in 1.37) relaxed them
+// (RelaxedServiceNameValidation, beta in 1.36 and GA in 1.37) relaxed them
 // from DNS-1035 labels, so a 1.37 API server accepts names that start with
 // a digit, and the proxy must serve them.
 func validateServiceObject(svc *v1.Service) error {
