@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
@@ -100,17 +101,28 @@ func TestInformerGlue(t *testing.T) {
 	otherSlice.Labels[ServiceProxyNameLabel] = "someone-else"
 	headlessSlice := makeSlice("ns", "hl", "hl-1", discoveryv1.AddressTypeIPv4, http, readyEP("10.0.0.8", "node-a"))
 	headlessSlice.Labels[v1.IsHeadlessService] = ""
+	// kube-proxy selects Services by the proxy-name label (and cluster IP)
+	// and slices by the headless label alone, so a ClusterIP Service with a
+	// stray headless label is proxied, and so are the slices of a Service
+	// whose proxy-name label was removed before its slices'.
+	strayHeadless := makeService("ns", "c", withClusterIPs("10.96.0.30"))
+	strayHeadless.Labels = map[string]string{v1.IsHeadlessService: ""}
+	strayHeadlessSlice := makeSlice("ns", "c", "c-1", discoveryv1.AddressTypeIPv4, http, readyEP("10.0.0.30", "node-a"))
+	unlabelled := makeService("ns", "d", withClusterIPs("10.96.0.40"))
+	staleLabelSlice := makeSlice("ns", "d", "d-1", discoveryv1.AddressTypeIPv4, http, readyEP("10.0.0.40", "node-a"))
+	staleLabelSlice.Labels[ServiceProxyNameLabel] = "someone-else"
 
-	client := fake.NewClientset(svcA, sliceA, other, otherSlice, headlessSlice)
-	factory := NewInformerFactory(client, 0)
-	svcInf := &capturingInformer{SharedIndexInformer: factory.Core().V1().Services().Informer()}
-	sliceInf := &capturingInformer{SharedIndexInformer: factory.Discovery().V1().EndpointSlices().Informer()}
+	client := fake.NewClientset(svcA, sliceA, other, otherSlice, headlessSlice, strayHeadless, strayHeadlessSlice, unlabelled, staleLabelSlice)
+	svcFactory := NewServiceInformerFactory(client, 0)
+	sliceFactory := NewEndpointSliceInformerFactory(client, 0)
+	svcInf := &capturingInformer{SharedIndexInformer: svcFactory.Core().V1().Services().Informer()}
+	sliceInf := &capturingInformer{SharedIndexInformer: sliceFactory.Discovery().V1().EndpointSlices().Informer()}
 
-	svcConfig, err := NewServiceConfig(ctx, serviceInformer{factory.Core().V1().Services(), svcInf}, 0)
+	svcConfig, err := NewServiceConfig(ctx, serviceInformer{svcFactory.Core().V1().Services(), svcInf}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sliceConfig, err := NewEndpointSliceConfig(ctx, sliceInformer{factory.Discovery().V1().EndpointSlices(), sliceInf}, 0)
+	sliceConfig, err := NewEndpointSliceConfig(ctx, sliceInformer{sliceFactory.Discovery().V1().EndpointSlices(), sliceInf}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +133,12 @@ func TestInformerGlue(t *testing.T) {
 	}
 	svcConfig.RegisterEventHandler(p)
 	sliceConfig.RegisterEventHandler(p)
-	factory.Start(ctx.Done())
+	svcFactory.Start(ctx.Done())
+	sliceFactory.Start(ctx.Done())
 	defer func() {
 		cancel() // Shutdown waits for the informers, which stop with ctx
-		factory.Shutdown()
+		svcFactory.Shutdown()
+		sliceFactory.Shutdown()
 	}()
 	if !svcConfig.Run(ctx) || !sliceConfig.Run(ctx) {
 		t.Fatal("configs did not sync")
@@ -150,11 +164,36 @@ func TestInformerGlue(t *testing.T) {
 	aKey := "ns/a:http/TCP"
 
 	// The initial list was delivered before Synced, so one Update must
-	// show it: only the unlabelled, non-headless service and its slice.
+	// show it: the Services without a proxy-name label, and the slices
+	// without a headless label (the fake clientset filters lists by label;
+	// it ignores the field selector, which the tracker's own check of the
+	// cluster IP backs up).
 	svcMap.Update(p.svcTracker)
 	epMap.Update(p.epTracker)
-	if diff := cmp.Diff(map[string]string{aKey: "10.96.0.10:80/TCP"}, describeServicePortMap(svcMap)); diff != "" {
+	wantServices := map[string]string{
+		aKey:            "10.96.0.10:80/TCP",
+		"ns/c:http/TCP": "10.96.0.30:80/TCP",
+		"ns/d:http/TCP": "10.96.0.40:80/TCP",
+	}
+	wantEndpoints := map[string][]string{
+		aKey:                {"10.0.0.1:8080 local ready serving node=node-a"},
+		"ns/c:http/TCP":     {"10.0.0.30:8080 local ready serving node=node-a"},
+		"ns/d:http/TCP":     {"10.0.0.40:8080 local ready serving node=node-a"},
+		"ns/other:http/TCP": {"10.0.0.9:8080 local ready serving node=node-a"},
+	}
+	if diff := cmp.Diff(wantServices, describeServicePortMap(svcMap)); diff != "" {
 		t.Errorf("services after sync (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantEndpoints, describeEndpointsMap(epMap)); diff != "" {
+		t.Errorf("endpoints after sync (-want +got):\n%s", diff)
+	}
+	for _, nn := range []string{"c", "d", "other"} {
+		if err := client.CoreV1().Services("ns").Delete(ctx, nn, metav1.DeleteOptions{}); err != nil && nn != "other" {
+			t.Fatal(err)
+		}
+		if err := client.DiscoveryV1().EndpointSlices("ns").Delete(ctx, nn+"-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sync("initial list", func() bool {
 		return cmp.Equal(map[string]string{aKey: "10.96.0.10:80/TCP"}, describeServicePortMap(svcMap)) &&
@@ -219,7 +258,7 @@ func TestConfigRunCancelled(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	client := fake.NewClientset()
-	factory := NewInformerFactory(client, 0)
+	factory := NewServiceInformerFactory(client, 0)
 	cfg, err := NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -235,18 +274,52 @@ func TestConfigRunCancelled(t *testing.T) {
 	}
 }
 
-func TestProxyLabelSelector(t *testing.T) {
-	tests := []struct{ proxyName, want string }{
-		{"", "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name"},
-		{"my-proxy", "!service.kubernetes.io/headless,service.kubernetes.io/service-proxy-name=my-proxy"},
+// TestInformerSelectors checks the selectors against kube-proxy's
+// (cmd/kube-proxy/app/server.go since 1.34): Services by the proxy-name
+// label and spec.clusterIP!=None, EndpointSlices by the headless label.
+func TestInformerSelectors(t *testing.T) {
+	strings := []struct{ what, got, want string }{
+		{"services", ServiceLabelSelector("").String(), "!service.kubernetes.io/service-proxy-name"},
+		{"services of my-proxy", ServiceLabelSelector("my-proxy").String(), "service.kubernetes.io/service-proxy-name=my-proxy"},
+		{"service fields", ServiceFieldSelector().String(), "spec.clusterIP!=None"},
+		{"endpoint slices", EndpointSliceLabelSelector().String(), "!service.kubernetes.io/headless"},
 	}
-	for _, tc := range tests {
-		if got := ProxyLabelSelector(tc.proxyName).String(); got != tc.want {
-			t.Errorf("ProxyLabelSelector(%q) = %q, want %q", tc.proxyName, got, tc.want)
+	for _, tc := range strings {
+		if tc.got != tc.want {
+			t.Errorf("%s: selector %q, want %q", tc.what, tc.got, tc.want)
 		}
 	}
-	if sel := ProxyLabelSelector("not a valid value!"); sel.Matches(mapLabels{ServiceProxyNameLabel: "not a valid value!"}) || sel.Matches(mapLabels{}) {
+
+	none := mapLabels{}
+	proxied := mapLabels{ServiceProxyNameLabel: "someone-else"}
+	mine := mapLabels{ServiceProxyNameLabel: "my-proxy"}
+	headless := mapLabels{v1.IsHeadlessService: ""}
+	both := mapLabels{ServiceProxyNameLabel: "someone-else", v1.IsHeadlessService: ""}
+	tests := []struct {
+		name                       string
+		labels                     mapLabels
+		wantService, wantMyService bool
+		wantSlice                  bool
+	}{
+		{"no labels", none, true, false, true},
+		{"another proxy's", proxied, false, false, true},
+		{"my proxy's", mine, false, true, true},
+		{"headless label", headless, true, false, false},
+		{"both labels", both, false, false, false},
+	}
+	for _, tc := range tests {
+		got := []bool{ServiceLabelSelector("").Matches(tc.labels), ServiceLabelSelector("my-proxy").Matches(tc.labels), EndpointSliceLabelSelector().Matches(tc.labels)}
+		if diff := cmp.Diff([]bool{tc.wantService, tc.wantMyService, tc.wantSlice}, got); diff != "" {
+			t.Errorf("%s: [service, my-proxy service, slice] matches (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	if sel := ServiceLabelSelector("not a valid value!"); sel.Matches(mapLabels{ServiceProxyNameLabel: "not a valid value!"}) || sel.Matches(mapLabels{}) {
 		t.Errorf("selector for an invalid proxy name %q matches objects", sel)
+	}
+	for ip, want := range map[string]bool{"None": false, "10.96.0.1": true, "": true} {
+		if got := ServiceFieldSelector().Matches(fields.Set{"spec.clusterIP": ip}); got != want {
+			t.Errorf("field selector on clusterIP %q: %v, want %v", ip, got, want)
+		}
 	}
 }
 

@@ -11,9 +11,42 @@
 // latency metrics. CategorizeEndpoints then picks, for one service port, the
 // endpoints this node should use under the traffic policies, topology hints
 // and the terminating-endpoint fallback. The informer glue (ServiceConfig,
-// EndpointSliceConfig, NodeConfig, NewInformerFactory) wires handlers to a
-// client-go SharedInformerFactory with kube-proxy's label selector, and
-// NodeTopology follows this node's topology labels.
+// EndpointSliceConfig, NodeConfig, NewServiceInformerFactory,
+// NewEndpointSliceInformerFactory) wires handlers to client-go
+// SharedInformerFactories with kube-proxy's selectors (Services by the
+// service-proxy-name label and a cluster IP other than None, EndpointSlices
+// by the headless label), and NodeTopology follows this node's topology
+// labels.
+//
+// Input is validated at the edge, as the API server of this module's
+// Kubernetes line (1.37) validates it, because a proxier hands names and
+// numbers to kernel tools (iptables-restore, nft, netlink) and one bad value
+// must neither inject into nor break the sync of the others. The trackers
+// refuse, with one log line at the default verbosity that names the object:
+//   - a whole Service whose namespace, name or any port name is not a DNS-1123
+//     label (names starting with a digit are accepted, as with KEP-5311's
+//     relaxed Service names), whose ClientIP affinity timeout is outside
+//     1..86400 seconds, whose session affinity is unknown, whose cluster IP
+//     does not parse, or with an unparsable load-balancer source range
+//     (dropping the range would open the load balancer to all);
+//   - one port of a Service whose port, nodePort or targetPort is out of
+//     range or whose protocol is not TCP, UDP or SCTP, keeping its other ports;
+//   - one external IP that does not parse or is unspecified, loopback,
+//     link-local, multicast or broadcast;
+//   - a whole EndpointSlice whose namespace is not a DNS-1123 label, whose name
+//     is not a DNS-1123 subdomain, whose kubernetes.io/service-name label is
+//     missing or not a DNS-1123 label, or with a port name that is not a
+//     DNS-1123 label or a protocol other than TCP, UDP and SCTP (an update to
+//     such a slice removes its endpoints);
+//   - one endpoint whose address does not parse or is unspecified, loopback,
+//     link-local, multicast or broadcast, none of which can be a backend.
+//
+// The checks use k8s.io/apimachinery's validation helpers, so they accept
+// what the API server accepts. The trackers never panic on any input.
+//
+// Endpoint lists are kept in kube-proxy's order, by their "ip:port" strings
+// (CompareHostPort), so that a node moved between kube-proxy and a proxier
+// built on this package keeps its endpoint chains and dumps compare.
 //
 // It is not a proxier: it renders no rules, touches no kernel state and
 // decides nothing about when to sync (see the runner package for that).

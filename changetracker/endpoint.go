@@ -1,6 +1,8 @@
 package changetracker
 
 import (
+	"bytes"
+	"cmp"
 	"net/netip"
 	"strconv"
 	"sync/atomic"
@@ -157,6 +159,66 @@ func appendHostPort(b []byte, ip netip.Addr, port int) []byte {
 	}
 	b = append(b, ':')
 	return strconv.AppendInt(b, int64(port), 10)
+}
+
+// CompareHostPort orders two endpoints as their String() forms ("ip:port",
+// "[ip]:port" for IPv6) compare as strings, which is the order kube-proxy
+// keeps a service's endpoints in (so "10.0.0.10:80" sorts before
+// "10.0.0.2:80"). EndpointsMap lists are sorted this way, so that a proxier
+// built on them programs its endpoint chains in kube-proxy's order and
+// rule dumps of both can be compared. It returns a negative number, zero
+// or a positive number, like strings.Compare, and allocates nothing.
+//
+// For one port number, the order of two addresses does not depend on the
+// port, because the text after the address starts with the same separator.
+func CompareHostPort(a netip.Addr, aPort int, b netip.Addr, bPort int) int {
+	if a == b {
+		if aPort == bPort {
+			return 0
+		}
+		var ab, bb [8]byte
+		return bytes.Compare(strconv.AppendInt(ab[:0], int64(aPort), 10), strconv.AppendInt(bb[:0], int64(bPort), 10))
+	}
+	if a.Is4() && b.Is4() {
+		// Different addresses differ before the ':' that ends them, so
+		// the ports do not matter.
+		return cmp.Compare(ipv4TextKey(a), ipv4TextKey(b))
+	}
+	var ab, bb [64]byte
+	return bytes.Compare(appendHostPort(ab[:0], a, aPort), appendHostPort(bb[:0], b, bPort))
+}
+
+// ipv4TextKey encodes the text "a.b.c.d:" of an IPv4 address, one character
+// per 4 bits from the top (at most 16 characters), so that keys compare as
+// the texts do: '.' sorts before the digits and ':' after them, and a
+// shorter text, padded with zeros, before any text it is a prefix of.
+// Sorting by it costs no formatting.
+func ipv4TextKey(ip netip.Addr) uint64 {
+	const dot, digit0, colon = 1, 2, 12
+	var key uint64
+	shift := 64
+	put := func(c uint64) {
+		shift -= 4
+		key |= c << shift
+	}
+	for i, o := range ip.As4() {
+		if i > 0 {
+			put(dot)
+		}
+		if o >= 100 {
+			put(digit0 + uint64(o/100))
+		}
+		if o >= 10 {
+			put(digit0 + uint64(o/10%10))
+		}
+		put(digit0 + uint64(o%10))
+	}
+	put(colon)
+	return key
+}
+
+func compareHostPort(a netip.Addr, aPort int32, b netip.Addr, bPort int32) int {
+	return CompareHostPort(a, int(aPort), b, int(bPort))
 }
 
 // IP is part of Endpoint.

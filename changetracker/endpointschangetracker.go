@@ -14,7 +14,8 @@ import (
 )
 
 // EndpointsMap maps every service port with endpoints to its endpoints,
-// sorted by IP and then port. Ports without endpoints are absent. A proxier
+// sorted by their "ip:port" strings as kube-proxy sorts them (see
+// CompareHostPort). Ports without endpoints are absent. A proxier
 // keeps one per IP family and brings it up to date with Update.
 type EndpointsMap map[ServicePortName][]Endpoint
 
@@ -46,7 +47,8 @@ type EndpointsChangeTracker struct {
 // family (v1.IPv4Protocol or v1.IPv6Protocol; with any other value every slice
 // is ignored). nodeName is this node's name, used for Endpoint.IsLocal; with
 // "" no endpoint is local. makeEndpoint may be nil, to store *BaseEndpoint
-// values.
+// values; it only sees endpoints that passed validation (see
+// EndpointSliceUpdate).
 func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string, makeEndpoint MakeEndpointFunc, opts ...TrackerOption) *EndpointsChangeTracker {
 	o := newTrackerOptions(opts)
 	t := &EndpointsChangeTracker{
@@ -70,10 +72,16 @@ func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string, makeEndpoi
 
 // EndpointSliceUpdate records an added or updated EndpointSlice, or a deleted
 // one when removeSlice is set. Slices of the other address family (and FQDN
-// slices) are ignored; a slice without the kubernetes.io/service-name label, or
-// without a name or namespace, is logged with its name and ignored. Bad
-// endpoints and ports inside a slice are logged and skipped, the rest of the
-// slice is used.
+// slices) are ignored. The slice is checked as the API server checks it: a
+// slice whose namespace is not a DNS-1123 label, whose name is not a DNS-1123
+// subdomain, or whose kubernetes.io/service-name label is missing or not a
+// DNS-1123 label cannot be attributed and is logged and ignored; a slice with
+// a port name that is not a DNS-1123 label or a protocol other than TCP, UDP
+// and SCTP is logged and counts as removed. Inside a valid slice, ports
+// without a valid number and endpoints without a usable address (unparsable, or
+// unspecified, loopback, link-local, multicast or broadcast, which cannot be
+// a backend) are logged and skipped, and the rest of the slice is used. Each
+// refusal is one log line at the default verbosity naming the slice.
 //
 // It returns true when the call recorded a change that needs a sync, and false
 // when the slice was ignored, is unchanged from what is already pending or
@@ -89,12 +97,22 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 	}
 	nn, err := sliceKey(slice)
 	if err != nil {
-		t.logger.Error(err, "Ignoring endpoint slice")
+		if !removeSlice {
+			// The add or update was logged; its removal needs no line.
+			t.logger.Error(err, "Ignoring invalid endpoint slice")
+		}
 		return false
 	}
 	var info *sliceInfo
 	if !removeSlice {
-		info = newSliceInfo(t.logger, slice, t.ipFamily, t.nodeName)
+		if err := validateSlicePorts(slice); err != nil {
+			// Treated as a removal: keeping the slice's previous
+			// endpoints would serve what its owner no longer lists.
+			t.logger.Error(err, "Ignoring invalid endpoint slice", "endpointSlice", klog.KObj(slice))
+			removeSlice = true
+		} else {
+			info = newSliceInfo(t.logger, slice, t.ipFamily, t.nodeName)
+		}
 	}
 	// Parse the trigger time outside the lock, too.
 	var trigger time.Time

@@ -3,6 +3,7 @@ package changetracker
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -50,10 +51,11 @@ type sliceInfo struct {
 	// onePort backs ports for the usual single-port slice, saving an
 	// allocation per slice.
 	onePort [1]slicePort
-	// endpoints is sorted by address. When the slice has exactly one port
-	// its number is filled in, and a Service with that one slice uses this
-	// array as its endpoint list as it is: the common case then costs one
-	// BaseEndpoint per endpoint, not two structures.
+	// endpoints is sorted as CompareHostPort orders them. When the slice
+	// has exactly one port its number is filled in, and a Service with
+	// that one slice uses this array as its endpoint list as it is: the
+	// common case then costs one BaseEndpoint per endpoint, not two
+	// structures.
 	endpoints []BaseEndpoint
 }
 
@@ -73,22 +75,20 @@ type portEndpoints struct {
 }
 
 // sliceKey returns the Service an EndpointSlice belongs to, or an error naming
-// the slice when it cannot be attributed to one.
+// the slice when it cannot be attributed to one or the API server would
+// refuse its name, namespace or service-name label (see validateSliceObject).
 func sliceKey(slice *discoveryv1.EndpointSlice) (types.NamespacedName, error) {
-	if slice.Name == "" || slice.Namespace == "" {
-		return types.NamespacedName{}, fmt.Errorf("endpoint slice %q in namespace %q: name and namespace must be set", slice.Name, slice.Namespace)
+	if err := validateSliceObject(slice); err != nil {
+		return types.NamespacedName{}, fmt.Errorf("endpoint slice %q in namespace %q: %w", slice.Name, slice.Namespace, err)
 	}
-	svcName := slice.Labels[discoveryv1.LabelServiceName]
-	if svcName == "" {
-		return types.NamespacedName{}, fmt.Errorf("endpoint slice %s/%s: no %s label", slice.Namespace, slice.Name, discoveryv1.LabelServiceName)
-	}
-	return types.NamespacedName{Namespace: slice.Namespace, Name: svcName}, nil
+	return types.NamespacedName{Namespace: slice.Namespace, Name: slice.Labels[discoveryv1.LabelServiceName]}, nil
 }
 
 // newSliceInfo copies what the proxy uses out of slice, skipping (with a log
 // line naming the slice) ports without a number, duplicate ports, endpoints
-// without an address and addresses that do not parse or are of the other
-// family.
+// without an address, addresses that do not parse or are of the other family,
+// and addresses that cannot be a backend (see specialAddrReason). The slice's
+// names and port names must have been validated.
 func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily v1.IPFamily, nodeName string) *sliceInfo {
 	info := &sliceInfo{}
 	if len(slice.Ports) == 1 {
@@ -105,10 +105,14 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 		if p.Protocol != nil && *p.Protocol != "" {
 			sp.protocol = *p.Protocol
 		}
-		if p.Port == nil || *p.Port <= 0 || *p.Port > 65535 {
+		if p.Port == nil {
 			// A nil port means "all ports" in the API, which a
 			// port-mapping proxy cannot express.
-			logger.V(2).Info("Ignoring endpoint slice port without a valid number", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			logger.V(2).Info("Ignoring endpoint slice port without a number", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			continue
+		}
+		if err := firstPortNumMsg("port", int(*p.Port)); err != nil {
+			logger.Error(err, "Ignoring invalid endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", sp.name)
 			continue
 		}
 		sp.port = *p.Port
@@ -135,8 +139,16 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 	if len(info.ports) == 1 {
 		onlyPort = info.ports[0].port
 	}
-	var lastZones, lastNodes sets.Set[string]
-	var lastHintSrc *discoveryv1.EndpointHints
+	// First the usable addresses, in a small array of sort keys: the
+	// endpoints are then built once, in order, rather than moved around
+	// by a sort (they are large and hold pointers).
+	var refBuf [128]endpointRef
+	var addrBuf [128]netip.Addr
+	refs, addrs := refBuf[:0], addrBuf[:0]
+	if len(slice.Endpoints) > len(refBuf) {
+		refs = make([]endpointRef, 0, len(slice.Endpoints))
+		addrs = make([]netip.Addr, 0, len(slice.Endpoints))
+	}
 	sorted := true
 	for i := range slice.Endpoints {
 		ep := &slice.Endpoints[i]
@@ -153,7 +165,32 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
 			continue
 		}
-		info.endpoints = append(info.endpoints, BaseEndpoint{ip: addr, port: onlyPort})
+		if reason := specialAddrReason(addr); reason != "" {
+			logger.Error(nil, "Ignoring endpoint that cannot be a backend", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0], "reason", reason)
+			continue
+		}
+		r := endpointRef{slice: int32(i), addr: int32(len(addrs))}
+		if addr.Is4() {
+			r.key = ipv4TextKey(addr)
+		}
+		addrs = append(addrs, addr)
+		if n := len(refs); n > 0 && compareEndpointRefs(refs[n-1], r, addrs) > 0 {
+			sorted = false
+		}
+		refs = append(refs, r)
+	}
+	if !sorted {
+		// With several ports the order of "ip:p" strings is the same
+		// for any one port p (see CompareHostPort), so buildPorts keeps
+		// this order.
+		slices.SortFunc(refs, func(a, b endpointRef) int { return compareEndpointRefs(a, b, addrs) })
+	}
+
+	var lastZones, lastNodes sets.Set[string]
+	var lastHintSrc *discoveryv1.EndpointHints
+	for _, r := range refs {
+		ep := &slice.Endpoints[r.slice]
+		info.endpoints = append(info.endpoints, BaseEndpoint{ip: addrs[r.addr], port: onlyPort})
 		be := &info.endpoints[len(info.endpoints)-1]
 		if ep.NodeName != nil {
 			be.nodeName = *ep.NodeName
@@ -175,22 +212,38 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 			be.flags |= flagTerminating
 		}
 		if h := ep.Hints; h != nil && (len(h.ForZones) > 0 || len(h.ForNodes) > 0) {
-			// Neighbouring endpoints usually carry the same hints; share
-			// the sets rather than building them per endpoint.
+			// Endpoints next to each other usually carry the same hints;
+			// share the sets rather than building them per endpoint.
 			if lastHintSrc == nil || !sameHints(lastHintSrc, h) {
 				lastZones, lastNodes = hintSets(h)
 				lastHintSrc = h
 			}
 			be.zoneHints, be.nodeHints = lastZones, lastNodes
 		}
-		if n := len(info.endpoints); n > 1 && info.endpoints[n-2].ip.Compare(addr) > 0 {
-			sorted = false
-		}
-	}
-	if !sorted {
-		slices.SortStableFunc(info.endpoints, func(a, b BaseEndpoint) int { return a.ip.Compare(b.ip) })
 	}
 	return info
+}
+
+// endpointRef is an endpoint of a slice being sorted: its index in the
+// slice, its parsed address's index, and ipv4TextKey of that address (0 for
+// IPv6, which compares by text).
+type endpointRef struct {
+	key   uint64
+	slice int32
+	addr  int32
+}
+
+// compareEndpointRefs orders refs as CompareHostPort orders their
+// addresses (all with one port), then by position in the slice, so that the
+// sort is stable: of duplicate addresses, the first listed comes first.
+func compareEndpointRefs(a, b endpointRef, addrs []netip.Addr) int {
+	if c := cmp.Compare(a.key, b.key); c != 0 {
+		return c
+	}
+	if c := CompareHostPort(addrs[a.addr], 0, addrs[b.addr], 0); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.slice, b.slice)
 }
 
 func compareSlicePorts(a, b slicePort) int {
@@ -313,7 +366,8 @@ type candidate struct {
 // buildPorts computes the base endpoints of every port of the Service nn from
 // its applied slices. An endpoint that appears in several slices (which
 // happens while the controller moves it) is kept once per port number,
-// preferring a copy that is local. Lists are sorted by IP, then port. scratch
+// preferring a copy that is local. Lists are sorted by "ip:port" string, as
+// kube-proxy sorts them (see CompareHostPort). scratch
 // is a reusable buffer; the grown buffer is returned.
 func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate) ([]portEndpoints, []candidate) {
 	if len(s.slices) == 1 && len(s.slices[0].applied.ports) == 1 && uniqueAddrs(s.slices[0].applied.endpoints) {
@@ -355,10 +409,7 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate)
 		if j-i > 1 {
 			// Several slices: merge their (sorted) lists.
 			slices.SortStableFunc(cands, func(a, b candidate) int {
-				if c := a.ep.ip.Compare(b.ep.ip); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.port, b.port)
+				return compareHostPort(a.ep.ip, a.port, b.ep.ip, b.port)
 			})
 		}
 		out = append(out, portEndpoints{
@@ -371,7 +422,8 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate)
 	return out, cands[:0]
 }
 
-// uniqueAddrs reports whether a list sorted by address has no duplicates.
+// uniqueAddrs reports whether a sorted list has no duplicate address (copies
+// of one address are adjacent in the order of CompareHostPort).
 func uniqueAddrs(eps []BaseEndpoint) bool {
 	for i := 1; i < len(eps); i++ {
 		if eps[i].ip == eps[i-1].ip {

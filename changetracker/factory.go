@@ -12,69 +12,103 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// ServiceProxyNameLabel is the label by which a Service (and, mirrored by the
-// EndpointSlice controller, its slices) asks to be handled by a proxy other
-// than the default one.
+// ServiceProxyNameLabel is the label by which a Service asks to be handled by
+// a proxy other than the default one. The EndpointSlice controller mirrors it
+// onto the Service's slices, but the proxies select slices without it.
 const ServiceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 
-// InformerFactoryOption configures NewInformerFactory.
+// InformerFactoryOption configures NewServiceInformerFactory.
 type InformerFactoryOption func(*factoryOptions)
 
 type factoryOptions struct {
 	proxyName string
 }
 
-// WithServiceProxyName makes the factory select the Services and slices
+// WithServiceProxyName makes the Service factory select the Services
 // labelled service.kubernetes.io/service-proxy-name=name, for a proxy that
 // implements Services the default proxy must leave alone. An empty name
-// keeps the default (only unlabelled objects).
+// keeps the default (only Services without the label).
 func WithServiceProxyName(name string) InformerFactoryOption {
 	return func(o *factoryOptions) { o.proxyName = name }
 }
 
-// ProxyLabelSelector returns kube-proxy's selector for Services and
-// EndpointSlices: not headless (no service.kubernetes.io/headless label) and,
-// with an empty proxyName, no service.kubernetes.io/service-proxy-name label;
-// with a proxyName, that label equal to it.
-func ProxyLabelSelector(proxyName string) labels.Selector {
-	// The inputs are constants and a label value checked below, so
-	// NewRequirement cannot fail except for an invalid proxyName.
-	headless, _ := labels.NewRequirement(v1.IsHeadlessService, selection.DoesNotExist, nil)
-	var proxy *labels.Requirement
+// ServiceLabelSelector returns kube-proxy's label selector for Services: with
+// an empty proxyName, no service.kubernetes.io/service-proxy-name label; with
+// a proxyName, that label equal to it (an invalid label value selects
+// nothing). It does not look at service.kubernetes.io/headless: kube-proxy
+// leaves headless Services out by their cluster IP (ServiceFieldSelector), so
+// a ClusterIP Service that carries the label is still proxied.
+func ServiceLabelSelector(proxyName string) labels.Selector {
+	var req *labels.Requirement
 	if proxyName == "" {
-		proxy, _ = labels.NewRequirement(ServiceProxyNameLabel, selection.DoesNotExist, nil)
+		// A constant key: NewRequirement cannot fail.
+		req, _ = labels.NewRequirement(ServiceProxyNameLabel, selection.DoesNotExist, nil)
 	} else {
 		var err error
-		proxy, err = labels.NewRequirement(ServiceProxyNameLabel, selection.Equals, []string{proxyName})
+		req, err = labels.NewRequirement(ServiceProxyNameLabel, selection.Equals, []string{proxyName})
 		if err != nil {
 			// An invalid label value matches no object; say so in the
 			// selector rather than selecting everything.
-			proxy, _ = labels.NewRequirement(ServiceProxyNameLabel, selection.In, []string{})
+			req, _ = labels.NewRequirement(ServiceProxyNameLabel, selection.In, []string{})
 		}
 	}
-	sel := labels.NewSelector()
-	if proxy != nil {
-		sel = sel.Add(*proxy)
+	if req == nil {
+		return labels.Nothing()
 	}
-	if headless != nil {
-		sel = sel.Add(*headless)
-	}
-	return sel
+	return labels.NewSelector().Add(*req)
 }
 
-// NewInformerFactory returns a SharedInformerFactory whose informers list
-// only what a proxy handles (see ProxyLabelSelector), resyncing every
-// resyncPeriod (0: never). Use its Core().V1().Services() and
-// Discovery().V1().EndpointSlices() informers with NewServiceConfig and
-// NewEndpointSliceConfig, then Start it.
-func NewInformerFactory(client kubernetes.Interface, resyncPeriod time.Duration, opts ...InformerFactoryOption) informers.SharedInformerFactory {
+// ServiceFieldSelector returns kube-proxy's field selector for Services,
+// spec.clusterIP!=None: headless Services are served by DNS, not by the
+// proxy. The API server evaluates it; client-go's fake clientset does not.
+func ServiceFieldSelector() fields.Selector {
+	return fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone)
+}
+
+// EndpointSliceLabelSelector returns kube-proxy's label selector for
+// EndpointSlices: no service.kubernetes.io/headless label (the EndpointSlice
+// controller copies it from headless Services). It does not look at
+// service.kubernetes.io/service-proxy-name: a slice belongs to the proxy that
+// handles its Service, which the Service's own label decides, so a Service
+// whose label was removed while its slices still carry it is proxied with its
+// endpoints.
+func EndpointSliceLabelSelector() labels.Selector {
+	// A constant key: NewRequirement cannot fail.
+	req, _ := labels.NewRequirement(v1.IsHeadlessService, selection.DoesNotExist, nil)
+	if req == nil {
+		return labels.Nothing()
+	}
+	return labels.NewSelector().Add(*req)
+}
+
+// NewServiceInformerFactory returns a SharedInformerFactory for the Service
+// informer of NewServiceConfig: it lists only the Services a proxy handles,
+// by ServiceLabelSelector and ServiceFieldSelector as kube-proxy does,
+// resyncing every resyncPeriod (0: never). Use its Core().V1().Services()
+// informer only: the field selector is one the API server accepts for
+// Services alone. Start it with the factory of NewEndpointSliceInformerFactory.
+func NewServiceInformerFactory(client kubernetes.Interface, resyncPeriod time.Duration, opts ...InformerFactoryOption) informers.SharedInformerFactory {
 	var o factoryOptions
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	selector := ProxyLabelSelector(o.proxyName).String()
+	labelSelector := ServiceLabelSelector(o.proxyName).String()
+	fieldSelector := ServiceFieldSelector().String()
+	return informers.NewSharedInformerFactoryWithOptions(client, resyncPeriod,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = labelSelector
+			lo.FieldSelector = fieldSelector
+		}))
+}
+
+// NewEndpointSliceInformerFactory returns a SharedInformerFactory for the
+// EndpointSlice informer of NewEndpointSliceConfig: it lists the slices that
+// are not headless (EndpointSliceLabelSelector), as kube-proxy does,
+// resyncing every resyncPeriod (0: never).
+func NewEndpointSliceInformerFactory(client kubernetes.Interface, resyncPeriod time.Duration) informers.SharedInformerFactory {
+	selector := EndpointSliceLabelSelector().String()
 	return informers.NewSharedInformerFactoryWithOptions(client, resyncPeriod,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.LabelSelector = selector

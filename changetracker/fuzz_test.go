@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 )
 
@@ -32,7 +33,7 @@ type serviceEvents []struct {
 // everything empties the map.
 func FuzzServiceChangeTracker(f *testing.F) {
 	f.Add([]byte(`[{"service":{"metadata":{"namespace":"ns","name":"a"},"spec":{"clusterIPs":["10.0.0.1","fd00::1"],"ports":[{"name":"p","port":80,"protocol":"UDP"}]}}},{"delete":true,"service":{"metadata":{"namespace":"ns","name":"a"}}}]`))
-	quiet := WithLogger(klog.Background().V(10))
+	quiet := WithLogger(klog.Logger{}) // the zero Logger discards, errors too
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var events serviceEvents
 		if err := json.Unmarshal(data, &events); err != nil || len(events) > 64 {
@@ -93,9 +94,42 @@ func FuzzServiceChangeTracker(f *testing.F) {
 	})
 }
 
+// checkPortName fails unless the names in name pass the API server's
+// checks.
+func checkPortName(t *testing.T, name ServicePortName) {
+	t.Helper()
+	for _, label := range []string{name.Namespace, name.Name} {
+		if msgs := validation.IsDNS1123Label(label); len(msgs) > 0 {
+			t.Fatalf("%s: stored with invalid name %q: %v", name, label, msgs)
+		}
+	}
+	if name.Port != "" {
+		if msgs := validation.IsDNS1123Label(name.Port); len(msgs) > 0 {
+			t.Fatalf("%s: stored with invalid port name: %v", name, msgs)
+		}
+	}
+}
+
 func checkServicePortMap(t *testing.T, family v1.IPFamily, m ServicePortMap) {
 	t.Helper()
 	for name, p := range m {
+		// Every text and number that reaches a payload passed the API
+		// server's checks.
+		checkPortName(t, name)
+		if np := p.NodePort(); np < 0 || np > 65535 {
+			t.Fatalf("%s: node port %d out of range", name, np)
+		}
+		if hc := p.HealthCheckNodePort(); hc < 0 || hc > 65535 {
+			t.Fatalf("%s: health-check node port %d out of range", name, hc)
+		}
+		if p.SessionAffinityType() == v1.ServiceAffinityClientIP && (p.StickyMaxAgeSeconds() < 1 || p.StickyMaxAgeSeconds() > maxClientIPAffinitySeconds) {
+			t.Fatalf("%s: affinity timeout %d out of range", name, p.StickyMaxAgeSeconds())
+		}
+		for _, ip := range p.ExternalIPs() {
+			if r := specialAddrReason(ip); r != "" {
+				t.Fatalf("%s: external IP %s is a %s", name, ip, r)
+			}
+		}
 		if familyOf(p.ClusterIP()) != family {
 			t.Fatalf("%s: cluster IP %s is not %s", name, p.ClusterIP(), family)
 		}
@@ -138,7 +172,7 @@ type sliceEvents struct {
 // deleting every slice empties the map.
 func FuzzEndpointSlices(f *testing.F) {
 	f.Add([]byte(`{"node":"n1","zone":"z1","service":{"metadata":{"namespace":"ns","name":"a"},"spec":{"clusterIP":"10.0.0.1","ports":[{"name":"p","port":80}]}},"events":[{"slice":{"metadata":{"namespace":"ns","name":"a-1","labels":{"kubernetes.io/service-name":"a"}},"addressType":"IPv4","ports":[{"name":"p","port":8080}],"endpoints":[{"addresses":["10.1.0.1"],"nodeName":"n1","hints":{"forZones":[{"name":"z1"}]}}]}}]}`))
-	quiet := WithLogger(klog.Background().V(10))
+	quiet := WithLogger(klog.Logger{}) // the zero Logger discards, errors too
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var in sliceEvents
 		if err := json.Unmarshal(data, &in); err != nil || len(in.Events) > 64 {
@@ -230,19 +264,23 @@ func checkEndpointsMap(t *testing.T, family v1.IPFamily, m EndpointsMap) {
 		if len(eps) == 0 {
 			t.Fatalf("%s: empty endpoint list stored", name)
 		}
+		checkPortName(t, name)
+		if !validProtocol(name.Protocol) {
+			t.Fatalf("%s: stored with protocol %q", name, name.Protocol)
+		}
 		for i, ep := range eps {
 			if familyOf(ep.IP()) != family {
 				t.Fatalf("%s: endpoint %s is not %s", name, ep, family)
 			}
+			if r := specialAddrReason(ep.IP()); r != "" {
+				t.Fatalf("%s: endpoint %s is a %s", name, ep, r)
+			}
 			if ep.Port() < 1 || ep.Port() > 65535 {
 				t.Fatalf("%s: endpoint %s has port out of range", name, ep)
 			}
-			if i > 0 {
-				prev := eps[i-1]
-				c := prev.IP().Compare(ep.IP())
-				if c > 0 || (c == 0 && prev.Port() >= ep.Port()) {
-					t.Fatalf("%s: endpoints not sorted or duplicated: %s then %s", name, prev, ep)
-				}
+			// kube-proxy's order: by "ip:port" string, no duplicates.
+			if i > 0 && eps[i-1].String() >= ep.String() {
+				t.Fatalf("%s: endpoints not sorted or duplicated: %s then %s", name, eps[i-1], ep)
 			}
 		}
 	}

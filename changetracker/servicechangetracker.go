@@ -1,6 +1,7 @@
 package changetracker
 
 import (
+	"errors"
 	"net/netip"
 	"reflect"
 	"sync"
@@ -45,7 +46,8 @@ type namedServicePort struct {
 
 // NewServiceChangeTracker returns a tracker for Services of one IP family
 // (v1.IPv4Protocol or v1.IPv6Protocol; with any other value every Service is
-// skipped). makeServicePort may be nil, to store *BaseServicePort values.
+// skipped). makeServicePort may be nil, to store *BaseServicePort values; it
+// is only called for ports that passed validation (see Update).
 func NewServiceChangeTracker(ipFamily v1.IPFamily, makeServicePort MakeServicePortFunc, opts ...TrackerOption) *ServiceChangeTracker {
 	o := newTrackerOptions(opts)
 	if ipFamily != v1.IPv4Protocol && ipFamily != v1.IPv6Protocol {
@@ -66,8 +68,12 @@ func NewServiceChangeTracker(ipFamily v1.IPFamily, makeServicePort MakeServicePo
 //
 // Services that the proxy does not handle in this IP family (headless,
 // ExternalName, without a cluster IP of the family) count as having no ports,
-// so a Service that becomes headless is removed. Bad ports (invalid number or
-// protocol, a name used twice) are logged with the Service's name and skipped.
+// so a Service that becomes headless is removed. So do Services the API server
+// would refuse (see the package documentation for the checks): a Service
+// updated to an invalid state is removed, with one log line at the default
+// verbosity naming it. Bad ports (a number out of range, an unknown protocol,
+// a name used twice) are logged with the Service's name and the port's and
+// skipped, and the Service's other ports are kept.
 //
 // As in kube-proxy, it returns true when the tracker has any pending change,
 // whether or not this call added one. Update(nil, nil) does nothing.
@@ -82,7 +88,7 @@ func (t *ServiceChangeTracker) Update(previous, current *v1.Service) bool {
 		return len(t.items) > 0
 	}
 	nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	cur := t.servicePorts(current)
+	cur := t.servicePorts(t.logger, current)
 
 	t.mu.Lock()
 	change, ok := t.items[nn]
@@ -90,7 +96,9 @@ func (t *ServiceChangeTracker) Update(previous, current *v1.Service) bool {
 		// Build the previous state outside the lock: informers for other
 		// Services and the sync goroutine should not wait for it.
 		t.mu.Unlock()
-		prev := t.servicePorts(previous)
+		// previous was logged about when it was current; the zero
+		// Logger discards.
+		prev := t.servicePorts(klog.Logger{}, previous)
 		t.mu.Lock()
 		if change, ok = t.items[nn]; !ok {
 			change = &serviceChange{previous: prev}
@@ -121,36 +129,50 @@ func (t *ServiceChangeTracker) PendingChanges() sets.Set[types.NamespacedName] {
 }
 
 // servicePorts builds the ports of service that this tracker proxies, in the
-// order of spec.ports. It returns nil for a nil Service and for Services that
-// are not proxied in the tracker's family.
-func (t *ServiceChangeTracker) servicePorts(service *v1.Service) []namedServicePort {
+// order of spec.ports. It returns nil for a nil Service, for Services that
+// are not proxied in the tracker's family, and for Services the API server
+// would refuse (see validateServiceObject). Refusals are logged through
+// logger, once per object and port, at the default verbosity.
+func (t *ServiceChangeTracker) servicePorts(logger klog.Logger, service *v1.Service) []namedServicePort {
 	if service == nil {
+		return nil
+	}
+	if err := validateServiceObject(service); err != nil {
+		logger.Error(err, "Ignoring invalid service", "service", klog.KObj(service))
 		return nil
 	}
 	clusterIP, err := serviceClusterIP(service, t.ipFamily)
 	if err != nil {
 		// Headless, ExternalName and single-stack Services of the other
-		// family are normal; only unparsable addresses are worth a log.
-		t.logger.V(4).Info("Skipping service for this IP family", "service", klog.KObj(service), "ipFamily", t.ipFamily, "reason", err.Error())
+		// family are normal; an unparsable address deserves a log.
+		if errors.Is(err, errInvalid) {
+			logger.Error(err, "Ignoring invalid service", "service", klog.KObj(service), "ipFamily", t.ipFamily)
+		} else {
+			logger.V(4).Info("Skipping service for this IP family", "service", klog.KObj(service), "ipFamily", t.ipFamily, "reason", err.Error())
+		}
 		return nil
 	}
 	if len(service.Spec.Ports) == 0 {
 		return nil
 	}
-	w := serviceWide(t.logger, service, t.ipFamily)
+	w, err := serviceWide(logger, service, t.ipFamily)
+	if err != nil {
+		logger.Error(err, "Ignoring invalid service", "service", klog.KObj(service))
+		return nil
+	}
 	ports := make([]namedServicePort, 0, len(service.Spec.Ports))
 	for i := range service.Spec.Ports {
 		sp := &service.Spec.Ports[i]
-		if sp.Port <= 0 || sp.Port > 65535 {
-			t.logger.Error(nil, "Ignoring service port with invalid number", "service", klog.KObj(service), "portName", sp.Name, "port", sp.Port)
+		if err := validateServicePortNumbers(sp); err != nil {
+			logger.Error(err, "Ignoring invalid service port", "service", klog.KObj(service), "portName", sp.Name)
 			continue
 		}
 		proto := sp.Protocol
 		if proto == "" {
 			proto = v1.ProtocolTCP
 		}
-		if proto != v1.ProtocolTCP && proto != v1.ProtocolUDP && proto != v1.ProtocolSCTP {
-			t.logger.Error(nil, "Ignoring service port with unknown protocol", "service", klog.KObj(service), "portName", sp.Name, "protocol", sp.Protocol)
+		if !validProtocol(proto) {
+			logger.Error(nil, "Ignoring service port with unknown protocol", "service", klog.KObj(service), "portName", sp.Name, "protocol", sp.Protocol)
 			continue
 		}
 		name := ServicePortName{
@@ -159,7 +181,7 @@ func (t *ServiceChangeTracker) servicePorts(service *v1.Service) []namedServiceP
 			Protocol:       proto,
 		}
 		if hasServicePortName(ports, name) {
-			t.logger.Error(nil, "Ignoring duplicate service port", "service", klog.KObj(service), "portName", sp.Name, "protocol", proto)
+			logger.Error(nil, "Ignoring duplicate service port", "service", klog.KObj(service), "portName", sp.Name, "protocol", proto)
 			continue
 		}
 		base := newBaseServicePort(service, sp, clusterIP, w)

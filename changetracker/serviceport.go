@@ -60,14 +60,17 @@ type ServicePort interface {
 	// affinity is not ClientIP.
 	StickyMaxAgeSeconds() int
 	// ExternalIPs returns the Service's external IPs of the tracker's family;
-	// nil when there are none. Unparsable addresses are dropped.
+	// nil when there are none. Unparsable addresses and addresses that cannot
+	// be a service address (unspecified, loopback, link-local, multicast,
+	// broadcast) are logged and dropped.
 	ExternalIPs() []netip.Addr
 	// LoadBalancerVIPs returns the load-balancer ingress IPs of the tracker's
 	// family, leaving out ingress points whose ipMode is Proxy; nil when none.
 	LoadBalancerVIPs() []netip.Addr
 	// LoadBalancerSourceRanges returns spec.loadBalancerSourceRanges of the
-	// tracker's family, parsed as prefixes; unparsable ranges are logged and
-	// dropped. nil means no restriction from this family's point of view.
+	// tracker's family, parsed as prefixes (a Service with an unparsable
+	// range is refused by the tracker). nil means no restriction from this
+	// family's point of view.
 	LoadBalancerSourceRanges() []netip.Prefix
 	// HealthCheckNodePort returns the health-check node port of a LoadBalancer
 	// Service with externalTrafficPolicy Local, 0 otherwise.
@@ -204,19 +207,38 @@ func (p *BaseServicePort) equal(o *BaseServicePort) bool {
 
 // NewBaseServicePort builds the BaseServicePort for one port of service in the
 // given IP family, exactly as ServiceChangeTracker does. It returns an error,
-// naming the Service, when the Service is not proxied in that family: headless,
-// ExternalName, or without a valid cluster IP of the family. Bad optional
-// values (an unparsable external IP or source range, a missing health-check
+// naming the Service, when the Service is not proxied in that family (headless,
+// ExternalName, or without a cluster IP of the family) and when the API server
+// would refuse the Service or the port: a namespace, name or port name that is
+// not a DNS-1123 label, an unparsable cluster IP or load-balancer source
+// range, a ClientIP affinity timeout outside 1..86400 seconds, a port,
+// nodePort or targetPort out of range, or a protocol other than TCP, UDP and
+// SCTP. Bad addresses that only narrow what the Service exposes (an external
+// IP that does not parse or is unspecified, loopback, link-local, multicast or
+// broadcast; an unparsable load-balancer ingress IP; a missing health-check
 // node port) are logged through logger and left out.
 func NewBaseServicePort(logger klog.Logger, service *v1.Service, port *v1.ServicePort, ipFamily v1.IPFamily) (*BaseServicePort, error) {
 	if service == nil || port == nil {
 		return nil, fmt.Errorf("nil service or service port")
 	}
+	if err := validateServiceObject(service); err != nil {
+		return nil, fmt.Errorf("service %s/%s: %w", service.Namespace, service.Name, err)
+	}
+	if err := validateServicePortNumbers(port); err != nil {
+		return nil, fmt.Errorf("service %s/%s port %q: %w", service.Namespace, service.Name, port.Name, err)
+	}
+	if port.Protocol != "" && !validProtocol(port.Protocol) {
+		return nil, fmt.Errorf("service %s/%s port %q: %w", service.Namespace, service.Name, port.Name, invalidf("protocol %q: must be TCP, UDP or SCTP", port.Protocol))
+	}
 	clusterIP, err := serviceClusterIP(service, ipFamily)
 	if err != nil {
 		return nil, fmt.Errorf("service %s/%s: %w", service.Namespace, service.Name, err)
 	}
-	return newBaseServicePort(service, port, clusterIP, serviceWide(logger, service, ipFamily)), nil
+	w, err := serviceWide(logger, service, ipFamily)
+	if err != nil {
+		return nil, fmt.Errorf("service %s/%s: %w", service.Namespace, service.Name, err)
+	}
+	return newBaseServicePort(service, port, clusterIP, w), nil
 }
 
 // serviceWideInfo holds what all ports of one Service share, so that it is
@@ -231,7 +253,12 @@ type serviceWideInfo struct {
 	internalPolicyLocal      bool
 }
 
-func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) serviceWideInfo {
+// serviceWide parses the Service-wide fields for ipFamily. It returns an
+// error for an unparsable load-balancer source range: leaving the range out
+// would open the load balancer to every source, so the Service is refused,
+// as the API server would refuse it. Other bad addresses are logged and
+// left out, which only narrows what the Service exposes.
+func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) (serviceWideInfo, error) {
 	var w serviceWideInfo
 	spec := &service.Spec
 	if spec.SessionAffinity == v1.ServiceAffinityClientIP {
@@ -244,6 +271,12 @@ func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) 
 		ip, ok := parseAddr(s)
 		if !ok {
 			logger.Error(nil, "Ignoring unparsable external IP", "service", klog.KObj(service), "externalIP", s)
+			continue
+		}
+		if reason := specialAddrReason(ip); reason != "" {
+			// Rules for such an address would capture the node's own
+			// traffic, which is why the API server refuses them.
+			logger.Error(nil, "Ignoring invalid external IP", "service", klog.KObj(service), "externalIP", s, "reason", reason)
 			continue
 		}
 		if familyOf(ip) == ipFamily {
@@ -273,8 +306,7 @@ func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) 
 		// API validation has long let whitespace around the range through.
 		pfx, ok := parsePrefix(strings.TrimSpace(s))
 		if !ok {
-			logger.Error(nil, "Ignoring unparsable load-balancer source range", "service", klog.KObj(service), "range", s)
-			continue
+			return serviceWideInfo{}, invalidf("loadBalancerSourceRanges entry %q: not a CIDR", s)
 		}
 		if familyOf(pfx.Addr()) == ipFamily {
 			w.loadBalancerSourceRanges = append(w.loadBalancerSourceRanges, pfx)
@@ -290,7 +322,7 @@ func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) 
 			w.healthCheckNodePort = int(spec.HealthCheckNodePort)
 		}
 	}
-	return w
+	return w, nil
 }
 
 func newBaseServicePort(service *v1.Service, port *v1.ServicePort, clusterIP netip.Addr, w serviceWideInfo) *BaseServicePort {
@@ -352,7 +384,7 @@ func serviceClusterIP(service *v1.Service, ipFamily v1.IPFamily) (netip.Addr, er
 		}
 		ip, ok := parseAddr(s)
 		if !ok {
-			return netip.Addr{}, fmt.Errorf("unparsable cluster IP %q", s)
+			return netip.Addr{}, invalidf("unparsable cluster IP %q", s)
 		}
 		if familyOf(ip) == ipFamily {
 			return ip, nil

@@ -93,8 +93,11 @@ func TestNewBaseServicePort(t *testing.T) {
 			{Hostname: "lb.example.com"},
 			{IP: "not-an-ip"},
 		}
-		s.Spec.LoadBalancerSourceRanges = []string{" 203.0.113.0/24 ", "2001:db8::/32", "garbage", "198.51.100.7/16"}
-		s.Spec.ExternalIPs = []string{"198.51.100.1", "2001:db8::2", "bogus", "010.001.002.003"}
+		s.Spec.LoadBalancerSourceRanges = []string{" 203.0.113.0/24 ", "2001:db8::/32", "198.51.100.7/16"}
+		// Unparsable and special addresses are dropped, the rest kept.
+		s.Spec.ExternalIPs = []string{"198.51.100.1", "2001:db8::2", "bogus", "010.001.002.003",
+			"0.0.0.0", "127.0.0.1", "169.254.169.254", "224.0.0.1", "239.1.1.1", "255.255.255.255",
+			"::", "::1", "fe80::1", "ff02::1", "ff0e::1", "::ffff:127.0.0.1"}
 	}
 	tests := []struct {
 		name    string
@@ -227,6 +230,27 @@ func TestNewBaseServicePort(t *testing.T) {
 	}, {
 		name:    "unparsable cluster IP",
 		svc:     makeService("ns", "a", withClusterIPs("10.96.0.300")),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}, {
+		// Dropping the range would open the load balancer to all.
+		name:    "unparsable source range",
+		svc:     makeService("ns", "a", lb, func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"garbage"} }),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}, {
+		name:    "invalid namespace",
+		svc:     makeService("x\nCOMMIT", "a"),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}, {
+		name:    "invalid port number",
+		svc:     makeService("ns", "a", withPorts(svcPort("http", 70000, v1.ProtocolTCP))),
+		family:  v1.IPv4Protocol,
+		wantErr: true,
+	}, {
+		name:    "invalid protocol",
+		svc:     makeService("ns", "a", withPorts(svcPort("http", 80, "ICMP"))),
 		family:  v1.IPv4Protocol,
 		wantErr: true,
 	}}

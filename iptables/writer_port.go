@@ -141,7 +141,7 @@ func (w *Writer) writePort(b []byte, ps *portState, svc changetracker.ServicePor
 // hashes of ps.seps where the endpoint is the same, and w.staleSEPs with
 // the chains of ps.seps that all no longer has. It returns, per entry of
 // w.newSEPs, whether that chain existed before. Both lists are normally
-// sorted by IP and port (EndpointsMap keeps them so), which makes this a
+// sorted by "ip:port" string (EndpointsMap keeps them so), which makes this a
 // merge; unsorted input costs more hashing but gives the same result.
 func (w *Writer) matchSEPs(ps *portState, all []changetracker.Endpoint) []bool {
 	w.newSEPs = w.newSEPs[:0]
@@ -191,11 +191,10 @@ func (w *Writer) hasNewSEP(h chainHash) bool {
 	return false
 }
 
+// compareEndpoint orders endpoints as EndpointsMap keeps them, so that
+// matchSEPs stays a merge.
 func compareEndpoint(ep changetracker.Endpoint, ip netip.Addr, port int) int {
-	if c := ep.IP().Compare(ip); c != 0 {
-		return c
-	}
-	return ep.Port() - port
+	return changetracker.CompareHostPort(ep.IP(), ep.Port(), ip, port)
 }
 
 func (w *Writer) endpointHash(name changetracker.ServicePortName, ip netip.Addr, port int) chainHash {

@@ -184,22 +184,30 @@ func run(ctx context.Context, o *options, env *environment) error {
 // services not listed yet. The returned function waits for the informers
 // to stop once ctx is done.
 func watchServices(ctx context.Context, client kubernetes.Interface, h *handlers) (func(), error) {
-	factory := changetracker.NewInformerFactory(client, 0)
-	svcConfig, err := changetracker.NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
+	// Two factories, because kube-proxy selects Services and slices
+	// differently (see changetracker.ServiceLabelSelector).
+	svcFactory := changetracker.NewServiceInformerFactory(client, 0)
+	sliceFactory := changetracker.NewEndpointSliceInformerFactory(client, 0)
+	shutdown := func() {
+		svcFactory.Shutdown()
+		sliceFactory.Shutdown()
+	}
+	svcConfig, err := changetracker.NewServiceConfig(ctx, svcFactory.Core().V1().Services(), 0)
 	if err != nil {
 		return func() {}, err
 	}
-	sliceConfig, err := changetracker.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
+	sliceConfig, err := changetracker.NewEndpointSliceConfig(ctx, sliceFactory.Discovery().V1().EndpointSlices(), 0)
 	if err != nil {
 		return func() {}, err
 	}
 	svcConfig.RegisterEventHandler(h)
 	sliceConfig.RegisterEventHandler(h)
-	factory.Start(ctx.Done())
+	svcFactory.Start(ctx.Done())
+	sliceFactory.Start(ctx.Done())
 	if !svcConfig.Run(ctx) || !sliceConfig.Run(ctx) {
-		return factory.Shutdown, ctx.Err()
+		return shutdown, ctx.Err()
 	}
-	return factory.Shutdown, nil
+	return shutdown, nil
 }
 
 // proxier holds the familyProxiers for the parts that see all of them:
