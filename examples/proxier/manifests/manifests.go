@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 )
@@ -66,7 +65,7 @@ func (k objectKey) String() string {
 // its Client is what informers are built on.
 type Source struct {
 	path    string
-	client  *fake.Clientset
+	client  *clientset
 	current map[objectKey]runtime.Object
 	// files caches what each file held when it was last parsed, so that a
 	// reload parses only the files whose bytes changed.
@@ -93,11 +92,7 @@ type placedObject struct {
 // problems and skipped; the error is non-nil only when path itself cannot
 // be read.
 func New(ctx context.Context, path string) (*Source, []Problem, error) {
-	// The simple tracker stores objects as given. NewClientset's adds field
-	// management, which a proxier has no use for and which costs about
-	// 1.4ms per write (it builds a REST mapper each time): 30s to load a
-	// cluster of 10,000 Services.
-	s := &Source{path: path, client: fake.NewSimpleClientset(), current: map[objectKey]runtime.Object{}, files: map[string]*parsedFile{}}
+	s := &Source{path: path, client: newClientset(), current: map[objectKey]runtime.Object{}, files: map[string]*parsedFile{}}
 	problems, err := s.Reload(ctx)
 	if err != nil {
 		return nil, problems, err
@@ -116,7 +111,16 @@ func (s *Source) Path() string { return s.path }
 // longer in any file deleted, each producing the watch event a real API
 // server would send. Objects whose content did not change cause no event.
 // When path cannot be read, nothing is changed and the error is returned.
+//
+// Reload never waits for the watches to be read, so an edit of any size
+// applies at once, informers started or not. When ctx ends part way, the
+// objects not applied yet are left as they were and ctx's error is
+// returned; the next Reload applies them.
 func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
+	// The fake clientset records every call it serves and keeps the
+	// records for tests to inspect; nothing here does, and a long-running
+	// --manifests proxier would keep every object it ever changed.
+	defer s.client.ClearActions()
 	desired, problems, err := s.readPath()
 	if err != nil {
 		return problems, err
@@ -133,6 +137,9 @@ func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
 	sort.Slice(changed, func(i, j int) bool { return changed[i].String() < changed[j].String() })
 	var errs []error
 	for _, k := range changed {
+		if err := ctx.Err(); err != nil {
+			return problems, err
+		}
 		obj := desired[k]
 		_, exists := s.current[k]
 		if err := s.apply(ctx, obj, exists); err != nil {
@@ -145,6 +152,9 @@ func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
 	for k := range s.current {
 		if _, ok := desired[k]; ok {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return problems, err
 		}
 		if err := s.delete(ctx, k); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", k, err))
@@ -363,6 +373,9 @@ func decode(data []byte, p *Problem, problems *[]Problem) []runtime.Object {
 	return nil
 }
 
+// keyOf returns the key of obj, a Service, EndpointSlice or Node, after
+// putting it in the default namespace when it names none and clearing its
+// resource version.
 func keyOf(obj runtime.Object) (objectKey, error) {
 	var k objectKey
 	var meta metav1.Object
@@ -378,6 +391,10 @@ func keyOf(obj runtime.Object) (objectKey, error) {
 		return k, fmt.Errorf("%s has no metadata.name", k.kind)
 	}
 	k.name = meta.GetName()
+	// A manifest saved from a cluster (kubectl get -o yaml) carries that
+	// cluster's resource version, which a create refuses; the embedded
+	// cluster numbers its own.
+	meta.SetResourceVersion("")
 	if k.kind != "Node" {
 		if meta.GetNamespace() == "" {
 			meta.SetNamespace(metav1.NamespaceDefault)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -140,6 +142,10 @@ func sorted(s []string) []string {
 
 // recordEvents collects watch events on services and endpoint slices, after
 // the initial ADDED event the fake sends for each of the existing objects.
+// Watches deliver asynchronously, so each call of the returned function
+// writes and deletes a sentinel Service and EndpointSlice and reads up to
+// the sentinels' deletion: it returns every event of the writes made before
+// it, and only those.
 func recordEvents(t *testing.T, c kubernetes.Interface, existing int) func() []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -162,18 +168,38 @@ func recordEvents(t *testing.T, c kubernetes.Interface, existing int) func() []s
 			t.Fatal("initial watch events did not arrive")
 		}
 	}
+	const sentinelNS = "sentinel"
 	return func() []string {
+		meta := metav1.ObjectMeta{Namespace: sentinelNS, Name: "sentinel"}
+		if _, err := c.CoreV1().Services(sentinelNS).Create(ctx, &v1.Service{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CoreV1().Services(sentinelNS).Delete(ctx, meta.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DiscoveryV1().EndpointSlices(sentinelNS).Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DiscoveryV1().EndpointSlices(sentinelNS).Delete(ctx, meta.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		var out []string
 		for _, w := range []watch.Interface{sw, ew} {
-		drain:
 			for {
+				var ev watch.Event
 				select {
-				case ev := <-w.ResultChan():
-					m := ev.Object.(metav1.Object)
-					out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName())
-				default:
-					break drain
+				case ev = <-w.ResultChan():
+				case <-time.After(10 * time.Second):
+					t.Fatalf("the sentinel's events did not arrive; got %v", out)
 				}
+				m := ev.Object.(metav1.Object)
+				if m.GetNamespace() == sentinelNS {
+					if ev.Type == watch.Deleted {
+						break
+					}
+					continue
+				}
+				out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName())
 			}
 		}
 		return out
