@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 )
 
@@ -236,5 +242,45 @@ func TestStoreWrites(t *testing.T) {
 	}
 	if got.ResourceVersion != "2" {
 		t.Errorf("resource version after two writes = %q, want 2", got.ResourceVersion)
+	}
+}
+
+// TestInformersStreamTheList checks that informers on the clientset use
+// the watch-list protocol, as with an API server, instead of logging at
+// -v=2 that their client "doesn't support WatchList semantics", a message
+// that calls the --manifests mode not fit for production.
+func TestInformersStreamTheList(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	write(t, path, clusterYAML)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	defer cancel()
+	src, _, err := New(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := informers.NewSharedInformerFactory(src.Client(), 0)
+	svcInformer := factory.Core().V1().Services().Informer()
+	factory.StartWithContext(ctx)
+	defer factory.Shutdown()
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), svcInformer.HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+	if diff := cmp.Diff([]string{"shop/web"}, svcInformer.GetStore().ListKeys()); diff != "" {
+		t.Errorf("informer's services (-want +got):\n%s", diff)
+	}
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if strings.Contains(logs, "WatchList") {
+		t.Errorf("the informer logged about WatchList:\n%s", logs)
+	}
+	var streamed bool
+	for _, a := range src.client.Actions() {
+		if w, ok := a.(clienttesting.WatchActionImpl); ok && w.GetResource().Resource == "services" {
+			streamed = streamed || ptr.Deref(w.ListOptions.SendInitialEvents, false)
+		}
+	}
+	if !streamed {
+		t.Error("the informer did not stream its list: no watch of services with sendInitialEvents")
 	}
 }
