@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -342,35 +343,105 @@ func splitDocuments(data []byte) []document {
 	}
 }
 
-// decode turns one document into objects; a v1 List yields its items.
-// Problems are recorded against p's position.
+// maxListDepth is how deeply v1 Lists may nest in one document: a List in
+// a document's List is at depth 2. The items of Lists nested deeper are
+// skipped with a problem.
+const maxListDepth = 16
+
+// decode turns one document into objects; a v1 List yields its items, and
+// the items of the Lists among them. Problems are recorded against p's
+// position.
 func decode(data []byte, p *Problem, problems *[]Problem) []runtime.Object {
+	report := func(err error) {
+		*problems = append(*problems, Problem{File: p.File, Document: p.Document, Err: err})
+	}
 	jsonData, err := utilyaml.ToJSON(data)
 	if err != nil {
-		*problems = append(*problems, Problem{File: p.File, Document: p.Document, Err: err})
+		report(err)
 		return nil
 	}
 	if string(bytes.TrimSpace(jsonData)) == "null" {
 		return nil // only comments
 	}
-	obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(jsonData, nil, nil)
-	if err != nil {
-		*problems = append(*problems, Problem{File: p.File, Document: p.Document, Err: err})
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := json.Unmarshal(jsonData, &head); err != nil || !isList(head.APIVersion, head.Kind) {
+		obj, err := decodeObject(jsonData)
+		if err != nil {
+			report(err)
+			return nil
+		}
+		return []runtime.Object{obj}
+	}
+	// The document is parsed once; each object in it is encoded on its
+	// own and decoded. Decoding each List's items from their text instead
+	// would parse an object once for every List around it: quadratic in
+	// the nesting (a 130 KB file took over a minute).
+	dec := json.NewDecoder(bytes.NewReader(jsonData))
+	dec.UseNumber() // numbers go back out as they came in
+	var list map[string]any
+	if err := dec.Decode(&list); err != nil {
+		report(err)
 		return nil
 	}
-	switch o := obj.(type) {
-	case *v1.Service, *discoveryv1.EndpointSlice, *v1.Node:
-		return []runtime.Object{o}
-	case *v1.List:
-		var out []runtime.Object
-		for _, item := range o.Items {
-			out = append(out, decode(item.Raw, p, problems)...)
-		}
-		return out
+	var out []runtime.Object
+	listItems(list, "", 1, &out, report)
+	return out
+}
+
+func isList(apiVersion, kind any) bool {
+	return apiVersion == "v1" && kind == "List"
+}
+
+// listItems decodes the items of list, which is at the given depth and
+// path ("" for the document, "items[2]." for a List that is its third
+// item), into out, and reports what cannot be decoded.
+func listItems(list map[string]any, path string, depth int, out *[]runtime.Object, report func(error)) {
+	if depth > maxListDepth {
+		report(fmt.Errorf("%sitems: Lists nested more than %d deep; their items are skipped", path, maxListDepth))
+		return
 	}
-	*problems = append(*problems, Problem{File: p.File, Document: p.Document,
-		Err: fmt.Errorf("unsupported kind %s (want Service, EndpointSlice or Node)", gvk.GroupKind())})
-	return nil
+	items, ok := list["items"].([]any)
+	if !ok && list["items"] != nil {
+		report(fmt.Errorf("%sitems: not an array", path))
+		return
+	}
+	for i, item := range items {
+		where := fmt.Sprintf("%sitems[%d]", path, i)
+		obj, ok := item.(map[string]any)
+		if !ok {
+			report(fmt.Errorf("%s: not an object", where))
+			continue
+		}
+		if isList(obj["apiVersion"], obj["kind"]) {
+			listItems(obj, where+".", depth+1, out, report)
+			continue
+		}
+		data, err := json.Marshal(obj)
+		if err == nil {
+			var o runtime.Object
+			if o, err = decodeObject(data); err == nil {
+				*out = append(*out, o)
+				continue
+			}
+		}
+		report(fmt.Errorf("%s: %w", where, err))
+	}
+}
+
+// decodeObject decodes one Service, EndpointSlice or Node from JSON.
+func decodeObject(data []byte) (runtime.Object, error) {
+	obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	switch obj.(type) {
+	case *v1.Service, *discoveryv1.EndpointSlice, *v1.Node:
+		return obj, nil
+	}
+	return nil, fmt.Errorf("unsupported kind %s (want Service, EndpointSlice or Node)", gvk.GroupKind())
 }
 
 // keyOf returns the key of obj, a Service, EndpointSlice or Node, after
