@@ -16,9 +16,9 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// Limits of the store's watches. Variables, so that tests can make them
-// small.
-var (
+// Limits of the store's watches; a store copies them, so that a test can
+// make its own small.
+const (
 	// historySize is how many recent events of each resource the store
 	// keeps, so that a watch resumed from a resource version (after a List,
 	// or after its previous watch ended) gets what it missed. Older resource
@@ -61,6 +61,10 @@ func newClientset() *clientset {
 	return cs
 }
 
+// Tracker returns the store, for tests that write to it directly; the
+// embedded fake's would return its own tracker, which holds nothing.
+func (c *clientset) Tracker() clienttesting.ObjectTracker { return c.store }
+
 // IsWatchListSemanticsUnSupported tells client-go's reflector that this
 // clientset's watches can stream a list (sendInitialEvents, ended by a
 // bookmark), as an API server's do. The embedded fake says it cannot, which
@@ -90,6 +94,10 @@ type store struct {
 	history  map[schema.GroupVersionResource]*history
 	watchers map[schema.GroupVersionResource]map[*watcher]struct{}
 	kinds    map[schema.GroupVersionResource]schema.GroupVersionKind
+
+	// historySize and queueLimit are historySize and watchQueueLimit,
+	// fixed before the first write.
+	historySize, queueLimit int
 }
 
 var _ clienttesting.ObjectTracker = (*store)(nil)
@@ -100,6 +108,9 @@ func newStore() *store {
 		history:  map[schema.GroupVersionResource]*history{},
 		watchers: map[schema.GroupVersionResource]map[*watcher]struct{}{},
 		kinds:    map[schema.GroupVersionResource]schema.GroupVersionKind{},
+
+		historySize: historySize,
+		queueLimit:  watchQueueLimit,
 	}
 }
 
@@ -120,8 +131,10 @@ type history struct {
 	since int64
 }
 
-func (h *history) add(e storedEvent) {
-	if len(h.events) < historySize {
+// add keeps e, forgetting the oldest event when the history already has
+// size events.
+func (h *history) add(e storedEvent, size int) {
+	if len(h.events) < size {
 		h.events = append(h.events, e)
 		return
 	}
@@ -323,7 +336,7 @@ func (s *store) record(gvr schema.GroupVersionResource, typ watch.EventType, obj
 		h = &history{}
 		s.history[gvr] = h
 	}
-	h.add(e)
+	h.add(e, s.historySize)
 	for w := range s.watchers[gvr] {
 		if !w.matches(ns) {
 			continue
@@ -508,12 +521,12 @@ func (w *watcher) matches(ns string) bool {
 	return w.ns == metav1.NamespaceAll || w.ns == ns
 }
 
-// send queues ev. With limited set, a queue already watchQueueLimit long
+// send queues ev. With limited set, a queue already at the store's limit
 // ends the watch instead, and send returns false.
 func (w *watcher) send(ev watch.Event, limited bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if limited && len(w.queue) >= watchQueueLimit {
+	if limited && len(w.queue) >= w.store.queueLimit {
 		w.end()
 		return false
 	}

@@ -146,10 +146,9 @@ func isTooLargeResourceVersion(err error) bool {
 // history no longer covers is refused with 410 Gone, so the reflector lists
 // again instead of missing events.
 func TestStoreWatchHistory(t *testing.T) {
-	defer func(n int) { historySize = n }(historySize)
-	historySize = 3
 	ctx := context.Background()
 	cs := newClientset()
+	cs.store.historySize = 3
 	svcs := cs.CoreV1().Services("a")
 	for i := range 5 {
 		if _, err := svcs.Create(ctx, service("a", strconv.Itoa(i)), metav1.CreateOptions{}); err != nil {
@@ -174,10 +173,9 @@ func TestStoreWatchHistory(t *testing.T) {
 // reader, and that a reader too far behind sees its watch end and can
 // resume from the last resource version it saw without a gap.
 func TestStoreWatchSlowReader(t *testing.T) {
-	defer func(n int) { watchQueueLimit = n }(watchQueueLimit)
-	watchQueueLimit = 4
 	ctx := context.Background()
 	cs := newClientset()
+	cs.store.queueLimit = 4
 	svcs := cs.CoreV1().Services("a")
 	w, err := svcs.Watch(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
@@ -197,7 +195,7 @@ func TestStoreWatchSlowReader(t *testing.T) {
 		got = append(got, m.GetName())
 		last = m.GetResourceVersion()
 	}
-	if len(got) > watchQueueLimit+1 { // the queue and the event in hand
+	if len(got) > cs.store.queueLimit+1 { // the queue and the event in hand
 		t.Errorf("the ended watch delivered %v, more than it holds", got)
 	}
 	resumed, err := svcs.Watch(ctx, metav1.ListOptions{ResourceVersion: last})
