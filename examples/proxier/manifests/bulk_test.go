@@ -44,6 +44,26 @@ func serviceKeys(prefix, ns string, n int) (svcs, slices []string) {
 	return sorted(svcs), sorted(slices)
 }
 
+// startInformers starts Service and EndpointSlice informers on src's
+// client, logging through ctx's logger, and waits for their first list.
+// They stop when the test ends.
+func startInformers(ctx context.Context, t *testing.T, src *Source) (svcs, slices cache.SharedIndexInformer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactory(src.Client(), 0)
+	svcs = factory.Core().V1().Services().Informer()
+	slices = factory.Discovery().V1().EndpointSlices().Informer()
+	factory.StartWithContext(ctx)
+	t.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+	})
+	if !cache.WaitForCacheSync(ctx.Done(), svcs.HasSynced, slices.HasSynced) {
+		t.Fatal("informers did not sync")
+	}
+	return svcs, slices
+}
+
 // TestReloadBulkEdit applies one edit that adds 10,000 Services and their
 // slices, then one that removes them all, while informers follow and a
 // watch that nobody reads stays open. Before the store served watches
@@ -60,15 +80,7 @@ func TestReloadBulkEdit(t *testing.T) {
 	if err != nil || len(problems) != 0 {
 		t.Fatal(err, problems)
 	}
-	factory := informers.NewSharedInformerFactory(src.Client(), 0)
-	svcInformer := factory.Core().V1().Services().Informer()
-	sliceInformer := factory.Discovery().V1().EndpointSlices().Informer()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer cancel()
-	if !cache.WaitForCacheSync(ctx.Done(), svcInformer.HasSynced, sliceInformer.HasSynced) {
-		t.Fatal("informers did not sync")
-	}
+	svcInformer, sliceInformer := startInformers(ctx, t, src)
 	unread, err := src.Client().CoreV1().Services("").Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -14,9 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -257,14 +255,7 @@ func TestInformersStreamTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactory(src.Client(), 0)
-	svcInformer := factory.Core().V1().Services().Informer()
-	factory.StartWithContext(ctx)
-	defer factory.Shutdown()
-	defer cancel()
-	if !cache.WaitForCacheSync(ctx.Done(), svcInformer.HasSynced) {
-		t.Fatal("informer did not sync")
-	}
+	svcInformer, _ := startInformers(ctx, t, src)
 	if diff := cmp.Diff([]string{"shop/web"}, svcInformer.GetStore().ListKeys()); diff != "" {
 		t.Errorf("informer's services (-want +got):\n%s", diff)
 	}

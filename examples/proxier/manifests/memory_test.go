@@ -6,9 +6,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 )
 
 // TestReloadHeapIsFlat reloads a file that alternates between two versions
@@ -31,15 +28,7 @@ func TestReloadHeapIsFlat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactory(src.Client(), 0)
-	svcInformer := factory.Core().V1().Services().Informer()
-	sliceInformer := factory.Discovery().V1().EndpointSlices().Informer()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer cancel()
-	if !cache.WaitForCacheSync(ctx.Done(), svcInformer.HasSynced, sliceInformer.HasSynced) {
-		t.Fatal("informers did not sync")
-	}
+	startInformers(ctx, t, src) // they read every event, as a proxier's do
 	reload := func(n int) {
 		for i := range n {
 			write(t, path, versions[(i+1)%2])
