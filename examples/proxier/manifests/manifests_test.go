@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -342,5 +343,32 @@ func TestWatchFollowsFileEdits(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"MODIFIED shop/web-abc"}, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestReloadStopsWithContext checks that a reload cut short by its context
+// (the proxier shutting down) says so and leaves the rest to the next one.
+func TestReloadStopsWithContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	write(t, path, listYAML)
+	src, _, err := New(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, clusterYAML)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := src.Reload(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("reload with a cancelled context: error %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff([]string{"Service default/dns"}, names(t, src.Client())); diff != "" {
+		t.Errorf("objects after the cancelled reload (-want +got):\n%s", diff)
+	}
+	if _, err := src.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"EndpointSlice shop/web-abc", "Node node-a", "Service shop/web"}
+	if diff := cmp.Diff(want, sorted(names(t, src.Client()))); diff != "" {
+		t.Errorf("objects after the next reload (-want +got):\n%s", diff)
 	}
 }
