@@ -378,7 +378,7 @@ func decode(data []byte, p *Problem, problems *[]Problem) []runtime.Object {
 	// The document is parsed once; each object in it is encoded on its
 	// own and decoded. Decoding each List's items from their text instead
 	// would parse an object once for every List around it: quadratic in
-	// the nesting (a 130 KB file took over a minute).
+	// the nesting (3,000 nested Lists, 130 KB, took 11 s).
 	dec := json.NewDecoder(bytes.NewReader(jsonData))
 	dec.UseNumber() // numbers go back out as they came in
 	var list map[string]any
@@ -391,6 +391,8 @@ func decode(data []byte, p *Problem, problems *[]Problem) []runtime.Object {
 	return out
 }
 
+// isList tells whether a document or item with these apiVersion and kind
+// fields is a v1 List, the only kind of list a manifest may hold.
 func isList(apiVersion, kind any) bool {
 	return apiVersion == "v1" && kind == "List"
 }
