@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -140,6 +143,10 @@ func sorted(s []string) []string {
 
 // recordEvents collects watch events on services and endpoint slices, after
 // the initial ADDED event the fake sends for each of the existing objects.
+// Watches deliver asynchronously, so each call of the returned function
+// writes and deletes a sentinel Service and EndpointSlice and reads up to
+// the sentinels' deletion: it returns every event of the writes made before
+// it, and only those.
 func recordEvents(t *testing.T, c kubernetes.Interface, existing int) func() []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -162,18 +169,38 @@ func recordEvents(t *testing.T, c kubernetes.Interface, existing int) func() []s
 			t.Fatal("initial watch events did not arrive")
 		}
 	}
+	const sentinelNS = "sentinel"
 	return func() []string {
+		meta := metav1.ObjectMeta{Namespace: sentinelNS, Name: "sentinel"}
+		if _, err := c.CoreV1().Services(sentinelNS).Create(ctx, &v1.Service{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CoreV1().Services(sentinelNS).Delete(ctx, meta.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DiscoveryV1().EndpointSlices(sentinelNS).Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DiscoveryV1().EndpointSlices(sentinelNS).Delete(ctx, meta.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		var out []string
 		for _, w := range []watch.Interface{sw, ew} {
-		drain:
 			for {
+				var ev watch.Event
 				select {
-				case ev := <-w.ResultChan():
-					m := ev.Object.(metav1.Object)
-					out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName())
-				default:
-					break drain
+				case ev = <-w.ResultChan():
+				case <-time.After(10 * time.Second):
+					t.Fatalf("the sentinel's events did not arrive; got %v", out)
 				}
+				m := ev.Object.(metav1.Object)
+				if m.GetNamespace() == sentinelNS {
+					if ev.Type == watch.Deleted {
+						break
+					}
+					continue
+				}
+				out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName())
 			}
 		}
 		return out
@@ -316,5 +343,32 @@ func TestWatchFollowsFileEdits(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"MODIFIED shop/web-abc"}, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestReloadStopsWithContext checks that a reload cut short by its context
+// (the proxier shutting down) says so and leaves the rest to the next one.
+func TestReloadStopsWithContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	write(t, path, listYAML)
+	src, _, err := New(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, clusterYAML)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := src.Reload(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("reload with a cancelled context: error %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff([]string{"Service default/dns"}, names(t, src.Client())); diff != "" {
+		t.Errorf("objects after the cancelled reload (-want +got):\n%s", diff)
+	}
+	if _, err := src.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"EndpointSlice shop/web-abc", "Node node-a", "Service shop/web"}
+	if diff := cmp.Diff(want, sorted(names(t, src.Client()))); diff != "" {
+		t.Errorf("objects after the next reload (-want +got):\n%s", diff)
 	}
 }

@@ -73,6 +73,9 @@ func (s *Source) Watch(ctx context.Context, settle time.Duration) error {
 				for _, p := range problems {
 					logger.Error(p.Err, "Skipping manifest document", "file", p.File, "document", p.Document)
 				}
+				if err != nil && ctx.Err() != nil {
+					return // shutting down: the rest applies at the next start
+				}
 				if err != nil {
 					logger.Error(err, "Reloading manifests", "path", s.path)
 					continue
