@@ -253,6 +253,7 @@ type serviceState struct {
 // portState is what the writer last wrote for one service port.
 type portState struct {
 	name changetracker.ServicePortName
+	text portText  // name as restore text
 	hash chainHash // hash part of its KUBE-SVC/SVL/EXT/FW chains
 	gen  uint64    // last full sync that visited it
 	// chains has bit k set when the chain of kind k (kindSVC..kindFW)
@@ -548,7 +549,9 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 		}
 		ps.gen = w.gen
 		w.startPort()
-		b = w.writePort(b, ps, in.Services[name], in.Endpoints[name], true)
+		b = w.writePort(b, ps, in.Services[name], w.usableEndpoints(logger, name, in.Endpoints[name]), true)
+		// The endpoint totals count what the maps hold, bad endpoints too.
+		ps.endpoints = len(in.Endpoints[name])
 		w.countNoLocal(ps, +1)
 	}
 
@@ -693,7 +696,8 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 			}
 			ps.gen = w.gen
 			w.startPort()
-			b = w.writePort(b, ps, in.Services[name], in.Endpoints[name], false)
+			b = w.writePort(b, ps, in.Services[name], w.usableEndpoints(logger, name, in.Endpoints[name]), false)
+			ps.endpoints = len(in.Endpoints[name])
 			w.countNoLocal(ps, +1)
 		}
 		ss.ports = slices.DeleteFunc(ss.ports, func(ps *portState) bool {
@@ -731,20 +735,129 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 }
 
 // usable reports whether a service port can get rules in this family.
+// It is the writer's own check of every field that reaches the payload,
+// done whatever the tracker checked, since a caller's MakeServicePortFunc
+// or its own ServicePort implementation can hand the writer anything: a
+// field iptables-restore would refuse would fail the restore of every
+// service port, not only this one. A port it refuses is logged once per
+// sync, naming it and the reason, and gets no rules.
 func (w *Writer) usable(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort) bool {
 	if svc == nil {
 		return false
 	}
-	if !w.sameFamily(svc.ClusterIP()) {
-		logger.Error(nil, "Skipping service port: cluster IP is not of the writer's family", "servicePort", name.String(), "protocol", name.Protocol, "clusterIP", svc.ClusterIP(), "ipFamily", w.cfg.IPFamily)
+	if reason, value := w.unusable(name, svc); reason != "" {
+		logger.Error(nil, "Skipping service port: "+reason, "servicePort", name.String(), "protocol", name.Protocol, "value", value, "ipFamily", w.cfg.IPFamily)
 		return false
 	}
-	switch svc.Protocol() {
-	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
-		return true
+	return true
+}
+
+// unusable returns why svc cannot get rules, and the offending value, or
+// "" if it can.
+func (w *Writer) unusable(name changetracker.ServicePortName, svc changetracker.ServicePort) (string, any) {
+	// The text is made in a reused buffer: this runs for every port at
+	// every full sync, and must not allocate.
+	var err error
+	if w.scratch, err = appendPortText(w.scratch[:0], name); err != nil {
+		return "its name cannot be written for iptables-restore", err.Error()
 	}
-	logger.Error(nil, "Skipping service port with unknown protocol", "servicePort", name.String(), "protocol", svc.Protocol())
-	return false
+	if ip := svc.ClusterIP(); !w.ownAddr(ip) {
+		return "cluster IP is not an address of the writer's family", ip
+	}
+	switch p := svc.Protocol(); p {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+	default:
+		return "unknown protocol", p
+	}
+	if p := svc.Port(); !validPort(p) {
+		return "port is not in 1..65535", p
+	}
+	if p := svc.NodePort(); p != 0 && !validPort(p) {
+		return "node port is not 0 (none) or in 1..65535", p
+	}
+	if p := svc.HealthCheckNodePort(); p != 0 && !validPort(p) {
+		return "health check node port is not 0 (none) or in 1..65535", p
+	}
+	switch a := svc.SessionAffinityType(); a {
+	case "", v1.ServiceAffinityNone:
+	case v1.ServiceAffinityClientIP:
+		// The API server's bounds (sessionAffinityConfig.clientIP.timeoutSeconds).
+		if s := svc.StickyMaxAgeSeconds(); s < 1 || s > maxAffinitySeconds {
+			return "session affinity timeout is not in 1..86400 seconds", s
+		}
+	default:
+		return "unknown session affinity", a
+	}
+	return "", nil
+}
+
+func validPort(p int) bool { return p >= 1 && p <= 65535 }
+
+// maxAffinitySeconds is the longest session affinity the API server
+// accepts (a day).
+const maxAffinitySeconds = 86400
+
+// ownAddr reports whether ip, from the API, is an address of the writer's
+// family that iptables takes as written: not an IPv4-mapped IPv6 address,
+// which the IPv4 binary refuses, and without a zone.
+func (w *Writer) ownAddr(ip netip.Addr) bool {
+	return ip.IsValid() && ip.Is6() == w.isIPv6 && !ip.Is4In6() && ip.Zone() == ""
+}
+
+// ownRange is ownAddr for a prefix.
+func (w *Writer) ownRange(p netip.Prefix) bool {
+	return p.IsValid() && w.ownAddr(p.Addr())
+}
+
+// restrictsSources reports whether svc's loadBalancerSourceRanges restrict
+// the sources of this family: they hold a range of this family, and none
+// of length 0, which allows every source as kube-proxy reads it (no
+// KUBE-FW- chain, no firewall rule). Ranges of the other family, or that
+// are not valid, restrict nothing here.
+func (w *Writer) restrictsSources(svc changetracker.ServicePort) bool {
+	restricts := false
+	for _, p := range svc.LoadBalancerSourceRanges() {
+		if !w.ownRange(p) {
+			continue
+		}
+		if p.Bits() == 0 {
+			return false
+		}
+		restricts = true
+	}
+	return restricts
+}
+
+func (w *Writer) badEndpoint(ep changetracker.Endpoint) bool {
+	return ep == nil || !w.ownAddr(ep.IP()) || !validPort(ep.Port())
+}
+
+// usableEndpoints returns eps without the endpoints whose address or port
+// iptables-restore would refuse, logging each one it leaves out; eps
+// itself when all are good, which is the common case and costs nothing.
+func (w *Writer) usableEndpoints(logger klog.Logger, name changetracker.ServicePortName, eps []changetracker.Endpoint) []changetracker.Endpoint {
+	allGood := true
+	for _, ep := range eps {
+		allGood = allGood && !w.badEndpoint(ep)
+	}
+	if allGood {
+		return eps
+	}
+	good := make([]changetracker.Endpoint, 0, len(eps))
+	for _, ep := range eps {
+		if !w.badEndpoint(ep) {
+			good = append(good, ep)
+			continue
+		}
+		var ip netip.Addr
+		var port int
+		if ep != nil {
+			ip, port = ep.IP(), ep.Port()
+		}
+		logger.Error(nil, "Skipping endpoint: its address is not of the writer's family or its port is not in 1..65535",
+			"servicePort", name.String(), "ip", ip, "port", port, "ipFamily", w.cfg.IPFamily)
+	}
+	return good
 }
 
 func (ss *serviceState) port(name changetracker.ServicePortName) *portState {
@@ -756,9 +869,12 @@ func (ss *serviceState) port(name changetracker.ServicePortName) *portState {
 	return nil
 }
 
+// newPortState is called only for names usable accepted, whose text
+// makePortText makes without error.
 func (w *Writer) newPortState(name changetracker.ServicePortName) *portState {
+	text, _ := makePortText(name)
 	w.scratch = appendPortKey(w.scratch[:0], name)
-	return &portState{name: name, hash: hashInto(w.scratch)}
+	return &portState{name: name, text: text, hash: hashInto(w.scratch)}
 }
 
 func (w *Writer) countNoLocal(ps *portState, sign int) {

@@ -39,12 +39,12 @@ func (w *Writer) writePort(b []byte, ps *portState, svc changetracker.ServicePor
 	hasExternal = hasExternal && chains&(1<<external) != 0
 	var hasLB bool
 	for _, ip := range svc.LoadBalancerVIPs() {
-		hasLB = hasLB || w.sameFamily(ip)
+		hasLB = hasLB || w.ownAddr(ip)
 	}
 	if hasEndpoints && svc.ExternallyAccessible() {
 		chains |= 1 << kindEXT
 	}
-	usesFW := hasEndpoints && hasLB && len(svc.LoadBalancerSourceRanges()) > 0
+	usesFW := hasEndpoints && hasLB && w.restrictsSources(svc)
 	if usesFW {
 		chains |= 1 << kindFW
 	}
@@ -242,7 +242,7 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// Endpoints may be on other nodes: masquerade so replies come back
 		// through this node.
 		b = w.ruleStart(b, ext)
-		b = appendComment(b, "masquerade traffic for ", ps.name, " external destinations")
+		b = appendComment(b, "masquerade traffic for ", &ps.text, " external destinations")
 		b = w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
 	} else if chains&(1<<kindSVC) != 0 {
 		// Pods reaching an external address of the service are not
@@ -250,7 +250,7 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// if they had gone out to the load balancer and come back.
 		if w.cfg.ClusterCIDR.IsValid() {
 			b = w.ruleStart(b, ext)
-			b = appendComment(b, "pod traffic for ", ps.name, " external destinations")
+			b = appendComment(b, "pod traffic for ", &ps.text, " external destinations")
 			b = append(b, " -s "...)
 			b = w.cfg.ClusterCIDR.AppendTo(b)
 			b = w.endLine(svcChain.appendTo(append(b, " -j "...)))
@@ -259,10 +259,10 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// which endpoints elsewhere could not answer: masquerade it and
 		// send it to all endpoints.
 		b = w.ruleStart(b, ext)
-		b = appendComment(b, "masquerade LOCAL traffic for ", ps.name, " external destinations")
+		b = appendComment(b, "masquerade LOCAL traffic for ", &ps.text, " external destinations")
 		b = w.endLine(append(b, " -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"...))
 		b = w.ruleStart(b, ext)
-		b = appendComment(b, "route LOCAL traffic for ", ps.name, " external destinations")
+		b = appendComment(b, "route LOCAL traffic for ", &ps.text, " external destinations")
 		b = append(b, " -m addrtype --src-type LOCAL -j "...)
 		b = w.endLine(svcChain.appendTo(b))
 	}
@@ -282,13 +282,13 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 	ext := chainRef{kind: kindEXT, hash: ps.hash}
 	allow := func(b []byte, appendSource func([]byte) []byte) []byte {
 		b = w.ruleStart(b, fw)
-		b = appendComment(b, "", ps.name, " loadbalancer IP")
+		b = appendComment(b, "", &ps.text, " loadbalancer IP")
 		b = appendSource(append(b, " -s "...))
 		return w.endLine(ext.appendTo(append(b, " -j "...)))
 	}
 	allowFromNode := false
 	for _, cidr := range svc.LoadBalancerSourceRanges() {
-		if !w.sameFamily(cidr.Addr()) {
+		if !w.ownRange(cidr) {
 			continue
 		}
 		b = allow(b, cidr.AppendTo)
@@ -300,13 +300,13 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 	// as source.
 	if allowFromNode {
 		for _, ip := range svc.LoadBalancerVIPs() {
-			if w.sameFamily(ip) {
+			if w.ownAddr(ip) {
 				b = allow(b, ip.AppendTo)
 			}
 		}
 	}
 	b = w.ruleStart(b, fw)
-	b = appendComment(b, "other traffic to ", ps.name, " will be dropped by KUBE-PROXY-FIREWALL")
+	b = appendComment(b, "other traffic to ", &ps.text, " will be dropped by KUBE-PROXY-FIREWALL")
 	return w.endLine(b)
 }
 
@@ -317,7 +317,7 @@ func (w *Writer) writeMasqueradeRule(b []byte, ps *portState, svc changetracker.
 		return b
 	}
 	b = w.ruleStart(b, chainRef{kind: k, hash: ps.hash})
-	b = appendComment(b, "", ps.name, " cluster IP")
+	b = appendComment(b, "", &ps.text, " cluster IP")
 	b = appendDestination(appendProtocol(b, proto), svc.ClusterIP(), svc.Port())
 	if !w.cfg.MasqueradeAll {
 		b = append(b, " ! -s "...)
@@ -338,7 +338,7 @@ func (w *Writer) writeBalancing(b []byte, ps *portState, svc changetracker.Servi
 			sep := w.sepChain(ps, ep, &pos)
 			b = w.ruleStart(b, self)
 			if comments {
-				b = appendEndpointComment(b, ps.name, ep)
+				b = appendEndpointComment(b, &ps.text, ep)
 			}
 			b = append(b, " -m recent --name "...)
 			b = sep.appendTo(b)
@@ -354,7 +354,7 @@ func (w *Writer) writeBalancing(b []byte, ps *portState, svc changetracker.Servi
 		sep := w.sepChain(ps, ep, &pos)
 		b = w.ruleStart(b, self)
 		if comments {
-			b = appendEndpointComment(b, ps.name, ep)
+			b = appendEndpointComment(b, &ps.text, ep)
 		}
 		if i < n-1 {
 			b = append(b, " -m statistic --mode random --probability "...)
@@ -372,14 +372,14 @@ func (w *Writer) writeEndpointChain(b []byte, ps *portState, sep sepState, proto
 	ip := sep.ep.IP()
 	b = w.ruleStart(b, self)
 	if comments {
-		b = appendPlainComment(b, ps.name)
+		b = appendPlainComment(b, &ps.text)
 	}
 	b = append(b, " -s "...)
 	b = ip.AppendTo(b)
 	b = w.endLine(append(b, " -j KUBE-MARK-MASQ"...))
 	b = w.ruleStart(b, self)
 	if comments {
-		b = appendPlainComment(b, ps.name)
+		b = appendPlainComment(b, &ps.text)
 	}
 	if affinity {
 		b = append(b, " -m recent --name "...)
@@ -396,7 +396,7 @@ func (w *Writer) writeEndpointChain(b []byte, ps *portState, sep sepState, proto
 func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, proto string, hasEndpoints, hasInternal, hasExternal bool, internal chainKind, usesFW bool, full bool) {
 	w.scratch = w.scratch[:0]
 	w.specs = w.specs[:0]
-	name := ps.name
+	name := &ps.text
 	port := svc.Port()
 	ext := chainRef{kind: kindEXT, hash: ps.hash}
 
@@ -416,7 +416,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 		w.addServiceSpec(filterServices, name, internalWhy, proto, svc.ClusterIP(), port, internalTarget, chainRef{})
 	}
 	for _, ip := range svc.ExternalIPs() {
-		if !w.sameFamily(ip) {
+		if !w.ownAddr(ip) {
 			continue
 		}
 		if hasEndpoints {
@@ -436,7 +436,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 		fwWhy = fw.appendTo([]byte(" traffic not accepted by "))
 	}
 	for _, ip := range svc.LoadBalancerVIPs() {
-		if !w.sameFamily(ip) {
+		if !w.ownAddr(ip) {
 			continue
 		}
 		if hasEndpoints {
@@ -524,7 +524,7 @@ func (w *Writer) addSpec(c topChain) {
 // addServiceSpec adds the rule
 // ` -m comment --comment "NAMEwhy" -m PROTO -p PROTO -d IP --dport PORT -j TARGET`,
 // where TARGET is verdict, or chain when verdict is empty.
-func (w *Writer) addServiceSpec(c topChain, name changetracker.ServicePortName, why, proto string, ip netip.Addr, port int, verdict string, chain chainRef) {
+func (w *Writer) addServiceSpec(c topChain, name *portText, why, proto string, ip netip.Addr, port int, verdict string, chain chainRef) {
 	w.scratch = appendComment(w.scratch, "", name, why)
 	w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
 	w.scratch = append(w.scratch, " -j "...)
@@ -619,40 +619,68 @@ func protocolName(p v1.Protocol) string {
 	return "tcp"
 }
 
-// appendComment appends ` -m comment --comment "PREFIXns/name:portSUFFIX"`.
-func appendComment(b []byte, prefix string, name changetracker.ServicePortName, suffix string) []byte {
+// portText is a service port's name ("ns/name:port", as
+// ServicePortName.String prints it) made into restore text once, when the
+// writer first sees the port, so that rules copy it without looking at
+// its bytes again.
+type portText struct {
+	// inQuotes is the name escaped for a double-quoted word.
+	inQuotes string
+	// word is the name as a word of its own, bare or quoted.
+	word string
+}
+
+// makePortText makes name's restore text through AppendRestoreText and
+// AppendRestoreWord, and refuses what they refuse.
+func makePortText(name changetracker.ServicePortName) (portText, error) {
+	q, err := appendPortText(nil, name)
+	if err != nil {
+		return portText{}, err
+	}
+	var w []byte
+	if name.Port == "" {
+		w, err = AppendRestoreWord(nil, name.Namespace, "/", name.Name)
+	} else {
+		w, err = AppendRestoreWord(nil, name.Namespace, "/", name.Name, ":", name.Port)
+	}
+	if err != nil {
+		return portText{}, err
+	}
+	return portText{inQuotes: string(q), word: string(w)}, nil
+}
+
+// appendPortText appends name, as ServicePortName.String prints it,
+// through AppendRestoreText.
+func appendPortText(b []byte, name changetracker.ServicePortName) ([]byte, error) {
+	if name.Port == "" {
+		return AppendRestoreText(b, name.Namespace, "/", name.Name)
+	}
+	return AppendRestoreText(b, name.Namespace, "/", name.Name, ":", name.Port)
+}
+
+// appendComment appends ` -m comment --comment "PREFIXns/name:portSUFFIX"`;
+// prefix and suffix are the writer's own text, which needs no escaping.
+func appendComment(b []byte, prefix string, name *portText, suffix string) []byte {
 	b = append(b, " -m comment --comment \""...)
 	b = append(b, prefix...)
-	b = appendPortName(b, name)
+	b = append(b, name.inQuotes...)
 	b = append(b, suffix...)
 	return append(b, '"')
 }
 
-// appendPlainComment appends an unquoted comment holding the port's name,
-// which has no spaces.
-func appendPlainComment(b []byte, name changetracker.ServicePortName) []byte {
+// appendPlainComment appends a comment holding the port's name alone,
+// unquoted where the name allows it, as kube-proxy writes it.
+func appendPlainComment(b []byte, name *portText) []byte {
 	b = append(b, " -m comment --comment "...)
-	return appendPortName(b, name)
+	return append(b, name.word...)
 }
 
-func appendEndpointComment(b []byte, name changetracker.ServicePortName, ep changetracker.Endpoint) []byte {
+func appendEndpointComment(b []byte, name *portText, ep changetracker.Endpoint) []byte {
 	b = append(b, " -m comment --comment \""...)
-	b = appendPortName(b, name)
+	b = append(b, name.inQuotes...)
 	b = append(b, " -> "...)
 	b = appendEndpoint(b, ep.IP(), ep.Port())
 	return append(b, '"')
-}
-
-// appendPortName appends "ns/name:port" as ServicePortName.String does.
-func appendPortName(b []byte, name changetracker.ServicePortName) []byte {
-	b = append(b, name.Namespace...)
-	b = append(b, '/')
-	b = append(b, name.Name...)
-	if name.Port != "" {
-		b = append(b, ':')
-		b = append(b, name.Port...)
-	}
-	return b
 }
 
 func appendProtocol(b []byte, proto string) []byte {
@@ -681,4 +709,18 @@ func appendEndpoint(b []byte, ip netip.Addr, port int) []byte {
 	}
 	b = append(b, ':')
 	return strconv.AppendInt(b, int64(port), 10)
+}
+
+// appendPortName appends "ns/name:port" as ServicePortName.String does,
+// raw: it is what chain names hash, and must never reach a payload (that
+// is portText's job).
+func appendPortName(b []byte, name changetracker.ServicePortName) []byte {
+	b = append(b, name.Namespace...)
+	b = append(b, '/')
+	b = append(b, name.Name...)
+	if name.Port != "" {
+		b = append(b, ':')
+		b = append(b, name.Port...)
+	}
+	return b
 }
