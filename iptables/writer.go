@@ -52,9 +52,29 @@ type WriterConfig struct {
 
 	// NodePortAddresses restricts node ports to the local addresses inside
 	// these prefixes (--nodeport-addresses). Empty, or a prefix of length
-	// 0, means every local address. Loopback addresses never serve node
-	// ports (kubernetes#90259).
+	// 0, means every local address. Loopback addresses serve node ports
+	// only with LocalhostNodePorts, as in kube-proxy (kubernetes#90259):
+	// without it a prefix inside the loopback range is left out (the
+	// first Sync logs it), and loopback addresses inside a wider prefix
+	// are excluded.
 	NodePortAddresses []netip.Prefix
+
+	// LocalhostNodePorts serves IPv4 node ports on the loopback addresses
+	// (127.0.0.0/8) as well, as kube-proxy's --iptables-localhost-nodeports
+	// does, which is on by default there; here the zero value is off. An
+	// IPv6 writer ignores it: the kernel never routes ::1 to another host,
+	// so IPv6 node ports are never served on localhost.
+	//
+	// It needs the sysctl net.ipv4.conf.all.route_localnet=1 (see
+	// kernel.SysctlRouteLocalnet), which the caller sets before the first
+	// sync when Writer.RouteLocalnet says so, and which lets other hosts
+	// reach the node's loopback addresses too. To close that hole
+	// (CVE-2020-8558) the writer adds kube-proxy's filter rule in
+	// KUBE-FIREWALL, which drops packets to 127.0.0.0/8 from a source
+	// outside it unless conntrack knows them as replies or as DNATed
+	// traffic; Writer.JumpRules adds the jumps to it from INPUT and OUTPUT.
+	// The kubelet writes the same chain and rule, and Cleanup leaves them.
+	LocalhostNodePorts bool
 
 	// ClusterCIDR is the pod network of this family. Traffic to a cluster
 	// IP from outside it is masqueraded, and pod traffic to an external
@@ -203,6 +223,16 @@ type Writer struct {
 	markMask      string // "0x00004000/0x00004000"
 	loopback      string // "127.0.0.0/8" or "::1/128"
 	nodePortMatch [][]byte
+	// localhost is LocalhostNodePorts for IPv4; routeLocalnet says that
+	// some node-port rule matches loopback addresses.
+	localhost, routeLocalnet bool
+	// nodePortGuard, if set, is a rule that keeps loopback addresses
+	// inside a NodePortAddresses prefix from the node-port rules.
+	nodePortGuard []byte
+	// skippedNodePortAddresses are loopback prefixes left out, logged by
+	// the first Sync.
+	skippedNodePortAddresses []netip.Prefix
+
 	probabilities []string
 
 	requestFull atomic.Bool
@@ -373,17 +403,63 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 			matchAll = true
 		}
 	}
-	// Node ports are matched as "local address inside the prefix" rather
-	// than as a list of the node's addresses, so the rules stay right when
-	// addresses come and go and the writer needs no view of the interfaces.
-	if matchAll {
-		w.nodePortMatch = [][]byte{fmt.Appendf(nil, "-m addrtype --dst-type LOCAL ! -d %s", w.loopback)}
-	} else {
-		for _, p := range cfg.NodePortAddresses {
-			w.nodePortMatch = append(w.nodePortMatch, fmt.Appendf(nil, "-d %s -m addrtype --dst-type LOCAL", p.Masked()))
-		}
-	}
+	w.localhost = cfg.LocalhostNodePorts && !w.isIPv6
+	w.nodePortRules(matchAll)
 	return w, nil
+}
+
+// nodePortRules fills w.nodePortMatch, the matches of the node-port rules
+// at the end of KUBE-SERVICES, and w.nodePortGuard.
+//
+// Node ports are matched as "local address inside the prefix" rather than
+// as a list of the node's addresses, so the rules stay right when
+// addresses come and go and the writer needs no view of the interfaces.
+func (w *Writer) nodePortRules(matchAll bool) {
+	if matchAll {
+		if w.localhost {
+			w.routeLocalnet = true
+			w.nodePortMatch = [][]byte{[]byte("-m addrtype --dst-type LOCAL")}
+		} else {
+			w.nodePortMatch = [][]byte{fmt.Appendf(nil, "-m addrtype --dst-type LOCAL ! -d %s", w.loopback)}
+		}
+		return
+	}
+	loopback := netip.MustParsePrefix(w.loopback)
+	for _, p := range w.cfg.NodePortAddresses {
+		p = p.Masked()
+		if p.Overlaps(loopback) {
+			switch {
+			case w.localhost:
+				w.routeLocalnet = true
+			case p.Bits() >= loopback.Bits():
+				w.skippedNodePortAddresses = append(w.skippedNodePortAddresses, p)
+				continue
+			default:
+				// One rule can hold one -d: the loopback range is
+				// returned from before the node-port rules instead.
+				w.nodePortGuard = fmt.Appendf(nil, "-A KUBE-SERVICES -d %s -j RETURN", w.loopback)
+			}
+		}
+		w.nodePortMatch = append(w.nodePortMatch, fmt.Appendf(nil, "-d %s -m addrtype --dst-type LOCAL", p))
+	}
+}
+
+// RouteLocalnet reports whether the writer serves node ports on IPv4
+// loopback addresses (LocalhostNodePorts, with NodePortAddresses empty or
+// covering 127.0.0.1), which works only once the caller has set
+// net.ipv4.conf.all.route_localnet to 1, as kube-proxy does at start-up.
+func (w *Writer) RouteLocalnet() bool { return w.routeLocalnet }
+
+// JumpRules returns the package's JumpRules, plus, with
+// LocalhostNodePorts, the jumps from INPUT and OUTPUT to KUBE-FIREWALL,
+// written as the kubelet and kube-proxy write them (no comment), so that
+// the three programs share one rule each. The slice is new on every call.
+func (w *Writer) JumpRules() []JumpRule {
+	rules := JumpRules()
+	if w.localhost {
+		rules = append(rules, localhostJumpRules()...)
+	}
+	return rules
 }
 
 func (w *Writer) sameFamily(ip netip.Addr) bool {
@@ -448,6 +524,11 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	if w.unapplied {
 		logger.V(2).Info("Previous iptables payload was never reported applied; syncing everything")
 		w.failed()
+	}
+	if len(w.skippedNodePortAddresses) > 0 {
+		logger.Error(nil, "Node-port addresses inside the loopback range are left out: localhost node ports are off or not supported by the IP family",
+			"nodePortAddresses", w.skippedNodePortAddresses, "ipFamily", w.cfg.IPFamily)
+		w.skippedNodePortAddresses = nil
 	}
 	requested := w.requestFull.Swap(false)
 	full := w.needFull || requested
@@ -581,6 +662,9 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 		b = w.chainLine(b, c)
 	}
 	b = append(b, w.natTop...)
+	if w.nodePortGuard != nil {
+		b = w.endLine(append(b, w.nodePortGuard...))
+	}
 	for _, m := range w.nodePortMatch {
 		b = append(b, "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" "...)
 		b = append(b, m...)
@@ -592,6 +676,9 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 	b = w.endLine(append(b, "*filter"...))
 	for _, c := range []Chain{KubeServicesChain, KubeExternalServicesChain, KubeForwardChain, KubeNodePortsChain, KubeProxyFirewallChain} {
 		b = w.chainLine(b, c)
+	}
+	if w.localhost {
+		b = w.chainLine(b, kubeFirewallChain)
 	}
 	b = append(b, w.filter...)
 	b = w.staticFilterRules(b)
@@ -966,7 +1053,15 @@ func (w *Writer) staticFilterRules(b []byte) []byte {
 	// policy is DROP.
 	b = append(b, "-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" -m mark --mark "...)
 	b = w.endLine(append(append(b, w.markMask...), " -j ACCEPT"...))
-	return w.endLine(append(b, "-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"...))
+	b = w.endLine(append(b, "-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"...))
+	if w.localhost {
+		// route_localnet lets other hosts reach 127.0.0.0/8 on this node
+		// (CVE-2020-8558, kubernetes#90259): drop what they send there,
+		// except replies and what node-port DNAT sent there itself.
+		// This is kube-proxy's and the kubelet's rule, byte for byte.
+		b = w.endLine(append(b, "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"...))
+	}
+	return b
 }
 
 // probability returns 1/n formatted as kube-proxy does, computed once per n.

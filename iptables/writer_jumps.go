@@ -52,6 +52,21 @@ func JumpRules() []JumpRule {
 	}
 }
 
+// kubeFirewallChain is the filter chain that drops traffic from other
+// hosts to the loopback range; the kubelet makes it too, so Cleanup
+// leaves it.
+const kubeFirewallChain Chain = "KUBE-FIREWALL"
+
+// localhostJumpRules are the jumps to kubeFirewallChain, as the kubelet
+// and kube-proxy write them.
+func localhostJumpRules() []JumpRule {
+	var rules []JumpRule
+	for _, c := range []Chain{ChainInput, ChainOutput} {
+		rules = append(rules, JumpRule{Table: TableFilter, Chain: c, Target: kubeFirewallChain, Args: []string{"-j", string(kubeFirewallChain)}})
+	}
+	return rules
+}
+
 // EnsureJumpRules is EnsureJumps of the writer's JumpRules. Call it before
 // applying a full sync: at start-up, and when the rules may have been
 // flushed by someone else.
