@@ -21,6 +21,7 @@ func TestParseOptions(t *testing.T) {
 		metricsBindAddress: "127.0.0.1:10249",
 		syncPeriod:         30 * time.Second,
 		minSyncPeriod:      time.Second,
+		localhostNodePorts: true,
 	}
 	with := func(f func(*options)) *options {
 		o := defaults
@@ -50,6 +51,7 @@ func TestParseOptions(t *testing.T) {
 			}),
 		},
 		{args: []string{"--nodeport-addresses", "primary"}, want: with(func(o *options) { o.nodePortPrimary = true })},
+		{args: []string{"--iptables-localhost-nodeports=false"}, want: with(func(o *options) { o.localhostNodePorts = false })},
 		{
 			// A bare IP gets the default port; empty disables.
 			args: []string{"--healthz-bind-address", "10.0.0.5", "--metrics-bind-address", ""},
