@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -406,11 +407,8 @@ func saveQuoted(s string) string {
 // OTHER-NAT are unchanged; every other chain is the writer's.
 func checkOwnership(t *testing.T, fake *iptablestest.Fake) {
 	t.Helper()
-	before := iptablestest.NewFake()
-	if err := before.ParseDump(foreignState); err != nil {
-		t.Fatal(err)
-	}
-	if err := iptables.EnsureJumpRules(context.Background(), before); err != nil {
+	before, err := foreignWithJumps()
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range []iptables.Table{iptables.TableFilter, iptables.TableNAT} {
@@ -433,6 +431,16 @@ func checkOwnership(t *testing.T, fake *iptablestest.Fake) {
 		}
 	}
 }
+
+// foreignWithJumps is foreignState with the writer's jump rules added,
+// made once: the fuzz target compares against it at every run.
+var foreignWithJumps = sync.OnceValues(func() (*iptablestest.Fake, error) {
+	f := iptablestest.NewFake()
+	if err := f.ParseDump(foreignState); err != nil {
+		return nil, err
+	}
+	return f, iptables.EnsureJumpRules(context.Background(), f)
+})
 
 func isBuiltin(c iptables.Chain) bool {
 	switch c {
