@@ -255,13 +255,7 @@ func TestWriterAllowAllSourceRanges(t *testing.T) {
 		{name: "an IPv6 range", family: v1.IPv6Protocol, vip: "2001:db8::20", ranges: []string{"2001:db8:1::/64"}, wantFW: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(tc.family, "node-a")
-			clusterIP, epIP := "10.96.0.1", "10.1.0.1"
-			f := iptablestest.NewFake()
-			if tc.family == v1.IPv6Protocol {
-				clusterIP, epIP = "fd00:96::1", "fd00:1::1"
-				f = iptablestest.NewIPv6Fake()
-			}
+			c, f, clusterIP, epIP := familyCluster(tc.family)
 			svc := makeService("ns", "lb", clusterIP, withLoadBalancer(tc.vip))
 			// The tracker keeps both families' ranges; the writer decides.
 			svc.Spec.LoadBalancerSourceRanges = tc.ranges

@@ -61,13 +61,7 @@ func TestWriterNodePortAddresses(t *testing.T) {
 			want:      []string{"-d 2001:db8::/64 " + nodePorts + "-m addrtype --dst-type LOCAL -j KUBE-NODEPORTS"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(tc.family, "node-a")
-			clusterIP, epIP := "10.96.0.1", "10.1.0.1"
-			f := iptablestest.NewFake()
-			if tc.family == v1.IPv6Protocol {
-				clusterIP, epIP = "fd00:96::1", "fd00:1::1"
-				f = iptablestest.NewIPv6Fake()
-			}
+			c, f, clusterIP, epIP := familyCluster(tc.family)
 			c.setService(makeService("ns", "np", clusterIP, withNodePort(30080)))
 			c.setEndpoints("ns", "np", tcp8080, ep{ip: epIP, node: "node-a"})
 			var prefixes []netip.Prefix
@@ -106,4 +100,13 @@ func TestWriterNodePortAddresses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// familyCluster returns an empty cluster of family on node-a, a fake of
+// that family, and a cluster IP and an endpoint address of it.
+func familyCluster(family v1.IPFamily) (c *cluster, f *iptablestest.Fake, clusterIP, epIP string) {
+	if family == v1.IPv6Protocol {
+		return newCluster(family, "node-a"), iptablestest.NewIPv6Fake(), "fd00:96::1", "fd00:1::1"
+	}
+	return newCluster(family, "node-a"), iptablestest.NewFake(), "10.96.0.1", "10.1.0.1"
 }
