@@ -959,7 +959,8 @@ func (ss *serviceState) port(name changetracker.ServicePortName) *portState {
 // newPortState is called only for names usable accepted, whose text
 // makePortText makes without error.
 func (w *Writer) newPortState(name changetracker.ServicePortName) *portState {
-	text, _ := makePortText(name)
+	var text portText
+	text, w.scratch, _ = makePortText(w.scratch, name)
 	w.scratch = appendPortKey(w.scratch[:0], name)
 	return &portState{name: name, text: text, hash: hashInto(w.scratch)}
 }

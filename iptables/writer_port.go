@@ -631,22 +631,28 @@ type portText struct {
 }
 
 // makePortText makes name's restore text through AppendRestoreText and
-// AppendRestoreWord, and refuses what they refuse.
-func makePortText(name changetracker.ServicePortName) (portText, error) {
-	q, err := appendPortText(nil, name)
+// AppendRestoreWord, in buf (returned for reuse), and refuses what they
+// refuse. A name that needs no quotes, as every name the API server
+// accepts, costs one string for both forms.
+func makePortText(buf []byte, name changetracker.ServicePortName) (portText, []byte, error) {
+	buf, err := appendPortText(buf[:0], name)
 	if err != nil {
-		return portText{}, err
+		return portText{}, buf, err
 	}
-	var w []byte
+	t := portText{inQuotes: string(buf)}
 	if name.Port == "" {
-		w, err = AppendRestoreWord(nil, name.Namespace, "/", name.Name)
+		buf, err = AppendRestoreWord(buf[:0], name.Namespace, "/", name.Name)
 	} else {
-		w, err = AppendRestoreWord(nil, name.Namespace, "/", name.Name, ":", name.Port)
+		buf, err = AppendRestoreWord(buf[:0], name.Namespace, "/", name.Name, ":", name.Port)
 	}
 	if err != nil {
-		return portText{}, err
+		return portText{}, buf, err
 	}
-	return portText{inQuotes: string(q), word: string(w)}, nil
+	t.word = t.inQuotes
+	if string(buf) != t.inQuotes {
+		t.word = string(buf)
+	}
+	return t, buf, nil
 }
 
 // appendPortText appends name, as ServicePortName.String prints it,
