@@ -453,7 +453,11 @@ func (w *Writer) RouteLocalnet() bool { return w.routeLocalnet }
 // JumpRules returns the package's JumpRules, plus, with
 // LocalhostNodePorts, the jumps from INPUT and OUTPUT to KUBE-FIREWALL,
 // written as the kubelet and kube-proxy write them (no comment), so that
-// the three programs share one rule each. The slice is new on every call.
+// the three programs share one rule each. They come last, so that
+// EnsureJumps, which prepends, puts them first in INPUT and OUTPUT, as
+// kube-proxy does: martian localnet packets are dropped before
+// KUBE-NODEPORTS accepts health-check node ports. The slice is new on
+// every call.
 func (w *Writer) JumpRules() []JumpRule {
 	rules := JumpRules()
 	if w.localhost {
