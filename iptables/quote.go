@@ -3,6 +3,7 @@ package iptables
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // MaxRestoreText is the longest text, in bytes, that [AppendRestoreText]
@@ -34,27 +35,39 @@ var ErrRestoreText = errors.New("text cannot be written for iptables-restore")
 // unchanged with an error wrapping ErrRestoreText, and the caller must
 // leave out what the text was for.
 func AppendRestoreText(b []byte, parts ...string) ([]byte, error) {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
+	if err := CheckRestoreText(parts...); err != nil {
+		return b, err
 	}
-	if n > MaxRestoreText {
-		return b, fmt.Errorf("%w: %d bytes, longer than %d", ErrRestoreText, n, MaxRestoreText)
-	}
-	start := len(b)
 	for _, p := range parts {
 		for i := 0; i < len(p); i++ {
-			switch c := p[i]; c {
-			case 0, '\n':
-				return b[:start], fmt.Errorf("%w: it holds the byte %q", ErrRestoreText, c)
-			case '"', '\\':
+			if c := p[i]; c == '"' || c == '\\' {
 				b = append(b, '\\', c)
-			default:
+			} else {
 				b = append(b, c)
 			}
 		}
 	}
 	return b, nil
+}
+
+// CheckRestoreText returns the error AppendRestoreText would return for
+// the concatenation of parts, or nil, without writing anything: it is the
+// refusal half of AppendRestoreText, cheap enough to run on every name at
+// every sync.
+func CheckRestoreText(parts ...string) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+		for _, c := range [...]byte{0, '\n'} {
+			if strings.IndexByte(p, c) >= 0 {
+				return fmt.Errorf("%w: it holds the byte %q", ErrRestoreText, c)
+			}
+		}
+	}
+	if n > MaxRestoreText {
+		return fmt.Errorf("%w: %d bytes, longer than %d", ErrRestoreText, n, MaxRestoreText)
+	}
+	return nil
 }
 
 // AppendRestoreWord appends the concatenation of parts to b as one word of

@@ -846,10 +846,9 @@ func (w *Writer) usable(logger klog.Logger, name changetracker.ServicePortName, 
 // unusable returns why svc cannot get rules, and the offending value, or
 // "" if it can.
 func (w *Writer) unusable(name changetracker.ServicePortName, svc changetracker.ServicePort) (string, any) {
-	// The text is made in a reused buffer: this runs for every port at
-	// every full sync, and must not allocate.
-	var err error
-	if w.scratch, err = appendPortText(w.scratch[:0], name); err != nil {
+	// This runs for every port at every full sync: the check alone, which
+	// is what making the text would refuse.
+	if err := checkPortText(name); err != nil {
 		return "its name cannot be written for iptables-restore", err.Error()
 	}
 	if ip := svc.ClusterIP(); !w.ownAddr(ip) {
@@ -892,7 +891,11 @@ const maxAffinitySeconds = 86400
 // family that iptables takes as written: not an IPv4-mapped IPv6 address,
 // which the IPv4 binary refuses, and without a zone.
 func (w *Writer) ownAddr(ip netip.Addr) bool {
-	return ip.IsValid() && ip.Is6() == w.isIPv6 && !ip.Is4In6() && ip.Zone() == ""
+	if !w.isIPv6 {
+		// Is4 is false for the invalid address and for mapped ones.
+		return ip.Is4()
+	}
+	return ip.Is6() && !ip.Is4In6() && ip.Zone() == ""
 }
 
 // ownRange is ownAddr for a prefix.

@@ -315,6 +315,10 @@ func FuzzWriterNames(f *testing.F) {
 		{"ns", strings.Repeat("\"", 300), "p"},
 		{"ns", "svc", strings.Repeat("y", 10300)},
 		{"'", "\\", "\"\""},
+		// "ns/name:port" of exactly MaxRestoreText bytes, and one more.
+		{strings.Repeat("a", 255), strings.Repeat("b", 254), "c"},
+		{strings.Repeat("a", 255), strings.Repeat("b", 255), "c"},
+		{strings.Repeat("a", 255), strings.Repeat("b", 256), ""},
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}

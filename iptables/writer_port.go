@@ -655,6 +655,14 @@ func makePortText(buf []byte, name changetracker.ServicePortName) (portText, []b
 	return t, buf, nil
 }
 
+// checkPortText is CheckRestoreText of what appendPortText writes.
+func checkPortText(name changetracker.ServicePortName) error {
+	if name.Port == "" {
+		return CheckRestoreText(name.Namespace, "/", name.Name)
+	}
+	return CheckRestoreText(name.Namespace, "/", name.Name, ":", name.Port)
+}
+
 // appendPortText appends name, as ServicePortName.String prints it,
 // through AppendRestoreText.
 func appendPortText(b []byte, name changetracker.ServicePortName) ([]byte, error) {
