@@ -23,6 +23,16 @@
 // proxies, such as a proxykit proxier beside kube-proxy, each write, watch
 // and clean up their own chains without touching the other's.
 //
+// Text from outside the program (names of API objects) reaches restore
+// input only through [AppendRestoreText] and [AppendRestoreWord], which
+// quote it so that no byte can end the word, the line or the table, and
+// refuse what no quoting can carry (NUL, newline, overlong text). The
+// service rule writer ([Writer]) also checks every other field a service
+// port hands it and skips, with a log naming it, a port iptables-restore
+// would refuse, so that one bad object never fails the sync of the
+// others. Its [WriterConfig.LocalhostNodePorts] serves IPv4 node ports on
+// 127.0.0.1 as kube-proxy's --iptables-localhost-nodeports does.
+//
 // Package github.com/proxykit/proxykit/iptables/testing has a strict
 // in-memory Fake of Interface, for unit tests without root, and a packet
 // tracer that shows where a packet would go through the Fake's rules.

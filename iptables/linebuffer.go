@@ -11,7 +11,8 @@ package iptables
 //
 // Words are written as given; a word containing spaces or quotes must be
 // quoted by the caller ("\"my comment\""), as iptables-restore would read
-// it. The zero LineBuffer is an empty, keeping buffer ready to use. A
+// it, and text from outside the program must go through
+// [AppendRestoreWord], which quotes it or refuses it. The zero LineBuffer is an empty, keeping buffer ready to use. A
 // LineBuffer is not safe for concurrent use.
 type LineBuffer struct {
 	buf     []byte

@@ -52,9 +52,29 @@ type WriterConfig struct {
 
 	// NodePortAddresses restricts node ports to the local addresses inside
 	// these prefixes (--nodeport-addresses). Empty, or a prefix of length
-	// 0, means every local address. Loopback addresses never serve node
-	// ports (kubernetes#90259).
+	// 0, means every local address. Loopback addresses serve node ports
+	// only with LocalhostNodePorts, as in kube-proxy (kubernetes#90259):
+	// without it a prefix inside the loopback range is left out (the
+	// first Sync logs it), and loopback addresses inside a wider prefix
+	// are excluded.
 	NodePortAddresses []netip.Prefix
+
+	// LocalhostNodePorts serves IPv4 node ports on the loopback addresses
+	// (127.0.0.0/8) as well, as kube-proxy's --iptables-localhost-nodeports
+	// does, which is on by default there; here the zero value is off. An
+	// IPv6 writer ignores it: the kernel never routes ::1 to another host,
+	// so IPv6 node ports are never served on localhost.
+	//
+	// It needs the sysctl net.ipv4.conf.all.route_localnet=1 (see
+	// kernel.SysctlRouteLocalnet), which the caller sets before the first
+	// sync when Writer.RouteLocalnet says so, and which lets other hosts
+	// reach the node's loopback addresses too. To close that hole
+	// (CVE-2020-8558) the writer adds kube-proxy's filter rule in
+	// KUBE-FIREWALL, which drops packets to 127.0.0.0/8 from a source
+	// outside it unless conntrack knows them as replies or as DNATed
+	// traffic; Writer.JumpRules adds the jumps to it from INPUT and OUTPUT.
+	// The kubelet writes the same chain and rule, and Cleanup leaves them.
+	LocalhostNodePorts bool
 
 	// ClusterCIDR is the pod network of this family. Traffic to a cluster
 	// IP from outside it is masqueraded, and pod traffic to an external
@@ -216,6 +236,16 @@ type Writer struct {
 	markMask      string // "0x00004000/0x00004000"
 	loopback      string // "127.0.0.0/8" or "::1/128"
 	nodePortMatch [][]byte
+	// localhost is LocalhostNodePorts for IPv4; routeLocalnet says that
+	// some node-port rule matches loopback addresses.
+	localhost, routeLocalnet bool
+	// nodePortGuard, if set, is a rule that keeps loopback addresses
+	// inside a NodePortAddresses prefix from the node-port rules.
+	nodePortGuard []byte
+	// skippedNodePortAddresses are loopback prefixes left out, logged by
+	// the first Sync.
+	skippedNodePortAddresses []netip.Prefix
+
 	probabilities []string
 
 	requestFull atomic.Bool
@@ -266,6 +296,7 @@ type serviceState struct {
 // portState is what the writer last wrote for one service port.
 type portState struct {
 	name changetracker.ServicePortName
+	text portText  // name as restore text
 	hash chainHash // hash part of its KUBE-SVC/SVL/EXT/FW chains
 	gen  uint64    // last full sync that visited it
 	// chains has bit k set when the chain of kind k (kindSVC..kindFW)
@@ -393,17 +424,67 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 			matchAll = true
 		}
 	}
-	// Node ports are matched as "local address inside the prefix" rather
-	// than as a list of the node's addresses, so the rules stay right when
-	// addresses come and go and the writer needs no view of the interfaces.
-	if matchAll {
-		w.nodePortMatch = [][]byte{fmt.Appendf(nil, "-m addrtype --dst-type LOCAL ! -d %s", w.loopback)}
-	} else {
-		for _, p := range cfg.NodePortAddresses {
-			w.nodePortMatch = append(w.nodePortMatch, fmt.Appendf(nil, "-d %s -m addrtype --dst-type LOCAL", p.Masked()))
-		}
-	}
+	w.localhost = cfg.LocalhostNodePorts && !w.isIPv6
+	w.nodePortRules(matchAll)
 	return w, nil
+}
+
+// nodePortRules fills w.nodePortMatch, the matches of the node-port rules
+// at the end of KUBE-SERVICES, and w.nodePortGuard.
+//
+// Node ports are matched as "local address inside the prefix" rather than
+// as a list of the node's addresses, so the rules stay right when
+// addresses come and go and the writer needs no view of the interfaces.
+func (w *Writer) nodePortRules(matchAll bool) {
+	if matchAll {
+		if w.localhost {
+			w.routeLocalnet = true
+			w.nodePortMatch = [][]byte{[]byte("-m addrtype --dst-type LOCAL")}
+		} else {
+			w.nodePortMatch = [][]byte{fmt.Appendf(nil, "-m addrtype --dst-type LOCAL ! -d %s", w.loopback)}
+		}
+		return
+	}
+	loopback := netip.MustParsePrefix(w.loopback)
+	for _, p := range w.cfg.NodePortAddresses {
+		p = p.Masked()
+		if p.Overlaps(loopback) {
+			switch {
+			case w.localhost:
+				w.routeLocalnet = true
+			case p.Bits() >= loopback.Bits():
+				w.skippedNodePortAddresses = append(w.skippedNodePortAddresses, p)
+				continue
+			default:
+				// One rule can hold one -d: the loopback range is
+				// returned from before the node-port rules instead.
+				w.nodePortGuard = fmt.Appendf(nil, "-A KUBE-SERVICES -d %s -j RETURN", w.loopback)
+			}
+		}
+		w.nodePortMatch = append(w.nodePortMatch, fmt.Appendf(nil, "-d %s -m addrtype --dst-type LOCAL", p))
+	}
+}
+
+// RouteLocalnet reports whether the writer serves node ports on IPv4
+// loopback addresses (LocalhostNodePorts, with NodePortAddresses empty or
+// covering 127.0.0.1), which works only once the caller has set
+// net.ipv4.conf.all.route_localnet to 1, as kube-proxy does at start-up.
+func (w *Writer) RouteLocalnet() bool { return w.routeLocalnet }
+
+// JumpRules returns the package's JumpRules, plus, with
+// LocalhostNodePorts, the jumps from INPUT and OUTPUT to KUBE-FIREWALL,
+// written as the kubelet and kube-proxy write them (no comment), so that
+// the three programs share one rule each. They come last, so that
+// EnsureJumps, which prepends, puts them first in INPUT and OUTPUT, as
+// kube-proxy does: martian localnet packets are dropped before
+// KUBE-NODEPORTS accepts health-check node ports. The slice is new on
+// every call.
+func (w *Writer) JumpRules() []JumpRule {
+	rules := w.cn.JumpRules()
+	if w.localhost {
+		rules = append(rules, localhostJumpRules()...)
+	}
+	return rules
 }
 
 func (w *Writer) sameFamily(ip netip.Addr) bool {
@@ -469,6 +550,11 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	if w.unapplied {
 		logger.V(2).Info("Previous iptables payload was never reported applied; syncing everything")
 		w.failed()
+	}
+	if len(w.skippedNodePortAddresses) > 0 {
+		logger.Error(nil, "Node-port addresses inside the loopback range are left out: localhost node ports are off or not supported by the IP family",
+			"nodePortAddresses", w.skippedNodePortAddresses, "ipFamily", w.cfg.IPFamily)
+		w.skippedNodePortAddresses = nil
 	}
 	requested := w.requestFull.Swap(false)
 	full := w.needFull || requested
@@ -569,7 +655,9 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 		}
 		ps.gen = w.gen
 		w.startPort()
-		b = w.writePort(b, ps, in.Services[name], in.Endpoints[name], true)
+		b = w.writePort(b, ps, in.Services[name], w.usableEndpoints(logger, name, in.Endpoints[name]), true)
+		// The endpoint totals count what the maps hold, bad endpoints too.
+		ps.endpoints = len(in.Endpoints[name])
 		w.countNoLocal(ps, +1)
 	}
 
@@ -598,6 +686,9 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 	b = w.chainLine(b, w.cn.services)
 	b = w.chainLine(b, w.cn.nodePorts)
 	b = append(b, w.natTop...)
+	if w.nodePortGuard != nil {
+		b = w.endLine(append(b, w.nodePortGuard...))
+	}
 	for _, m := range w.nodePortMatch {
 		b = append(append(b, "-A "...), w.cn.services...)
 		b = append(b, " -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" "...)
@@ -610,6 +701,9 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 	b = w.endLine(append(b, "*filter"...))
 	for _, c := range [...]Chain{w.cn.services, w.cn.external, w.cn.forward, w.cn.nodePorts, w.cn.fw} {
 		b = w.chainLine(b, c)
+	}
+	if w.localhost {
+		b = w.chainLine(b, kubeFirewallChain)
 	}
 	b = append(b, w.filter...)
 	b = w.staticFilterRules(b)
@@ -714,7 +808,8 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 			}
 			ps.gen = w.gen
 			w.startPort()
-			b = w.writePort(b, ps, in.Services[name], in.Endpoints[name], false)
+			b = w.writePort(b, ps, in.Services[name], w.usableEndpoints(logger, name, in.Endpoints[name]), false)
+			ps.endpoints = len(in.Endpoints[name])
 			w.countNoLocal(ps, +1)
 		}
 		ss.ports = slices.DeleteFunc(ss.ports, func(ps *portState) bool {
@@ -752,20 +847,132 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 }
 
 // usable reports whether a service port can get rules in this family.
+// It is the writer's own check of every field that reaches the payload,
+// done whatever the tracker checked, since a caller's MakeServicePortFunc
+// or its own ServicePort implementation can hand the writer anything: a
+// field iptables-restore would refuse would fail the restore of every
+// service port, not only this one. A port it refuses is logged once per
+// sync, naming it and the reason, and gets no rules.
 func (w *Writer) usable(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort) bool {
 	if svc == nil {
 		return false
 	}
-	if !w.sameFamily(svc.ClusterIP()) {
-		logger.Error(nil, "Skipping service port: cluster IP is not of the writer's family", "servicePort", name.String(), "protocol", name.Protocol, "clusterIP", svc.ClusterIP(), "ipFamily", w.cfg.IPFamily)
+	if reason, value := w.unusable(name, svc); reason != "" {
+		logger.Error(nil, "Skipping service port: "+reason, "servicePort", name.String(), "protocol", name.Protocol, "value", value, "ipFamily", w.cfg.IPFamily)
 		return false
 	}
-	switch svc.Protocol() {
-	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
-		return true
+	return true
+}
+
+// unusable returns why svc cannot get rules, and the offending value, or
+// "" if it can.
+func (w *Writer) unusable(name changetracker.ServicePortName, svc changetracker.ServicePort) (string, any) {
+	// This runs for every port at every full sync: the check alone, which
+	// is what making the text would refuse.
+	if err := checkPortText(name); err != nil {
+		return "its name cannot be written for iptables-restore", err.Error()
 	}
-	logger.Error(nil, "Skipping service port with unknown protocol", "servicePort", name.String(), "protocol", svc.Protocol())
-	return false
+	if ip := svc.ClusterIP(); !w.ownAddr(ip) {
+		return "cluster IP is not an address of the writer's family", ip
+	}
+	switch p := svc.Protocol(); p {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+	default:
+		return "unknown protocol", p
+	}
+	if p := svc.Port(); !validPort(p) {
+		return "port is not in 1..65535", p
+	}
+	if p := svc.NodePort(); p != 0 && !validPort(p) {
+		return "node port is not 0 (none) or in 1..65535", p
+	}
+	if p := svc.HealthCheckNodePort(); p != 0 && !validPort(p) {
+		return "health check node port is not 0 (none) or in 1..65535", p
+	}
+	switch a := svc.SessionAffinityType(); a {
+	case "", v1.ServiceAffinityNone:
+	case v1.ServiceAffinityClientIP:
+		// The API server's bounds (sessionAffinityConfig.clientIP.timeoutSeconds).
+		if s := svc.StickyMaxAgeSeconds(); s < 1 || s > maxAffinitySeconds {
+			return "session affinity timeout is not in 1..86400 seconds", s
+		}
+	default:
+		return "unknown session affinity", a
+	}
+	return "", nil
+}
+
+func validPort(p int) bool { return p >= 1 && p <= 65535 }
+
+// maxAffinitySeconds is the longest session affinity the API server
+// accepts (a day).
+const maxAffinitySeconds = 86400
+
+// ownAddr reports whether ip, from the API, is an address of the writer's
+// family that iptables takes as written: not an IPv4-mapped IPv6 address,
+// which the IPv4 binary refuses, and without a zone.
+func (w *Writer) ownAddr(ip netip.Addr) bool {
+	if !w.isIPv6 {
+		// Is4 is false for the invalid address and for mapped ones.
+		return ip.Is4()
+	}
+	return ip.Is6() && !ip.Is4In6() && ip.Zone() == ""
+}
+
+// ownRange is ownAddr for a prefix.
+func (w *Writer) ownRange(p netip.Prefix) bool {
+	return p.IsValid() && w.ownAddr(p.Addr())
+}
+
+// restrictsSources reports whether svc's loadBalancerSourceRanges restrict
+// the sources of this family: they hold a range of this family, and none
+// of length 0, which allows every source as kube-proxy reads it (no
+// KUBE-FW- chain, no firewall rule). Ranges of the other family, or that
+// are not valid, restrict nothing here.
+func (w *Writer) restrictsSources(svc changetracker.ServicePort) bool {
+	restricts := false
+	for _, p := range svc.LoadBalancerSourceRanges() {
+		if !w.ownRange(p) {
+			continue
+		}
+		if p.Bits() == 0 {
+			return false
+		}
+		restricts = true
+	}
+	return restricts
+}
+
+func (w *Writer) badEndpoint(ep changetracker.Endpoint) bool {
+	return ep == nil || !w.ownAddr(ep.IP()) || !validPort(ep.Port())
+}
+
+// usableEndpoints returns eps without the endpoints whose address or port
+// iptables-restore would refuse, logging each one it leaves out; eps
+// itself when all are good, which is the common case and costs nothing.
+func (w *Writer) usableEndpoints(logger klog.Logger, name changetracker.ServicePortName, eps []changetracker.Endpoint) []changetracker.Endpoint {
+	allGood := true
+	for _, ep := range eps {
+		allGood = allGood && !w.badEndpoint(ep)
+	}
+	if allGood {
+		return eps
+	}
+	good := make([]changetracker.Endpoint, 0, len(eps))
+	for _, ep := range eps {
+		if !w.badEndpoint(ep) {
+			good = append(good, ep)
+			continue
+		}
+		var ip netip.Addr
+		var port int
+		if ep != nil {
+			ip, port = ep.IP(), ep.Port()
+		}
+		logger.Error(nil, "Skipping endpoint: its address is not of the writer's family or its port is not in 1..65535",
+			"servicePort", name.String(), "ip", ip, "port", port, "ipFamily", w.cfg.IPFamily)
+	}
+	return good
 }
 
 func (ss *serviceState) port(name changetracker.ServicePortName) *portState {
@@ -777,9 +984,13 @@ func (ss *serviceState) port(name changetracker.ServicePortName) *portState {
 	return nil
 }
 
+// newPortState is called only for names usable accepted, whose text
+// makePortText makes without error.
 func (w *Writer) newPortState(name changetracker.ServicePortName) *portState {
+	var text portText
+	text, w.scratch, _ = makePortText(w.scratch, name)
 	w.scratch = appendPortKey(w.scratch[:0], name)
-	return &portState{name: name, hash: hashInto(w.scratch)}
+	return &portState{name: name, text: text, hash: hashInto(w.scratch)}
 }
 
 func (w *Writer) countNoLocal(ps *portState, sign int) {
@@ -871,7 +1082,15 @@ func (w *Writer) staticFilterRules(b []byte) []byte {
 	// policy is DROP.
 	b = ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding rules\" -m mark --mark ")
 	b = w.endLine(append(append(b, w.markMask...), " -j ACCEPT"...))
-	return w.endLine(ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"))
+	b = w.endLine(ruleOf(b, w.cn.forward, " -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"))
+	if w.localhost {
+		// route_localnet lets other hosts reach 127.0.0.0/8 on this node
+		// (CVE-2020-8558, kubernetes#90259): drop what they send there,
+		// except replies and what node-port DNAT sent there itself.
+		// This is kube-proxy's and the kubelet's rule, byte for byte.
+		b = w.endLine(append(b, "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"...))
+	}
+	return b
 }
 
 // ruleOf appends "-A CHAIN" and the rest of a rule, which starts with a

@@ -70,6 +70,23 @@ func (n *ChainNames) JumpComment(comment string) string {
 	return comment + " (" + n.prefix + ")"
 }
 
+// kubeFirewallChain is the filter chain that drops traffic from other
+// hosts to the loopback range; the kubelet makes it too, so Cleanup
+// leaves it. It keeps kube-proxy's name whatever the chain prefix: every
+// proxy on the node writes the same rule into it, and the rule guards the
+// node, not one proxy's services.
+const kubeFirewallChain Chain = "KUBE-FIREWALL"
+
+// localhostJumpRules are the jumps to kubeFirewallChain, as the kubelet
+// and kube-proxy write them.
+func localhostJumpRules() []JumpRule {
+	var rules []JumpRule
+	for _, c := range []Chain{ChainInput, ChainOutput} {
+		rules = append(rules, JumpRule{Table: TableFilter, Chain: c, Target: kubeFirewallChain, Args: []string{"-j", string(kubeFirewallChain)}})
+	}
+	return rules
+}
+
 // EnsureJumpRules is EnsureJumps of the writer's JumpRules. Call it before
 // applying a full sync: at start-up, and when the rules may have been
 // flushed by someone else.

@@ -39,12 +39,12 @@ func (w *Writer) writePort(b []byte, ps *portState, svc changetracker.ServicePor
 	hasExternal = hasExternal && chains&(1<<external) != 0
 	var hasLB bool
 	for _, ip := range svc.LoadBalancerVIPs() {
-		hasLB = hasLB || w.sameFamily(ip)
+		hasLB = hasLB || w.ownAddr(ip)
 	}
 	if hasEndpoints && svc.ExternallyAccessible() {
 		chains |= 1 << kindEXT
 	}
-	usesFW := hasEndpoints && hasLB && len(svc.LoadBalancerSourceRanges()) > 0
+	usesFW := hasEndpoints && hasLB && w.restrictsSources(svc)
 	if usesFW {
 		chains |= 1 << kindFW
 	}
@@ -241,7 +241,7 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// Endpoints may be on other nodes: masquerade so replies come back
 		// through this node.
 		b = w.ruleStart(b, ext)
-		b = appendComment(b, "masquerade traffic for ", ps.name, " external destinations")
+		b = appendComment(b, "masquerade traffic for ", &ps.text, " external destinations")
 		b = w.endLine(append(b, w.jumpMasq...))
 	} else if chains&(1<<kindSVC) != 0 {
 		// Pods reaching an external address of the service are not
@@ -249,7 +249,7 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// if they had gone out to the load balancer and come back.
 		if w.cfg.ClusterCIDR.IsValid() {
 			b = w.ruleStart(b, ext)
-			b = appendComment(b, "pod traffic for ", ps.name, " external destinations")
+			b = appendComment(b, "pod traffic for ", &ps.text, " external destinations")
 			b = append(b, " -s "...)
 			b = w.cfg.ClusterCIDR.AppendTo(b)
 			b = w.endLine(svcChain.appendTo(append(b, " -j "...), w.cn))
@@ -258,10 +258,10 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// which endpoints elsewhere could not answer: masquerade it and
 		// send it to all endpoints.
 		b = w.ruleStart(b, ext)
-		b = appendComment(b, "masquerade LOCAL traffic for ", ps.name, " external destinations")
+		b = appendComment(b, "masquerade LOCAL traffic for ", &ps.text, " external destinations")
 		b = w.endLine(append(append(b, " -m addrtype --src-type LOCAL"...), w.jumpMasq...))
 		b = w.ruleStart(b, ext)
-		b = appendComment(b, "route LOCAL traffic for ", ps.name, " external destinations")
+		b = appendComment(b, "route LOCAL traffic for ", &ps.text, " external destinations")
 		b = append(b, " -m addrtype --src-type LOCAL -j "...)
 		b = w.endLine(svcChain.appendTo(b, w.cn))
 	}
@@ -281,13 +281,13 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 	ext := chainRef{kind: kindEXT, hash: ps.hash}
 	allow := func(b []byte, appendSource func([]byte) []byte) []byte {
 		b = w.ruleStart(b, fw)
-		b = appendComment(b, "", ps.name, " loadbalancer IP")
+		b = appendComment(b, "", &ps.text, " loadbalancer IP")
 		b = appendSource(append(b, " -s "...))
 		return w.endLine(ext.appendTo(append(b, " -j "...), w.cn))
 	}
 	allowFromNode := false
 	for _, cidr := range svc.LoadBalancerSourceRanges() {
-		if !w.sameFamily(cidr.Addr()) {
+		if !w.ownRange(cidr) {
 			continue
 		}
 		b = allow(b, cidr.AppendTo)
@@ -299,13 +299,13 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 	// as source.
 	if allowFromNode {
 		for _, ip := range svc.LoadBalancerVIPs() {
-			if w.sameFamily(ip) {
+			if w.ownAddr(ip) {
 				b = allow(b, ip.AppendTo)
 			}
 		}
 	}
 	b = w.ruleStart(b, fw)
-	b = appendComment(b, "other traffic to ", ps.name, w.droppedByFW)
+	b = appendComment(b, "other traffic to ", &ps.text, w.droppedByFW)
 	return w.endLine(b)
 }
 
@@ -316,7 +316,7 @@ func (w *Writer) writeMasqueradeRule(b []byte, ps *portState, svc changetracker.
 		return b
 	}
 	b = w.ruleStart(b, chainRef{kind: k, hash: ps.hash})
-	b = appendComment(b, "", ps.name, " cluster IP")
+	b = appendComment(b, "", &ps.text, " cluster IP")
 	b = appendDestination(appendProtocol(b, proto), svc.ClusterIP(), svc.Port())
 	if !w.cfg.MasqueradeAll {
 		b = append(b, " ! -s "...)
@@ -337,7 +337,7 @@ func (w *Writer) writeBalancing(b []byte, ps *portState, svc changetracker.Servi
 			sep := w.sepChain(ps, ep, &pos)
 			b = w.ruleStart(b, self)
 			if comments {
-				b = appendEndpointComment(b, ps.name, ep)
+				b = appendEndpointComment(b, &ps.text, ep)
 			}
 			b = append(b, " -m recent --name "...)
 			b = sep.appendTo(b, w.cn)
@@ -353,7 +353,7 @@ func (w *Writer) writeBalancing(b []byte, ps *portState, svc changetracker.Servi
 		sep := w.sepChain(ps, ep, &pos)
 		b = w.ruleStart(b, self)
 		if comments {
-			b = appendEndpointComment(b, ps.name, ep)
+			b = appendEndpointComment(b, &ps.text, ep)
 		}
 		if i < n-1 {
 			b = append(b, " -m statistic --mode random --probability "...)
@@ -371,14 +371,14 @@ func (w *Writer) writeEndpointChain(b []byte, ps *portState, sep sepState, proto
 	ip := sep.ep.IP()
 	b = w.ruleStart(b, self)
 	if comments {
-		b = appendPlainComment(b, ps.name)
+		b = appendPlainComment(b, &ps.text)
 	}
 	b = append(b, " -s "...)
 	b = ip.AppendTo(b)
 	b = w.endLine(append(b, w.jumpMasq...))
 	b = w.ruleStart(b, self)
 	if comments {
-		b = appendPlainComment(b, ps.name)
+		b = appendPlainComment(b, &ps.text)
 	}
 	if affinity {
 		b = append(b, " -m recent --name "...)
@@ -395,7 +395,7 @@ func (w *Writer) writeEndpointChain(b []byte, ps *portState, sep sepState, proto
 func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, proto string, hasEndpoints, hasInternal, hasExternal bool, internal chainKind, usesFW bool, full bool) {
 	w.scratch = w.scratch[:0]
 	w.specs = w.specs[:0]
-	name := ps.name
+	name := &ps.text
 	port := svc.Port()
 	ext := chainRef{kind: kindEXT, hash: ps.hash}
 
@@ -415,7 +415,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 		w.addServiceSpec(filterServices, name, internalWhy, proto, svc.ClusterIP(), port, internalTarget, chainRef{})
 	}
 	for _, ip := range svc.ExternalIPs() {
-		if !w.sameFamily(ip) {
+		if !w.ownAddr(ip) {
 			continue
 		}
 		if hasEndpoints {
@@ -435,7 +435,7 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 		fwWhy = fw.appendTo([]byte(" traffic not accepted by "), w.cn)
 	}
 	for _, ip := range svc.LoadBalancerVIPs() {
-		if !w.sameFamily(ip) {
+		if !w.ownAddr(ip) {
 			continue
 		}
 		if hasEndpoints {
@@ -523,7 +523,7 @@ func (w *Writer) addSpec(c topChain) {
 // addServiceSpec adds the rule
 // ` -m comment --comment "NAMEwhy" -m PROTO -p PROTO -d IP --dport PORT -j TARGET`,
 // where TARGET is verdict, or chain when verdict is empty.
-func (w *Writer) addServiceSpec(c topChain, name changetracker.ServicePortName, why, proto string, ip netip.Addr, port int, verdict string, chain chainRef) {
+func (w *Writer) addServiceSpec(c topChain, name *portText, why, proto string, ip netip.Addr, port int, verdict string, chain chainRef) {
 	w.scratch = appendComment(w.scratch, "", name, why)
 	w.scratch = appendDestination(appendProtocol(w.scratch, proto), ip, port)
 	w.scratch = append(w.scratch, " -j "...)
@@ -618,40 +618,82 @@ func protocolName(p v1.Protocol) string {
 	return "tcp"
 }
 
-// appendComment appends ` -m comment --comment "PREFIXns/name:portSUFFIX"`.
-func appendComment(b []byte, prefix string, name changetracker.ServicePortName, suffix string) []byte {
+// portText is a service port's name ("ns/name:port", as
+// ServicePortName.String prints it) made into restore text once, when the
+// writer first sees the port, so that rules copy it without looking at
+// its bytes again.
+type portText struct {
+	// inQuotes is the name escaped for a double-quoted word.
+	inQuotes string
+	// word is the name as a word of its own, bare or quoted.
+	word string
+}
+
+// makePortText makes name's restore text through AppendRestoreText and
+// AppendRestoreWord, in buf (returned for reuse), and refuses what they
+// refuse. A name that needs no quotes, as every name the API server
+// accepts, costs one string for both forms.
+func makePortText(buf []byte, name changetracker.ServicePortName) (portText, []byte, error) {
+	buf, err := appendPortText(buf[:0], name)
+	if err != nil {
+		return portText{}, buf, err
+	}
+	t := portText{inQuotes: string(buf)}
+	if name.Port == "" {
+		buf, err = AppendRestoreWord(buf[:0], name.Namespace, "/", name.Name)
+	} else {
+		buf, err = AppendRestoreWord(buf[:0], name.Namespace, "/", name.Name, ":", name.Port)
+	}
+	if err != nil {
+		return portText{}, buf, err
+	}
+	t.word = t.inQuotes
+	if string(buf) != t.inQuotes {
+		t.word = string(buf)
+	}
+	return t, buf, nil
+}
+
+// checkPortText is CheckRestoreText of what appendPortText writes.
+func checkPortText(name changetracker.ServicePortName) error {
+	if name.Port == "" {
+		return CheckRestoreText(name.Namespace, "/", name.Name)
+	}
+	return CheckRestoreText(name.Namespace, "/", name.Name, ":", name.Port)
+}
+
+// appendPortText appends name, as ServicePortName.String prints it,
+// through AppendRestoreText.
+func appendPortText(b []byte, name changetracker.ServicePortName) ([]byte, error) {
+	if name.Port == "" {
+		return AppendRestoreText(b, name.Namespace, "/", name.Name)
+	}
+	return AppendRestoreText(b, name.Namespace, "/", name.Name, ":", name.Port)
+}
+
+// appendComment appends ` -m comment --comment "PREFIXns/name:portSUFFIX"`;
+// prefix and suffix are the writer's own text, which needs no escaping.
+func appendComment(b []byte, prefix string, name *portText, suffix string) []byte {
 	b = append(b, " -m comment --comment \""...)
 	b = append(b, prefix...)
-	b = appendPortName(b, name)
+	b = append(b, name.inQuotes...)
 	b = append(b, suffix...)
 	return append(b, '"')
 }
 
-// appendPlainComment appends an unquoted comment holding the port's name,
-// which has no spaces.
-func appendPlainComment(b []byte, name changetracker.ServicePortName) []byte {
+// appendPlainComment appends a comment holding the port's name alone,
+// unquoted where the name allows it, as kube-proxy writes it.
+func appendPlainComment(b []byte, name *portText) []byte {
 	b = append(b, " -m comment --comment "...)
-	return appendPortName(b, name)
+	return append(b, name.word...)
 }
 
-func appendEndpointComment(b []byte, name changetracker.ServicePortName, ep changetracker.Endpoint) []byte {
+func appendEndpointComment(b []byte, name *portText, ep changetracker.Endpoint) []byte {
 	b = append(b, " -m comment --comment \""...)
-	b = appendPortName(b, name)
+	b = append(b, name.inQuotes...)
 	b = append(b, " -> "...)
 	b = appendEndpoint(b, ep.IP(), ep.Port())
 	return append(b, '"')
-}
-
-// appendPortName appends "ns/name:port" as ServicePortName.String does.
-func appendPortName(b []byte, name changetracker.ServicePortName) []byte {
-	b = append(b, name.Namespace...)
-	b = append(b, '/')
-	b = append(b, name.Name...)
-	if name.Port != "" {
-		b = append(b, ':')
-		b = append(b, name.Port...)
-	}
-	return b
 }
 
 func appendProtocol(b []byte, proto string) []byte {
@@ -680,4 +722,18 @@ func appendEndpoint(b []byte, ip netip.Addr, port int) []byte {
 	}
 	b = append(b, ':')
 	return strconv.AppendInt(b, int64(port), 10)
+}
+
+// appendPortName appends "ns/name:port" as ServicePortName.String does,
+// raw: it is what chain names hash, and must never reach a payload (that
+// is portText's job).
+func appendPortName(b []byte, name changetracker.ServicePortName) []byte {
+	b = append(b, name.Namespace...)
+	b = append(b, '/')
+	b = append(b, name.Name...)
+	if name.Port != "" {
+		b = append(b, ':')
+		b = append(b, name.Port...)
+	}
+	return b
 }

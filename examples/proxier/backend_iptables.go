@@ -115,7 +115,7 @@ func (b *iptablesBackend) sync(ctx context.Context, ins []*syncInput) ([]syncOut
 	// A full sync is also how rules another program flushed come back,
 	// jumps from the built-in chains included.
 	if res.Full {
-		err = iptables.EnsureJumps(ctx, b.ipt, b.names.JumpRules())
+		err = iptables.EnsureJumps(ctx, b.ipt, b.w.JumpRules())
 	}
 	if err == nil && len(res.Payload) > 0 {
 		err = b.ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)

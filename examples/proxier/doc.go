@@ -51,7 +51,10 @@
 // kube-proxy's names: --kubeconfig, --master, --hostname-override, --mode
 // (iptables or ipvs; ipvs refuses, with the kernel's reason, on a kernel
 // that cannot run it), --cluster-cidr, --masquerade-all,
-// --nodeport-addresses, --healthz-bind-address, --metrics-bind-address,
+// --nodeport-addresses, --iptables-localhost-nodeports (on by default, as
+// in kube-proxy: IPv4 node ports on 127.0.0.1, with route_localnet set
+// and other hosts' packets to 127.0.0.0/8 dropped), --healthz-bind-address,
+// --metrics-bind-address,
 // --sync-period, --min-sync-period, --cleanup (of both modes) and -v; and
 // --manifests PATH (Services, EndpointSlices and Nodes from a YAML file or
 // directory, followed for edits), --dry-run, --once and

@@ -777,7 +777,11 @@ func TestE2EOnceAndCleanup(t *testing.T) {
 			}
 			before := saveAll()
 
-			if err := k.runProxier("--once", "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR); err != nil {
+			// Localhost node ports rewrite the kubelet's KUBE-FIREWALL, as
+			// kube-proxy does, and cleanup leaves that shared chain to the
+			// kubelet; without them, the kubelet's rules stay untouched.
+			if err := k.runProxier("--once", "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
+				"--iptables-localhost-nodeports=false"); err != nil {
 				t.Fatalf("--once: %v\n%s", err, k.log.String())
 			}
 			check(t, k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b"))

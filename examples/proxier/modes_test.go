@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -28,6 +29,8 @@ func kernelTree(t *testing.T, root string, modules []string) {
 		"lib/modules/6.1.0/modules.builtin":  "",
 		"proc/modules":                       "",
 		"proc/sys/net/netfilter/placeholder": "",
+		// Set by iptables mode for localhost node ports.
+		"proc/sys/net/ipv4/conf/all/route_localnet": "0\n",
 	}
 	for _, m := range modules {
 		files["proc/modules"] += m + " 16384 0 - Live 0x0000000000000000\n"
@@ -138,7 +141,10 @@ func (n *fakeNode) withForeignState(t *testing.T) func(t *testing.T, after strin
 // mixed case has both modes' rules, as a node that switched modes under
 // a proxier that leaves the other mode's rules behind would.
 func TestOnceAndCleanup(t *testing.T) {
-	once := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a"}
+	// Localhost node ports rewrite the kubelet's KUBE-FIREWALL, which
+	// cleanup leaves to the kubelet (as kube-proxy does): the round trip
+	// is exact only without them (TestLocalhostNodePorts has them).
+	once := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a", "--iptables-localhost-nodeports=false"}
 	for _, tc := range []struct {
 		name  string
 		modes [][]string
@@ -220,7 +226,9 @@ func TestModeSwitch(t *testing.T) {
 	env := node.environment(t, io.Discard)
 	once := func(t *testing.T, mode string) string {
 		t.Helper()
-		log, err := runArgs(t, env, "--once", "--mode", mode, "--manifests", "testdata", "--hostname-override", "node-a")
+		// Without localhost node ports, as in TestOnceAndCleanup.
+		log, err := runArgs(t, env, "--once", "--mode", mode, "--manifests", "testdata", "--hostname-override", "node-a",
+			"--iptables-localhost-nodeports=false")
 		if err != nil {
 			t.Fatalf("--once --mode %s: %v\n%s", mode, err, log)
 		}
@@ -295,5 +303,32 @@ func TestCleanupWithoutIPTables(t *testing.T) {
 	}
 	if _, err := runArgs(t, env, "--cleanup"); err == nil || !strings.Contains(err.Error(), "no iptables of backend nft works here") {
 		t.Errorf("got %v, want an error saying no iptables works", err)
+	}
+}
+
+// TestLocalhostNodePorts: iptables mode serves IPv4 node ports on
+// localhost by default, as kube-proxy does, so --once sets route_localnet
+// and writes KUBE-FIREWALL with its jumps; with
+// --iptables-localhost-nodeports=false it does neither.
+func TestLocalhostNodePorts(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint(on), func(t *testing.T) {
+			node := newFakeNode(t)
+			env := node.environment(t, io.Discard)
+			args := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a", fmt.Sprintf("--iptables-localhost-nodeports=%v", on)}
+			if log, err := runArgs(t, env, args...); err != nil {
+				t.Fatalf("%v: %v\n%s", args, err, log)
+			}
+			want := map[bool]string{true: "1", false: "0\n"}[on]
+			if v, err := os.ReadFile(filepath.Join(node.root, "proc/sys/net/ipv4/conf/all/route_localnet")); err != nil || string(v) != want {
+				t.Errorf("route_localnet: %q, %v; want %q", v, err, want)
+			}
+			dump := node.ipt4.Dump()
+			for _, rule := range []string{"-A INPUT -j KUBE-FIREWALL\n", "-A OUTPUT -j KUBE-FIREWALL\n", `--comment "block incoming localnet connections"`} {
+				if strings.Contains(dump, rule) != on {
+					t.Errorf("the rules hold %q: %v, want %v\n%s", rule, !on, on, dump)
+				}
+			}
+		})
 	}
 }

@@ -51,6 +51,9 @@ type options struct {
 	// the kernel with it, in either mode.
 	chainPrefix string
 	names       *ipvs.ModeNames
+
+	// localhostNodePorts is --iptables-localhost-nodeports.
+	localhostNodePorts bool
 }
 
 // Defaults as kube-proxy has them.
@@ -77,6 +80,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "The pod network, at most one CIDR per IP family, comma-separated. Traffic to cluster IPs from outside it is masqueraded.")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "Masquerade all traffic to cluster IPs.")
 	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses.")
+	fs.BoolVar(&o.localhostNodePorts, "iptables-localhost-nodeports", true, "In iptables mode, serve IPv4 node ports on 127.0.0.1 too (sets net.ipv4.conf.all.route_localnet=1 and drops other hosts' packets to 127.0.0.0/8); IPv6 node ports are never served on localhost.")
 	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:"+defaultHealthzPort, "The IP address and port of the health server (/healthz, /livez); empty disables it.")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+defaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "The longest time between syncs of the rules.")

@@ -24,6 +24,7 @@ func TestParseOptions(t *testing.T) {
 		minSyncPeriod:      time.Second,
 		driftCheckPeriod:   30 * time.Second,
 		chainPrefix:        "KUBE",
+		localhostNodePorts: true,
 	}
 	with := func(f func(*options)) *options {
 		o := defaults
@@ -53,6 +54,7 @@ func TestParseOptions(t *testing.T) {
 			}),
 		},
 		{args: []string{"--nodeport-addresses", "primary"}, want: with(func(o *options) { o.nodePortPrimary = true })},
+		{args: []string{"--iptables-localhost-nodeports=false"}, want: with(func(o *options) { o.localhostNodePorts = false })},
 		{
 			// A bare IP gets the default port; empty disables.
 			args: []string{"--healthz-bind-address", "10.0.0.5", "--metrics-bind-address", ""},

@@ -361,14 +361,15 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 	var backends []modeBackend
 	for i, family := range ips.families {
 		cfg := iptables.WriterConfig{
-			IPFamily:          family,
-			NodeName:          nodeName,
-			NodeIPs:           ips.byFamily[family],
-			NodePortAddresses: nodePortPrefixes(o, family, ips.byFamily[family]),
-			ClusterCIDR:       o.clusterCIDR(family),
-			MasqueradeAll:     o.masqueradeAll,
-			AcceptInvalid:     acceptInvalid,
-			ChainPrefix:       o.names.Chains().Prefix(),
+			IPFamily:           family,
+			NodeName:           nodeName,
+			NodeIPs:            ips.byFamily[family],
+			NodePortAddresses:  nodePortPrefixes(o, family, ips.byFamily[family]),
+			ClusterCIDR:        o.clusterCIDR(family),
+			MasqueradeAll:      o.masqueradeAll,
+			AcceptInvalid:      acceptInvalid,
+			LocalhostNodePorts: o.localhostNodePorts,
+			ChainPrefix:        o.names.Chains().Prefix(),
 		}
 		var ipt iptables.Interface
 		if ipts != nil {
@@ -377,6 +378,13 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 		b, err := newIPTablesBackend(ctx, cfg, ipt, env.stdout, m, o.syncPeriod, o.driftCheckPeriod)
 		if err != nil {
 			return nil, nil, err
+		}
+		// As kube-proxy does at start-up: without the sysctl, connections
+		// to a node port on 127.0.0.1 hang (kubernetes#90259).
+		if !o.dryRun && b.w.RouteLocalnet() {
+			if _, err := env.kernel.EnsureSysctlInt(ctx, kernel.SysctlRouteLocalnet, 1); err != nil {
+				return nil, nil, fmt.Errorf("localhost node ports (--iptables-localhost-nodeports): %w", err)
+			}
 		}
 		backends = append(backends, modeBackend{backend: b, families: []v1.IPFamily{family}})
 	}

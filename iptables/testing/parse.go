@@ -46,57 +46,90 @@ type restorer struct {
 	words   []string
 }
 
+// restoreLineBuffer is the size of iptables-restore's line buffer. It
+// reads its input with fgets, which stops one byte short of the buffer: a
+// longer line is read, and parsed, as several lines.
+const restoreLineBuffer = 10240
+
+// maxParam is the size of the buffer a word of a rule is copied into; a
+// word that fills it fails with "Parameter too long!".
+const maxParam = 1024
+
+// readLine returns the next line of input as iptables-restore 1.8.9 reads
+// it (through the newline, or restoreLineBuffer-1 bytes, or the end of the
+// input) and the rest of the input. The line is cut at its first NUL byte,
+// since iptables-restore handles it as a C string.
+func readLine(input string) (line, rest string) {
+	n := strings.IndexByte(input, '\n') + 1
+	if n == 0 {
+		n = len(input)
+	}
+	n = min(n, restoreLineBuffer-1)
+	line, rest = input[:n], input[n:]
+	if i := strings.IndexByte(line, 0); i >= 0 {
+		line = line[:i]
+	}
+	return line, rest
+}
+
+// isCommit reports whether line ends a table. The legacy binary wants
+// exactly "COMMIT\n"; the nft one also takes "COMMIT" at the end of the
+// input or before a NUL byte.
+func (rs *restorer) isCommit(line string) bool {
+	if rs.env.backend == iptables.BackendLegacy {
+		return line == "COMMIT\n"
+	}
+	return line == "COMMIT" || line == "COMMIT\n"
+}
+
 // restore applies data to tables. On error, the tables committed before
 // the failing one stay applied, and the error is an *iptables.Error that
 // names the line.
+//
+// Lines are told apart by their first byte, as iptables-restore does:
+// only "\n" is an empty line, and a line that starts with white space is
+// a rule (a command), never a table, a declaration or COMMIT.
 func (rs *restorer) restore(data []byte) error {
 	input := string(data)
 	lineNo := 0
 	var x *tx
 	skipping := false
 	for len(input) > 0 {
-		line := input
-		if i := strings.IndexByte(input, '\n'); i >= 0 {
-			line, input = input[:i], input[i+1:]
-		} else {
-			input = ""
-		}
+		var line string
+		line, input = readLine(input)
 		lineNo++
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
+		if line == "\n" || (line != "" && line[0] == '#') {
 			continue
 		}
 		fail := func(err error) error { return rs.lineError(lineNo, err) }
 		switch {
-		case line[0] == '*':
-			if x != nil || skipping {
-				return fail(usagef("Bad argument `%s'", line))
-			}
-			name := iptables.Table(line[1:])
-			if rs.args.only != "" && name != rs.args.only {
-				skipping = true
-				continue
-			}
-			if !name.Valid() {
-				return fail(usagef("unable to initialize table '%s'", name))
-			}
-			x = begin(rs.env, rs.tables, name, !rs.args.noflush, rs.scratch)
-		case line == "COMMIT":
+		case (x != nil || skipping) && rs.isCommit(line):
 			if skipping {
 				skipping = false
 				continue
-			}
-			if x == nil {
-				return fail(failf("COMMIT outside of a table"))
 			}
 			if err := x.commit(rs.tables); err != nil {
 				return fail(err)
 			}
 			x = nil
+		case line != "" && line[0] == '*' && x == nil && !skipping:
+			name, _ := nextToken(line[1:])
+			if name == "" {
+				return fail(failf("table name invalid"))
+			}
+			table := iptables.Table(name)
+			if rs.args.only != "" && table != rs.args.only {
+				skipping = true
+				continue
+			}
+			if !table.Valid() {
+				return fail(usagef("unable to initialize table '%s'", name))
+			}
+			x = begin(rs.env, rs.tables, table, !rs.args.noflush, rs.scratch)
 		case skipping:
 		case x == nil:
 			return fail(failf("no table (\"*table\") before this line"))
-		case line[0] == ':':
+		case line != "" && line[0] == ':':
 			if err := rs.declaration(x, line); err != nil {
 				return fail(err)
 			}
@@ -115,6 +148,22 @@ func (rs *restorer) restore(data []byte) error {
 	return nil
 }
 
+// nextToken returns the first token of s and what follows it, splitting
+// on the separators of strtok(s, " \t\n") as iptables-restore does for
+// table and chain lines.
+func nextToken(s string) (token, rest string) {
+	isSep := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' }
+	i := 0
+	for i < len(s) && isSep(s[i]) {
+		i++
+	}
+	j := i
+	for j < len(s) && !isSep(s[j]) {
+		j++
+	}
+	return s[i:j], s[j:]
+}
+
 func (rs *restorer) lineError(lineNo int, err error) error {
 	status, msg := 1, err.Error()
 	var ce *cmdError
@@ -129,7 +178,14 @@ func (rs *restorer) lineError(lineNo int, err error) error {
 
 // declaration handles ":CHAIN POLICY [packets:bytes]".
 func (rs *restorer) declaration(x *tx, line string) error {
-	fields := strings.Fields(line[1:])
+	var fields []string
+	for rest := line[1:]; ; {
+		var tok string
+		if tok, rest = nextToken(rest); tok == "" {
+			break
+		}
+		fields = append(fields, tok)
+	}
 	if len(fields) < 2 || len(fields) > 3 {
 		return usagef("malformed chain declaration %q", line)
 	}
@@ -155,16 +211,26 @@ func parseCounters(s string) (uint64, uint64, bool) {
 	return p, b, err1 == nil && err2 == nil
 }
 
-// runLine handles a command line ("-A CHAIN ...").
+// runLine handles a command line ("-A CHAIN ..."). A line with no words
+// (white space alone) is a command line without a command.
 func (rs *restorer) runLine(x *tx, line string) error {
-	if line[0] == '[' {
+	line = strings.TrimSuffix(line, "\n")
+	if line != "" && line[0] == '[' {
 		counters, rest, _ := strings.Cut(line, " ")
 		if _, _, ok := parseCounters(counters); !ok {
 			return usagef("Bad argument `%s'", counters)
 		}
-		line = strings.TrimSpace(rest)
+		line = rest
 	}
 	rs.words = splitWords(line, rs.words[:0])
+	if len(rs.words) == 0 {
+		return usagef("no command specified")
+	}
+	for _, w := range rs.words {
+		if len(w) >= maxParam {
+			return usagef("Parameter too long!")
+		}
+	}
 	return runCommand(x, rs.words)
 }
 

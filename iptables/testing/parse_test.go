@@ -233,6 +233,20 @@ var restoreErrorCases = []struct {
 	{name: "bad mark", input: "*filter\n-A INPUT -m mark --mark foo -j ACCEPT\nCOMMIT\n", line: 2, status: 2},
 	{name: "missing ipset", input: "*filter\n-A INPUT -m set --match-set nosuch src -j ACCEPT\nCOMMIT\n", line: 2, status: 2, message: "Set nosuch doesn't exist"},
 	{name: "failure after a good table", input: "*nat\n:KUBE-M - [0:0]\nCOMMIT\n*filter\n-A INPUT -j NOPE\nCOMMIT\n", line: 5, status: 2},
+	// How iptables-restore reads lines and words (iptables.c's
+	// add_param_to_argv, 1.8.9): the fake must read them the same way, or
+	// a payload that quotes well for the fake could be read differently by
+	// the real binary.
+	{name: "carriage return before the newline", input: "*filter\n-A KUBE-A -j ACCEPT\r\nCOMMIT\n", line: 2, status: 2},
+	{name: "COMMIT after white space", input: "*filter\n-A KUBE-A -j ACCEPT\n COMMIT\n", line: 3, status: 2, message: "Bad argument `COMMIT'"},
+	{name: "COMMIT before white space", input: "*filter\n-A KUBE-A -j ACCEPT\nCOMMIT \n", line: 3, status: 2, message: "Bad argument `COMMIT'"},
+	{name: "COMMIT at the end of input without a newline", input: "*filter\n-A KUBE-A -j DROP\nCOMMIT", line: 3, status: 2, message: "Bad argument `COMMIT'", nftAccepts: true},
+	{name: "a line of white space", input: "*filter\n  \t\nCOMMIT\n", line: 2, status: 2, message: "no command specified"},
+	{name: "# after white space", input: "*filter\n #x\nCOMMIT\n", line: 2, status: 2, message: "Bad argument `#x'"},
+	{name: "table after white space", input: " *filter\nCOMMIT\n", line: 1, status: 1},
+	{name: "vertical tab between words", input: "*filter\n-A KUBE-A\v-j ACCEPT\nCOMMIT\n", line: 2, status: 2},
+	{name: "word of 1024 bytes", input: "*filter\n-A KUBE-A -m comment --comment \"" + strings.Repeat("x", 1024) + "\" -j DROP\nCOMMIT\n", line: 2, status: 2, message: "Parameter too long!"},
+	{name: "a long line is read as two", input: "*filter\n-A KUBE-A -j DROP" + strings.Repeat(" ", restoreLineBuffer-1-len("-A KUBE-A -j DROP")) + "x-A KUBE-A -j DROP\nCOMMIT\n", line: 3, status: 2, message: "Bad argument `x-A'"},
 	{name: "service name as a port", input: "*filter\n-A INPUT -p tcp --dport http -j ACCEPT\nCOMMIT\n", line: 2, status: 2, notModelled: true},
 	{name: "address list", input: "*filter\n-A INPUT -s 1.2.3.4,1.2.3.5 -j ACCEPT\nCOMMIT\n", line: 2, status: 2, notModelled: true},
 	{name: "unknown match", input: "*filter\n-A INPUT -m limit --limit 1/s -j ACCEPT\nCOMMIT\n", line: 2, status: 2, notModelled: true},
@@ -296,6 +310,30 @@ var restoreCases = []struct {
 		input: "*filter\n:KUBE-A - [0:0]\n-A KUBE-A -j DROP\nCOMMIT\n",
 		flush: iptables.NoFlushTables,
 		want:  strings.Replace(before, "-A KUBE-A -j ACCEPT\n", "-A KUBE-A -j DROP\n", 1),
+	},
+	{
+		name:  "quotes and backslashes in a quoted word",
+		input: "*filter\n-A KUBE-A -m comment --comment \"a\\\"b\\\\c'd\\x\te\rf \" -j DROP\nCOMMIT\n",
+		flush: iptables.NoFlushTables,
+		want:  strings.Replace(before, "-A KUBE-A -j ACCEPT\n", "-A KUBE-A -j ACCEPT\n-A KUBE-A -m comment --comment \"a\\\"b\\\\c\\'dx\te\rf \" -j DROP\n", 1),
+	},
+	{
+		name:  "a NUL byte ends the line",
+		input: "*filter\n-A KUBE-A -m comment --comment \"a\x00\" -j DROP\n-A KUBE-A -j RETURN\nCOMMIT\n",
+		flush: iptables.NoFlushTables,
+		want:  strings.Replace(before, "-A KUBE-A -j ACCEPT\n", "-A KUBE-A -j ACCEPT\n-A KUBE-A -m comment --comment a\n-A KUBE-A -j RETURN\n", 1),
+	},
+	{
+		name:  "a line longer than the buffer is read as two",
+		input: "*filter\n-A KUBE-A -j DROP" + strings.Repeat(" ", restoreLineBuffer-1-len("-A KUBE-A -j DROP")) + "-A KUBE-A -j RETURN\nCOMMIT\n",
+		flush: iptables.NoFlushTables,
+		want:  strings.Replace(before, "-A KUBE-A -j ACCEPT\n", "-A KUBE-A -j ACCEPT\n-A KUBE-A -j DROP\n-A KUBE-A -j RETURN\n", 1),
+	},
+	{
+		name:  "a declaration ends at white space",
+		input: "*filter\n:KUBE-B - [0:0]\t\n-A KUBE-B -j DROP\nCOMMIT\n",
+		flush: iptables.NoFlushTables,
+		want:  strings.Replace(before, "-A KUBE-A -j ACCEPT\n", "-A KUBE-A -j ACCEPT\n-A KUBE-B -j DROP\n", 1),
 	},
 	{
 		name:  "without --noflush, undeclared user chains go",
