@@ -13,7 +13,14 @@ TESTFLAGS ?=
 VMTEST_PKGS ?= ./ipvs ./examples/proxier:^TestVM
 VMTESTFLAGS ?=
 
-.PHONY: all test test-tools vmtest bench lint fmt
+# The fuzz targets whose properties guard hostile input: the rule writer's
+# (no name can inject into restore input) and the trackers' (what they
+# accept passes the API server's checks). `make fuzz` runs each for
+# FUZZTIME; CI runs it for a bounded time, the seeds also run in `make test`.
+FUZZTIME ?= 30s
+FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices
+
+.PHONY: all test test-tools vmtest bench fuzz lint fmt
 
 all: lint test
 
@@ -26,6 +33,13 @@ test: test-tools
 
 vmtest:
 	./hack/vmtest/run.sh $(VMTESTFLAGS) $(VMTEST_PKGS)
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "--- fuzz $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
