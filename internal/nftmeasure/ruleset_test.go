@@ -2,6 +2,7 @@ package nftmeasure
 
 import (
 	"context"
+	"net/netip"
 	"sort"
 	"strings"
 	"testing"
@@ -99,7 +100,7 @@ func TestChangesApplyToFake(t *testing.T) {
 		t.Errorf("deleting a missing element: got %v, want not found", err)
 	}
 	apply(AddServiceIP(svc))
-	apply(ReplaceEndpoint(svc, 0, netipAddrPort(t, "10.9.9.9:9090"), "endpoint-new"))
+	apply(ReplaceEndpoint(svc, 0, netip.MustParseAddrPort("10.9.9.9:9090"), "endpoint-new"))
 	rules, err := fake.ListRules(ctx, EndpointChain(svc, 0))
 	if err != nil {
 		t.Fatal(err)
