@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the programs proxykit's kernel tests drive, when they are missing.
 # The tests use iptables-restore/-save (legacy and nft), ipset and conntrack to
-# cross-check what they program over netlink, and iproute2 for `ip netns`.
+# cross-check what they program over netlink, iproute2 for `ip netns`, and nft
+# (package nftables) for the nftables transport measurements.
 # Without root nothing can be installed (and kernel tests will skip), so this
 # only reports what is missing.
 set -euo pipefail
 
 need=()
-for tool in iptables-legacy-restore iptables-nft-restore ip6tables-legacy-restore ipset conntrack ip; do
+for tool in iptables-legacy-restore iptables-nft-restore ip6tables-legacy-restore ipset conntrack ip nft; do
 	command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 if [ ${#need[@]} -eq 0 ]; then
@@ -20,4 +21,4 @@ fi
 echo "install-test-tools: installing packages for ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends iptables ipset conntrack iproute2 >/dev/null
+apt-get install -y -qq --no-install-recommends iptables ipset conntrack iproute2 nftables >/dev/null

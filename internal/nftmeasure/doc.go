@@ -1,0 +1,23 @@
+// Package nftmeasure builds large nftables service rulesets and the small
+// changes a partial sync makes to them, as knftables transactions and as
+// google/nftables netlink batches, so that issue 15's first step (how the
+// nftables block's transactions reach the kernel: exec of nft through
+// knftables, or netlink directly) is decided by measurement. It is internal
+// on purpose: nothing here is the nftables block's API, and the ruleset is
+// the skeleton of a service proxy's (dispatch, per-service load balancing,
+// DNAT), not a complete one (no masquerade, firewall or node ports).
+//
+// Three layouts are generated. [KubeProxyLike] puts an anonymous
+// `numgen random mod N vmap { ... }` in every service chain, as kube-proxy's
+// nftables mode does, so the number of sets grows with the services.
+// [SharedMap] has one named verdict map of all endpoints, and each service
+// chain addresses its own slice of it with `numgen random mod N offset O`,
+// so the table holds two maps however many services it serves; it measures
+// quadratic in the kernel (every service chain's lookup makes the commit's
+// loop check walk the whole map). [NumgenCascade] has no per-service sets
+// either: a service chain is a cascade of `numgen random mod K 0 goto`
+// rules.
+//
+// The tests are the measurement; see BENCHMARKS.md for the figures and the
+// commands that reproduce them.
+package nftmeasure
