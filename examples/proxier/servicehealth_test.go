@@ -87,7 +87,6 @@ func (e *loggedEndpoint) IsServing() bool {
 // idleListener is a listener that accepts nothing until it is closed: the
 // service health server serves on it without any traffic.
 type idleListener struct {
-	addr   string
 	closed chan struct{}
 	once   sync.Once
 }
