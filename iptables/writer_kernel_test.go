@@ -165,8 +165,11 @@ func (k *kernelNode) expectOnly(t *testing.T, network, to string, port, n int, w
 	}
 }
 
-// expectBalanced checks that each of want gets at least a quarter of n
-// connections, and nothing else answers.
+// expectBalanced checks that each of want gets at least an eighth of n
+// connections, and nothing else answers. With two endpoints and n = 40 a
+// fair split falls below that once in about 10^7 checks (a quarter, the
+// old bound, failed about once in 500, and did in CI), while an endpoint
+// left out of the rotation fails at once.
 func (k *kernelNode) expectBalanced(t *testing.T, network, to string, port, n int, want ...string) {
 	t.Helper()
 	got := k.spread(t, network, to, port, n)
@@ -176,8 +179,8 @@ func (k *kernelNode) expectBalanced(t *testing.T, network, to string, port, n in
 		}
 	}
 	for _, name := range want {
-		if got[name] < n/4 {
-			t.Errorf("%s to %s:%d: %s got %d of %d connections, want at least %d: %v", network, to, port, name, got[name], n, n/4, got)
+		if got[name] < n/8 {
+			t.Errorf("%s to %s:%d: %s got %d of %d connections, want at least %d: %v", network, to, port, name, got[name], n, n/8, got)
 		}
 	}
 }
@@ -534,8 +537,9 @@ func testWriterKernelIPv6(t *testing.T, backend iptables.Backend) {
 			}
 			got[r.Name]++
 		}
-		if got["pod-a"] < 10 || got["pod-b"] < 10 || len(got) != 2 {
-			t.Errorf("tcp to %s: 40 connections reached %v, want both pods at least 10 times", dst, got)
+		// At least 5 each, as expectBalanced checks.
+		if got["pod-a"] < 5 || got["pod-b"] < 5 || len(got) != 2 {
+			t.Errorf("tcp to %s: 40 connections reached %v, want both pods at least 5 times", dst, got)
 		}
 	}
 	// UDP is refused at once. A TCP connection is refused too, but here
