@@ -128,7 +128,10 @@ func TestVMIPVSModeSwitchAndCleanup(t *testing.T) {
 
 	once := func(mode string) {
 		t.Helper()
-		if err := k.runProxier("--once", "--mode", mode, "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR+",fd00:244::/64"); err != nil {
+		// Without localhost node ports, as in TestE2EOnceAndCleanup: their
+		// KUBE-FIREWALL is the kubelet's chain too, which --cleanup leaves.
+		if err := k.runProxier("--once", "--mode", mode, "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR+",fd00:244::/64",
+			"--iptables-localhost-nodeports=false"); err != nil {
 			t.Fatalf("--once --mode %s: %v\n%s", mode, err, k.log.String())
 		}
 		// IPVS's round robin spreads 4 connections over both pods;
