@@ -95,7 +95,7 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 	if t.addressType == "" || slice.AddressType != t.addressType {
 		return false
 	}
-	nn, err := sliceKey(slice)
+	nn, err := t.sliceKey(slice)
 	if err != nil {
 		if !removeSlice {
 			// The add or update was logged; its removal needs no line.

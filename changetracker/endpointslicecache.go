@@ -84,6 +84,30 @@ func sliceKey(slice *discoveryv1.EndpointSlice) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: slice.Namespace, Name: slice.Labels[discoveryv1.LabelServiceName]}, nil
 }
 
+// sliceKey is the package's sliceKey, which validates the slice's names,
+// except for a slice the tracker already holds under the same name for the
+// same Service: its namespace, name and service-name label are then the
+// strings that passed when it was stored, so an update of a known slice
+// (the usual event) costs no regular-expression matching.
+func (t *EndpointsChangeTracker) sliceKey(slice *discoveryv1.EndpointSlice) (types.NamespacedName, error) {
+	nn := types.NamespacedName{Namespace: slice.Namespace, Name: slice.Labels[discoveryv1.LabelServiceName]}
+	known := false
+	t.mu.Lock()
+	if ss := t.services[nn]; ss != nil {
+		for _, s := range ss.slices {
+			if s.name == slice.Name {
+				known = true
+				break
+			}
+		}
+	}
+	t.mu.Unlock()
+	if known {
+		return nn, nil
+	}
+	return sliceKey(slice)
+}
+
 // newSliceInfo copies what the proxy uses out of slice, skipping (with a log
 // line naming the slice) ports without a number, duplicate ports, endpoints
 // without an address, addresses that do not parse or are of the other family,

@@ -207,7 +207,9 @@ func (w *Writer) endpointHash(name changetracker.ServicePortName, ip netip.Addr,
 func (w *Writer) sepChain(ps *portState, ep changetracker.Endpoint, k *int) chainRef {
 	ip, port := ep.IP(), ep.Port()
 	for ; *k < len(w.newSEPs); *k++ {
-		if compareEndpoint(w.newSEPs[*k].ep, ip, port) == 0 {
+		// Equality is all this walk needs; the order (compareEndpoint)
+		// costs a text key per address.
+		if e := w.newSEPs[*k].ep; e.IP() == ip && e.Port() == port {
 			return chainRef{kind: kindSEP, hash: w.newSEPs[*k].hash}
 		}
 	}
