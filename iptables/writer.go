@@ -458,7 +458,7 @@ func (w *Writer) nodePortRules(matchAll bool) {
 			default:
 				// One rule can hold one -d: the loopback range is
 				// returned from before the node-port rules instead.
-				w.nodePortGuard = fmt.Appendf(nil, "-A KUBE-SERVICES -d %s -j RETURN", w.loopback)
+				w.nodePortGuard = fmt.Appendf(nil, "-A %s -d %s -j RETURN", w.cn.services, w.loopback)
 			}
 		}
 		w.nodePortMatch = append(w.nodePortMatch, fmt.Appendf(nil, "-d %s -m addrtype --dst-type LOCAL", p))

@@ -102,6 +102,28 @@ func TestWriterNodePortAddresses(t *testing.T) {
 	}
 }
 
+// TestWriterNodePortGuardFollowsPrefix checks that the rule keeping the
+// loopback range out of a wider node-port prefix goes to the writer's own
+// services chain: in another's, it would fail the restore or change
+// that proxy's rules.
+func TestWriterNodePortGuardFollowsPrefix(t *testing.T) {
+	c, f, clusterIP, epIP := familyCluster(v1.IPv4Protocol)
+	c.setService(makeService("ns", "np", clusterIP, withNodePort(30080)))
+	c.setEndpoints("ns", "np", tcp8080, ep{ip: epIP, node: "node-a"})
+	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ChainPrefix: "PXYB",
+		NodePortAddresses: []netip.Prefix{prefix("0.0.0.0/1")}})
+	res := w.Sync(t.Context(), c.input())
+	if err := f.RestoreAll(t.Context(), res.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {
+		t.Fatalf("restore: %v\n%s", err, res.Payload)
+	}
+	if strings.Contains(string(res.Payload), "KUBE-") {
+		t.Errorf("the payload of a PXYB writer names KUBE-:\n%s", res.Payload)
+	}
+	if !slices.Contains(f.Rules(iptables.TableNAT, "PXYB-SERVICES"), "-d 127.0.0.0/8 -j RETURN") {
+		t.Errorf("PXYB-SERVICES lacks the loopback guard:\n%s", f.Dump())
+	}
+}
+
 // familyCluster returns an empty cluster of family on node-a, a fake of
 // that family, and a cluster IP and an endpoint address of it.
 func familyCluster(family v1.IPFamily) (c *cluster, f *iptablestest.Fake, clusterIP, epIP string) {
