@@ -465,6 +465,10 @@ func (w *Writer) nodePortRules(matchAll bool) {
 	}
 }
 
+// ChainNames returns the names of the chains the writer owns, from
+// WriterConfig.ChainPrefix. They do not change.
+func (w *Writer) ChainNames() *ChainNames { return w.cn }
+
 // RouteLocalnet reports whether the writer serves node ports on IPv4
 // loopback addresses (LocalhostNodePorts, with NodePortAddresses empty or
 // covering 127.0.0.1), which works only once the caller has set

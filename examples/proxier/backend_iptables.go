@@ -20,8 +20,6 @@ import (
 type iptablesBackend struct {
 	family v1.IPFamily
 	w      *iptables.Writer
-	// names are the writer's, for its jumps and canary.
-	names *iptables.ChainNames
 	// ipt applies the payloads; nil in a dry run, which prints them to
 	// out instead.
 	ipt     iptables.Interface
@@ -70,11 +68,6 @@ func newIPTablesBackend(ctx context.Context, cfg iptables.WriterConfig, ipt ipta
 	if err != nil {
 		return nil, fmt.Errorf("%s rule writer: %w", cfg.IPFamily, err)
 	}
-	// NewWriter took the prefix, so NewChainNames does too.
-	names, err := iptables.NewChainNames(cfg.ChainPrefix)
-	if err != nil {
-		return nil, err
-	}
 	if ipt != nil {
 		var save bytes.Buffer
 		if err := ipt.SaveInto(ctx, iptables.TableNAT, &save); err != nil {
@@ -84,7 +77,7 @@ func newIPTablesBackend(ctx context.Context, cfg iptables.WriterConfig, ipt ipta
 			w.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
 		}
 	}
-	return &iptablesBackend{family: cfg.IPFamily, w: w, names: names, ipt: ipt, out: out, metrics: m,
+	return &iptablesBackend{family: cfg.IPFamily, w: w, ipt: ipt, out: out, metrics: m,
 		canaryInterval: canaryInterval, driftCheckPeriod: driftCheckPeriod}, nil
 }
 
@@ -166,7 +159,7 @@ func (b *iptablesBackend) run(ctx context.Context, lost func()) {
 			}
 		})
 	}
-	b.ipt.Monitor(ctx, b.names.Canary(), canaryTables, lost, b.canaryInterval)
+	b.ipt.Monitor(ctx, b.w.ChainNames().Canary(), canaryTables, lost, b.canaryInterval)
 }
 
 // checkDrift compares the top-level chains with what the writer applied
