@@ -10,13 +10,15 @@
 // changed, which UDP conntrack entries may be stale and the trigger times for
 // latency metrics. CategorizeEndpoints then picks, for one service port, the
 // endpoints this node should use under the traffic policies, topology hints
-// and the terminating-endpoint fallback. The informer glue (ServiceConfig,
-// EndpointSliceConfig, NodeConfig, NewServiceInformerFactory,
-// NewEndpointSliceInformerFactory) wires handlers to client-go
-// SharedInformerFactories with kube-proxy's selectors (Services by the
-// service-proxy-name label and a cluster IP other than None, EndpointSlices
-// by the headless label), and NodeTopology follows this node's topology
-// labels.
+// and the terminating-endpoint fallback. NodeTopology follows this node's
+// topology labels.
+//
+// The package needs only the k8s.io/api and k8s.io/apimachinery types: it
+// compiles none of client-go's informers or clientset. The informer glue
+// that feeds the trackers from an API server (ServiceConfig,
+// EndpointSliceConfig, NodeConfig and the informer factories with
+// kube-proxy's selectors) is in package
+// github.com/proxykit/proxykit/proxier/config.
 //
 // Input is validated at the edge, as the API server of this module's
 // Kubernetes line (1.37) validates it, because a proxier hands names and

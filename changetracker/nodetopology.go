@@ -8,10 +8,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// NodeTopology is a NodeHandler that follows one node: its topology labels
+// NodeTopology follows one node: its topology labels
 // (topology.kubernetes.io/zone, the one CategorizeEndpoints reads) and its
-// deletion. A proxier passes Labels() to CategorizeEndpoints and resyncs when
-// they change. It is safe for concurrent use.
+// deletion. Its OnNode* methods are those of the proxier/config package's
+// NodeHandler, so that a NodeConfig feeds it from a Node informer; this
+// package itself compiles no informer. A proxier passes Labels() to
+// CategorizeEndpoints and resyncs when they change. It is safe for concurrent use.
 type NodeTopology struct {
 	nodeName string
 	logger   klog.Logger
@@ -23,8 +25,6 @@ type NodeTopology struct {
 	seen    bool
 	deleted bool
 }
-
-var _ NodeHandler = (*NodeTopology)(nil)
 
 // NodeTopologyOption configures a NodeTopology.
 type NodeTopologyOption func(*NodeTopology)
@@ -83,13 +83,14 @@ func (n *NodeTopology) Seen() bool {
 	return n.seen
 }
 
-// OnNodeAdd is part of NodeHandler.
+// OnNodeAdd records the node's labels (part of config.NodeHandler).
 func (n *NodeTopology) OnNodeAdd(node *v1.Node) { n.set(node) }
 
-// OnNodeUpdate is part of NodeHandler.
+// OnNodeUpdate records the node's new labels (part of config.NodeHandler).
 func (n *NodeTopology) OnNodeUpdate(_, node *v1.Node) { n.set(node) }
 
-// OnNodeDelete is part of NodeHandler.
+// OnNodeDelete marks the node deleted and its labels empty (part of
+// config.NodeHandler).
 func (n *NodeTopology) OnNodeDelete(node *v1.Node) {
 	if node == nil || node.Name != n.nodeName {
 		return
@@ -109,7 +110,7 @@ func (n *NodeTopology) OnNodeDelete(node *v1.Node) {
 	}
 }
 
-// OnNodeSynced is part of NodeHandler.
+// OnNodeSynced does nothing (part of config.NodeHandler).
 func (n *NodeTopology) OnNodeSynced() {}
 
 func (n *NodeTopology) set(node *v1.Node) {

@@ -16,6 +16,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/healthz"
+	"github.com/proxykit/proxykit/proxier/config"
 )
 
 // familyProxier keeps the rules of one IP family in step with the cluster.
@@ -197,8 +198,8 @@ type handlers struct {
 }
 
 var (
-	_ changetracker.ServiceHandler       = (*handlers)(nil)
-	_ changetracker.EndpointSliceHandler = (*handlers)(nil)
+	_ config.ServiceHandler       = (*handlers)(nil)
+	_ config.EndpointSliceHandler = (*handlers)(nil)
 )
 
 func (h *handlers) OnServiceAdd(svc *v1.Service)                    { h.service(nil, svc) }
@@ -234,7 +235,7 @@ func (h *handlers) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 // so that /healthz fails while the node is being deleted.
 type nodeHealth struct{ hs *healthz.ProxyHealthServer }
 
-var _ changetracker.NodeHandler = nodeHealth{}
+var _ config.NodeHandler = nodeHealth{}
 
 func (n nodeHealth) OnNodeAdd(node *v1.Node)       { n.hs.SyncNode(node) }
 func (n nodeHealth) OnNodeUpdate(_, node *v1.Node) { n.hs.SyncNode(node) }

@@ -22,6 +22,7 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxier/config"
 	"github.com/proxykit/proxykit/runner"
 )
 
@@ -68,8 +69,8 @@ func run(ctx context.Context, o *options, env *environment) error {
 	var p proxier
 	topology := changetracker.NewNodeTopology(nodeName, changetracker.WithNodeLogger(logger),
 		changetracker.OnTopologyChange(func(map[string]string) { p.requestSyncAll() }))
-	nodeFactory := changetracker.NewNodeInformerFactory(client, nodeName, 0)
-	nodeConfig, err := changetracker.NewNodeConfig(ctx, nodeFactory.Core().V1().Nodes(), 0)
+	nodeFactory := config.NewNodeInformerFactory(client, nodeName, 0)
+	nodeConfig, err := config.NewNodeConfig(ctx, nodeFactory.Core().V1().Nodes(), 0)
 	if err != nil {
 		return err
 	}
@@ -186,17 +187,17 @@ func run(ctx context.Context, o *options, env *environment) error {
 func watchServices(ctx context.Context, client kubernetes.Interface, h *handlers) (func(), error) {
 	// Two factories, because kube-proxy selects Services and slices
 	// differently (see changetracker.ServiceLabelSelector).
-	svcFactory := changetracker.NewServiceInformerFactory(client, 0)
-	sliceFactory := changetracker.NewEndpointSliceInformerFactory(client, 0)
+	svcFactory := config.NewServiceInformerFactory(client, 0)
+	sliceFactory := config.NewEndpointSliceInformerFactory(client, 0)
 	shutdown := func() {
 		svcFactory.Shutdown()
 		sliceFactory.Shutdown()
 	}
-	svcConfig, err := changetracker.NewServiceConfig(ctx, svcFactory.Core().V1().Services(), 0)
+	svcConfig, err := config.NewServiceConfig(ctx, svcFactory.Core().V1().Services(), 0)
 	if err != nil {
 		return func() {}, err
 	}
-	sliceConfig, err := changetracker.NewEndpointSliceConfig(ctx, sliceFactory.Discovery().V1().EndpointSlices(), 0)
+	sliceConfig, err := config.NewEndpointSliceConfig(ctx, sliceFactory.Discovery().V1().EndpointSlices(), 0)
 	if err != nil {
 		return func() {}, err
 	}

@@ -1,4 +1,4 @@
-package changetracker
+package config
 
 import (
 	"context"
@@ -17,12 +17,14 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/proxykit/proxykit/changetracker"
 )
 
 // testProxier is a minimal proxier: its handlers feed the trackers.
 type testProxier struct {
-	svcTracker *ServiceChangeTracker
-	epTracker  *EndpointsChangeTracker
+	svcTracker *changetracker.ServiceChangeTracker
+	epTracker  *changetracker.EndpointsChangeTracker
 
 	mu     sync.Mutex
 	synced map[string]int
@@ -127,8 +129,8 @@ func TestInformerGlue(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &testProxier{
-		svcTracker: NewServiceChangeTracker(v1.IPv4Protocol, nil),
-		epTracker:  NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
+		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
+		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
 		synced:     map[string]int{},
 	}
 	svcConfig.RegisterEventHandler(p)
@@ -147,7 +149,7 @@ func TestInformerGlue(t *testing.T) {
 		t.Errorf("synced calls (-want +got):\n%s", diff)
 	}
 
-	svcMap, epMap := ServicePortMap{}, EndpointsMap{}
+	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
 	// sync applies pending changes once the informer has delivered them;
 	// waiting is for event delivery, not a performance assertion.
 	sync := func(what string, want func() bool) {
@@ -247,11 +249,11 @@ func TestInformerGlue(t *testing.T) {
 	sync("service delete", func() bool { return len(svcMap) == 0 })
 }
 
-func firstName(m EndpointsMap) ServicePortName {
+func firstName(m changetracker.EndpointsMap) changetracker.ServicePortName {
 	for name := range m {
 		return name
 	}
-	return ServicePortName{}
+	return changetracker.ServicePortName{}
 }
 
 func TestConfigRunCancelled(t *testing.T) {
@@ -336,9 +338,9 @@ func TestNodeTopology(t *testing.T) {
 	var mu sync.Mutex
 	var changes []map[string]string
 	deleted := 0
-	topo := NewNodeTopology("node-a", WithNodeLogger(logger),
-		OnTopologyChange(func(l map[string]string) { mu.Lock(); changes = append(changes, l); mu.Unlock() }),
-		OnNodeDeleted(func() { mu.Lock(); deleted++; mu.Unlock() }))
+	topo := changetracker.NewNodeTopology("node-a", changetracker.WithNodeLogger(logger),
+		changetracker.OnTopologyChange(func(l map[string]string) { mu.Lock(); changes = append(changes, l); mu.Unlock() }),
+		changetracker.OnNodeDeleted(func() { mu.Lock(); deleted++; mu.Unlock() }))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

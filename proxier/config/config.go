@@ -1,4 +1,4 @@
-package changetracker
+package config
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/changetracker"
 )
 
 // ServiceHandler receives Service events from a ServiceConfig. Methods are
@@ -47,7 +49,8 @@ type EndpointSliceHandler interface {
 }
 
 // NodeHandler receives Node events from a NodeConfig, like ServiceHandler.
-// NodeTopology is an implementation that follows this node's labels.
+// changetracker.NodeTopology is an implementation that follows this node's
+// labels.
 type NodeHandler interface {
 	// OnNodeAdd is called when a Node is created or first listed.
 	OnNodeAdd(node *v1.Node)
@@ -59,6 +62,8 @@ type NodeHandler interface {
 	// OnNodeSynced is called once, after the initial list.
 	OnNodeSynced()
 }
+
+var _ NodeHandler = (*changetracker.NodeTopology)(nil)
 
 // eventConfig is the part common to the three config types: a list of
 // handlers fed from one informer registration.
