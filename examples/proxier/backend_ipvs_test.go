@@ -19,6 +19,7 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 )
 
 // TestIPVSModeWithFakes runs the whole composition in IPVS mode against the
@@ -164,7 +165,7 @@ func TestTuneIPVS(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(node.root, "proc/sys/kernel/osrelease"), []byte(tc.release+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := tuneIPVS(context.Background(), &kernel.Kernel{Root: node.root}); err != nil {
+			if err := ipvsbackend.TuneKernel(context.Background(), &kernel.Kernel{Root: node.root}); err != nil {
 				t.Fatal(err)
 			}
 			for name, want := range map[string]string{
@@ -182,7 +183,7 @@ func TestTuneIPVS(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(node.root, "proc/sys/net/ipv4/vs")); err != nil {
 		t.Fatal(err)
 	}
-	if err := tuneIPVS(context.Background(), &kernel.Kernel{Root: node.root}); err == nil || !strings.Contains(err.Error(), "net/ipv4/vs/conntrack") {
+	if err := ipvsbackend.TuneKernel(context.Background(), &kernel.Kernel{Root: node.root}); err == nil || !strings.Contains(err.Error(), "net/ipv4/vs/conntrack") {
 		t.Errorf("without ip_vs's sysctls: %v, want an error naming vs/conntrack", err)
 	}
 }

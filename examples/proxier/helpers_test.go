@@ -18,6 +18,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 )
 
 // demoCommand is the README's first command. The demo cluster's header
@@ -67,7 +68,7 @@ func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 	}
 	env.conntrack = nil
 	env.kernel = nil
-	env.openIPVS = func(context.Context, bool) (*ipvsNode, error) {
+	env.openIPVS = func(context.Context, bool) (*ipvsbackend.Kernel, error) {
 		t.Error("a dry run opened IPVS")
 		return nil, fmt.Errorf("not in a dry run")
 	}

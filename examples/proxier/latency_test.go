@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/clustertest"
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
 )
@@ -69,7 +70,7 @@ func TestProgrammingLatency(t *testing.T) {
 }
 
 func testProgrammingLatency(t *testing.T, backend iptables.Backend, services, endpoints int) {
-	objs := benchCluster(services, endpoints)
+	objs := clustertest.Cluster(services, endpoints)
 	var svcs []*v1.Service
 	var eps []*discoveryv1.EndpointSlice
 	var node runtime.Object
@@ -307,7 +308,11 @@ func bareRestore(t *testing.T, backend iptables.Backend, objs []runtime.Object, 
 func objsNodeIPs(objs []runtime.Object) []netip.Addr {
 	for _, o := range objs {
 		if n, ok := o.(*v1.Node); ok {
-			return addressesOfNode(klog.Background(), n)
+			var out []netip.Addr
+			for _, a := range n.Status.Addresses {
+				out = append(out, netip.MustParseAddr(a.Address))
+			}
+			return out
 		}
 	}
 	return nil

@@ -19,6 +19,8 @@ import (
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 )
 
 func main() {
@@ -58,8 +60,8 @@ type environment struct {
 	conntrack     conntrack.Interface
 	kernel        *kernel.Kernel
 	// openIPVS opens IPVS mode's kernel side, with the IPVS table when
-	// table is set (see openIPVSNode).
-	openIPVS func(ctx context.Context, table bool) (*ipvsNode, error)
+	// table is set (see ipvsbackend.OpenKernel).
+	openIPVS func(ctx context.Context, table bool) (*ipvsbackend.Kernel, error)
 	// hostAddresses lists the node's addresses when no Node object gives
 	// them.
 	hostAddresses func() ([]netip.Addr, error)
@@ -83,8 +85,8 @@ func realEnvironment(stdout io.Writer) *environment {
 		},
 		conntrack:     conntrack.New(),
 		kernel:        kernel.New(),
-		openIPVS:      openIPVSNode,
-		hostAddresses: hostAddresses,
+		openIPVS:      ipvsbackend.OpenKernel,
+		hostAddresses: proxier.HostAddresses,
 		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig
 			return lc.Listen(ctx, network, address)

@@ -131,20 +131,20 @@ func cleanupIPVSNode(ctx context.Context, env *environment, names *ipvs.ModeName
 	if err != nil {
 		return fmt.Errorf("cleanup of IPVS mode: %w", err)
 	}
-	defer node.close()
+	defer node.Close()
 	cfg := ipvs.CleanupConfig{ChainPrefix: names.Chains().Prefix()}
 	// Virtual servers and the dummy interface carry no prefix: with
 	// another than kube-proxy's, they may be kube-proxy's, so they stay.
 	if names.Chains().Prefix() == iptables.DefaultChainPrefix {
-		cfg.Binder = node.binder
-		if node.table != nil {
-			cfg.IPVS = node.table
+		cfg.Binder = node.Binder
+		if node.IPVS != nil {
+			cfg.IPVS = node.IPVS
 		}
 	} else {
 		klog.FromContext(ctx).Info("Leaving IPVS virtual servers and the dummy interface: they are not named by --chain-prefix", "chainPrefix", names.Chains().Prefix())
 	}
 	if mods.Has(kernel.ModuleIPSet) {
-		cfg.IPSets = node.sets
+		cfg.IPSets = node.IPSets
 	}
 	return ipvs.Cleanup(ctx, cfg)
 }

@@ -28,6 +28,8 @@ import (
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxier/iptablesbackend"
+	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 )
 
 // eventually polls check every 50ms until it returns nil, and fails t with
@@ -203,10 +205,10 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 		},
 		conntrack: n.ct,
 		kernel:    &kernel.Kernel{Root: n.root},
-		openIPVS: func(_ context.Context, table bool) (*ipvsNode, error) {
-			node := &ipvsNode{binder: n.binder, sets: n.sets, close: func() { n.ipvsOpen.Add(-1) }}
+		openIPVS: func(_ context.Context, table bool) (*ipvsbackend.Kernel, error) {
+			node := &ipvsbackend.Kernel{Binder: n.binder, IPSets: n.sets, Release: func() { n.ipvsOpen.Add(-1) }}
 			if table {
-				node.table = n.lb
+				node.IPVS = n.lb
 				n.tableOpens.Add(1)
 			}
 			n.ipvsOpens.Add(1)
@@ -373,7 +375,7 @@ func TestProxierWithFakes(t *testing.T) {
 		t.Errorf("nat PREROUTING holds %q, want the jump to KUBE-SERVICES", got)
 	}
 	eventually(t, 5*time.Second, "canary", func() error {
-		for _, table := range canaryTables {
+		for _, table := range iptablesbackend.CanaryTables() {
 			if node.ipt4.Rules(table, iptables.ProxyCanaryChain) == nil {
 				return fmt.Errorf("no canary in %s", table)
 			}
@@ -432,7 +434,7 @@ func TestProxierWithFakes(t *testing.T) {
 
 	// Another program flushes the tables: the canary is gone, and a full
 	// sync puts everything back.
-	for _, table := range canaryTables {
+	for _, table := range iptablesbackend.CanaryTables() {
 		for _, c := range node.ipt4.Chains(table) {
 			if !c.IsBuiltin(table) {
 				_ = node.ipt4.FlushChain(ctx, table, c)

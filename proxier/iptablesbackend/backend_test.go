@@ -1,4 +1,4 @@
-package main
+package iptablesbackend
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,50 +17,70 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/proxier"
 )
 
-// fakeIPTablesFamily is an iptables backend over a Fake with the
-// familyProxier whose maps feed it, holding one service "ns/web" with one
-// endpoint.
+// fakeIPTablesFamily is an iptables backend over a Fake with the trackers
+// and maps that feed it, holding one service "ns/web" with one endpoint.
 type fakeIPTablesFamily struct {
-	b    *iptablesBackend
-	fp   *familyProxier
-	fake *iptablestest.Fake
-	m    *metrics
+	b          *Backend
+	svcTracker *changetracker.ServiceChangeTracker
+	epTracker  *changetracker.EndpointsChangeTracker
+	svcMap     changetracker.ServicePortMap
+	epMap      changetracker.EndpointsMap
+	fake       *iptablestest.Fake
+	m          *proxier.BackendMetrics
 }
 
 func newFakeIPTablesFamily(t *testing.T, fake *iptablestest.Fake) *fakeIPTablesFamily {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	m := newMetrics(func() int { return 0 }, func() int { return 0 })
-	b, err := newIPTablesBackend(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake, nil, m, 0, 0)
+	m := &proxier.BackendMetrics{
+		RestoreFailures:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "restore_failures"}, []string{"ip_family"}),
+		PartialRestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "partial_restore_failures"}, []string{"ip_family"}),
+		DriftRepairs:           prometheus.NewCounterVec(prometheus.CounterOpts{Name: "drift_repairs"}, []string{"ip_family"}),
+	}
+	b, err := New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake, WithMetrics(m))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m)
-	fp.svcTracker.Update(nil, &v1.Service{
+	f := &fakeIPTablesFamily{b: b, fake: fake, m: m,
+		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
+		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
+		svcMap:     changetracker.ServicePortMap{},
+		epMap:      changetracker.EndpointsMap{},
+	}
+	f.svcTracker.Update(nil, &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
 		Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
 	})
-	fp.epTracker.EndpointSliceUpdate(&discoveryv1.EndpointSlice{
+	f.epTracker.EndpointSliceUpdate(&discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.11"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 	}, false)
-	return &fakeIPTablesFamily{b: b, fp: fp, fake: fake, m: m}
+	return f
 }
 
 // sync runs one sync of the backend and reports whether it was full.
 func (f *fakeIPTablesFamily) sync(t *testing.T) bool {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	outs, err := f.b.sync(ctx, []*syncInput{f.fp.update()})
+	in := &proxier.FamilyInput{
+		Family:          v1.IPv4Protocol,
+		Services:        f.svcMap,
+		Endpoints:       f.epMap,
+		ServiceChanges:  f.svcMap.Update(f.svcTracker),
+		EndpointChanges: f.epMap.Update(f.epTracker),
+		NodeLabels:      map[string]string{},
+	}
+	outs, err := f.b.Sync(ctx, []*proxier.FamilyInput{in})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return outs[0].full
+	return outs[0].Full
 }
 
 func natChains(t *testing.T, fake *iptablestest.Fake) []iptables.Chain {
@@ -90,7 +111,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 		t.Fatal("first sync partial")
 	}
 	losses := 0
-	lost := func() { losses++; f.b.requestFullSync() }
+	lost := func() { losses++; f.b.RequestFullSync() }
 	f.b.checkDrift(ctx, lost)
 	if losses != 0 {
 		t.Fatalf("lost called %d times with nothing changed", losses)
@@ -116,7 +137,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 	if losses != 1 {
 		t.Fatalf("lost called %d times after the jump was deleted, want 1", losses)
 	}
-	if got := gatherMetric(t, f.m, "kubeproxy_sync_proxy_rules_iptables_drift_repairs_total"); got != 1 {
+	if got := counterValue(t, f.m.DriftRepairs); got != 1 {
 		t.Errorf("drift repairs %v, want 1", got)
 	}
 	if !f.sync(t) {
@@ -165,16 +186,19 @@ func TestIPTablesBackendStaleChainsAtStart(t *testing.T) {
 	}
 }
 
-// gatherMetric returns the value of the counter name (one series) in m's
-// registry, or 0 if it has none.
-func gatherMetric(t *testing.T, m *metrics, name string) float64 {
+// counterValue returns the value of v's one series, or 0 if it has none.
+func counterValue(t *testing.T, v *prometheus.CounterVec) float64 {
 	t.Helper()
-	families, err := m.registry.Gather()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(v); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
+		if len(f.GetMetric()) == 1 {
 			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}

@@ -1,10 +1,10 @@
-package main
+package proxier
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // The metrics kube-proxy exports, under its names, so that dashboards and
@@ -24,9 +24,8 @@ var programmingBuckets = slices.Concat(
 	prometheus.LinearBuckets(120, 30, 7),
 )
 
+// metrics are the Proxier's metrics and its backends' (backend).
 type metrics struct {
-	registry *prometheus.Registry
-
 	syncDuration        *prometheus.HistogramVec
 	syncFullDuration    *prometheus.HistogramVec
 	syncPartialDuration *prometheus.HistogramVec
@@ -35,21 +34,19 @@ type metrics struct {
 	lastQueued          *prometheus.GaugeVec
 	serviceChanges      prometheus.Counter
 	endpointChanges     prometheus.Counter
-	restoreFailures     *prometheus.CounterVec
-	partialFailures     *prometheus.CounterVec
-	driftRepairs        *prometheus.CounterVec
+	backend             BackendMetrics
 	noLocalEndpoints    *prometheus.GaugeVec
 	conntrackDeleted    *prometheus.CounterVec
 }
 
-// newMetrics registers the proxier's metrics, with the process and Go
-// runtime ones, in a registry of their own. pendingServices and
-// pendingEndpoints are read at every scrape, so that the pending-changes
-// gauges are exact without the event handlers counting.
-func newMetrics(pendingServices, pendingEndpoints func() int) *metrics {
+// newMetrics makes the proxier's metrics and registers them on reg, or on
+// no registry when reg is nil. pendingServices and pendingEndpoints are
+// read at every scrape, so that the pending-changes gauges are exact
+// without the event handlers counting. It fails when reg refuses one (it
+// has a metric of that name already).
+func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints func() int) (*metrics, error) {
 	family := []string{"ip_family"}
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_duration_seconds",
 			Help:    "How long a sync of the proxy rules took, full or partial, successful or not.",
@@ -86,18 +83,18 @@ func newMetrics(pendingServices, pendingEndpoints func() int) *metrics {
 			Subsystem: subsystem, Name: "sync_proxy_rules_endpoint_changes_total",
 			Help: "EndpointSlice events received.",
 		}),
-		restoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		backend: BackendMetrics{RestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_iptables_restore_failures_total",
 			Help: "iptables-restore runs that failed.",
 		}, family),
-		partialFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: subsystem, Name: "sync_proxy_rules_iptables_partial_restore_failures_total",
-			Help: "iptables-restore runs of partial syncs that failed (the next sync is full).",
-		}, family),
-		driftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: subsystem, Name: "sync_proxy_rules_iptables_drift_repairs_total",
-			Help: "Checks that found the top-level iptables chains different from what was applied, each followed by a full sync (a proxykit metric; kube-proxy has none).",
-		}, family),
+			PartialRestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Subsystem: subsystem, Name: "sync_proxy_rules_iptables_partial_restore_failures_total",
+				Help: "iptables-restore runs of partial syncs that failed (the next sync is full).",
+			}, family),
+			DriftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Subsystem: subsystem, Name: "sync_proxy_rules_iptables_drift_repairs_total",
+				Help: "Checks that found the top-level iptables chains different from what was applied, each followed by a full sync (a proxykit metric; kube-proxy has none).",
+			}, family)},
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_no_local_endpoints_total",
 			Help: "Service ports with a Local traffic policy whose traffic is dropped because this node has no endpoint for them.",
@@ -107,12 +104,14 @@ func newMetrics(pendingServices, pendingEndpoints func() int) *metrics {
 			Help: "Stale conntrack entries deleted after syncs.",
 		}, family),
 	}
-	m.registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	if reg == nil {
+		return m, nil
+	}
+	collectors := []prometheus.Collector{
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.networkProgramming,
 		m.lastSync, m.lastQueued, m.serviceChanges, m.endpointChanges,
-		m.restoreFailures, m.partialFailures, m.driftRepairs, m.noLocalEndpoints, m.conntrackDeleted,
+		m.backend.RestoreFailures, m.backend.PartialRestoreFailures, m.backend.DriftRepairs,
+		m.noLocalEndpoints, m.conntrackDeleted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_pending",
 			Help: "Services with a change not yet synced.",
@@ -121,6 +120,16 @@ func newMetrics(pendingServices, pendingEndpoints func() int) *metrics {
 			Subsystem: subsystem, Name: "sync_proxy_rules_endpoint_changes_pending",
 			Help: "Services whose endpoints have a change not yet synced.",
 		}, func() float64 { return float64(pendingEndpoints()) }),
-	)
-	return m
+	}
+	for i, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			// None or all: a Proxier that failed to start leaves reg as
+			// it was, so that another can register there.
+			for _, done := range collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("registering the proxier's metrics: %w", err)
+		}
+	}
+	return m, nil
 }

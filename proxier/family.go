@@ -1,10 +1,11 @@
-package main
+package proxier
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
-	"sync"
+
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/proxier/config"
 )
@@ -37,7 +37,7 @@ type familyProxier struct {
 	// Optional parts, nil when not in use (a dry run has none of them).
 	health    *healthz.ProxyHealthServer
 	svcHealth *serviceHealth
-	ct        conntrack.Interface
+	ct        ConntrackCleaner
 
 	// Owned by the sync.
 	svcMap changetracker.ServicePortMap
@@ -55,11 +55,18 @@ type familyProxier struct {
 }
 
 func newFamilyProxier(ctx context.Context, family v1.IPFamily, nodeName string, topo *changetracker.NodeTopology, m *metrics) *familyProxier {
+	return newFamilyProxierWith(ctx, family, nodeName, topo, m, nil, nil)
+}
+
+// newFamilyProxierWith is newFamilyProxier with the trackers' constructors
+// of the caller's service ports and endpoints (nil: the base types).
+func newFamilyProxierWith(ctx context.Context, family v1.IPFamily, nodeName string, topo *changetracker.NodeTopology, m *metrics,
+	makeServicePort changetracker.MakeServicePortFunc, makeEndpoint changetracker.MakeEndpointFunc) *familyProxier {
 	logger := changetracker.WithLogger(klog.FromContext(ctx).WithValues("ipFamily", family))
 	return &familyProxier{
 		family:      family,
-		svcTracker:  changetracker.NewServiceChangeTracker(family, nil, logger),
-		epTracker:   changetracker.NewEndpointsChangeTracker(family, nodeName, nil, logger),
+		svcTracker:  changetracker.NewServiceChangeTracker(family, makeServicePort, logger),
+		epTracker:   changetracker.NewEndpointsChangeTracker(family, nodeName, makeEndpoint, logger),
 		topology:    topo,
 		metrics:     m,
 		requestSync: func() {},
@@ -82,32 +89,32 @@ func (p *familyProxier) queued() {
 
 // update brings the maps up to date with the trackers' pending changes and
 // returns the backend's input.
-func (p *familyProxier) update() *syncInput {
-	in := &syncInput{
-		family:          p.family,
-		services:        p.svcMap,
-		endpoints:       p.epMap,
-		serviceChanges:  p.svcMap.Update(p.svcTracker),
-		endpointChanges: p.epMap.Update(p.epTracker),
-		nodeLabels:      p.topology.Labels(),
+func (p *familyProxier) update() *FamilyInput {
+	in := &FamilyInput{
+		Family:          p.family,
+		Services:        p.svcMap,
+		Endpoints:       p.epMap,
+		ServiceChanges:  p.svcMap.Update(p.svcTracker),
+		EndpointChanges: p.epMap.Update(p.epTracker),
+		NodeLabels:      p.topology.Labels(),
 	}
-	p.deletedUDP = p.deletedUDP.Union(in.serviceChanges.DeletedUDPClusterIPs)
-	p.conntrackDue = p.conntrackDue || in.endpointChanges.ConntrackCleanupRequired
+	p.deletedUDP = p.deletedUDP.Union(in.ServiceChanges.DeletedUDPClusterIPs)
+	p.conntrackDue = p.conntrackDue || in.EndpointChanges.ConntrackCleanupRequired
 	if p.svcHealth != nil {
 		// A later update's value replaces an earlier one's: each is the
 		// Service's state after its update.
-		maps.Copy(p.healthPorts, in.serviceChanges.HealthCheckNodePorts)
-		maps.Copy(p.healthLocal, in.endpointChanges.LocalReadyEndpoints)
+		maps.Copy(p.healthPorts, in.ServiceChanges.HealthCheckNodePorts)
+		maps.Copy(p.healthLocal, in.EndpointChanges.LocalReadyEndpoints)
 	}
 	return in
 }
 
 // synced reports the backend's work on in, which took took and failed
 // with err, and does what follows a good one; all of it is best effort.
-func (p *familyProxier) synced(ctx context.Context, in *syncInput, out syncOutcome, took time.Duration, err error) {
+func (p *familyProxier) synced(ctx context.Context, in *FamilyInput, out SyncResult, took time.Duration, err error) {
 	logger := klog.FromContext(ctx).WithValues("ipFamily", p.family)
 	family := string(p.family)
-	if out.full {
+	if out.Full {
 		p.metrics.syncFullDuration.WithLabelValues(family).Observe(took.Seconds())
 	} else {
 		p.metrics.syncPartialDuration.WithLabelValues(family).Observe(took.Seconds())
@@ -116,19 +123,19 @@ func (p *familyProxier) synced(ctx context.Context, in *syncInput, out syncOutco
 		return
 	}
 	done := time.Now()
-	for _, times := range in.endpointChanges.LastChangeTriggerTimes {
+	for _, times := range in.EndpointChanges.LastChangeTriggerTimes {
 		for _, t := range times {
 			p.metrics.networkProgramming.WithLabelValues(family).Observe(done.Sub(t).Seconds())
 		}
 	}
-	p.metrics.noLocalEndpoints.WithLabelValues(family, "internal").Set(float64(out.noLocalInternal))
-	p.metrics.noLocalEndpoints.WithLabelValues(family, "external").Set(float64(out.noLocalExternal))
+	p.metrics.noLocalEndpoints.WithLabelValues(family, "internal").Set(float64(out.NoLocalEndpointsInternal))
+	p.metrics.noLocalEndpoints.WithLabelValues(family, "external").Set(float64(out.NoLocalEndpointsExternal))
 
 	// After the rules, so that the next packet of a deleted flow goes
 	// through them. A full sync also cleans, which catches flows left
 	// from before a restart.
-	if p.ct != nil && (out.full || p.conntrackDue || p.deletedUDP.Len() > 0) {
-		n, err := conntrack.CleanStaleEntries(ctx, p.ct, p.family, p.svcMap, p.epMap, conntrack.WithDeletedClusterIPs(p.deletedUDP))
+	if p.ct != nil && (out.Full || p.conntrackDue || p.deletedUDP.Len() > 0) {
+		n, err := p.ct.CleanStaleEntries(ctx, p.family, p.svcMap, p.epMap, p.deletedUDP)
 		p.metrics.conntrackDeleted.WithLabelValues(family).Add(float64(n))
 		if err != nil {
 			logger.Error(err, "Clearing stale conntrack entries; will try again after the next sync", "deleted", n)
@@ -149,25 +156,25 @@ func (p *familyProxier) synced(ctx context.Context, in *syncInput, out syncOutco
 	if p.health != nil {
 		p.health.Updated(p.family)
 	}
-	logger.V(2).Info("Synced proxy rules", "full", out.full, "servicePorts", out.servicePorts, "endpoints", out.endpoints, "took", took)
+	logger.V(2).Info("Synced proxy rules", "full", out.Full, "servicePorts", out.ServicePorts, "endpoints", out.Endpoints, "took", took)
 }
 
 // syncGroup is what one runner syncs: a backend and the families it
-// serves. In iptables mode every family is a group of its own, with its
+// serves, a BackendGroup with the families' state. In iptables mode every family is a group of its own, with its
 // own runner, so that a failing ip6tables-restore does not hold IPv4 back.
 // In IPVS mode the node's families form one group: the virtual servers and
 // ipsets of both live in one kernel table, which ipvs.Applier reconciles
 // from every family's translation at once, so the families are synced
 // together rather than each applying the other's last state.
 type syncGroup struct {
-	backend  backend
+	backend  Backend
 	families []*familyProxier
 }
 
 // resync makes the backend's next sync full and asks for it, for when
 // another program removed its rules.
 func (g *syncGroup) resync() {
-	g.backend.requestFullSync()
+	g.backend.RequestFullSync()
 	for _, p := range g.families {
 		p.queued()
 	}
@@ -177,12 +184,16 @@ func (g *syncGroup) resync() {
 // the runner retries.
 func (g *syncGroup) sync(ctx context.Context) error {
 	start := time.Now()
-	ins := make([]*syncInput, len(g.families))
+	ins := make([]*FamilyInput, len(g.families))
 	for i, p := range g.families {
 		ins[i] = p.update()
 	}
-	outs, err := g.backend.sync(ctx, ins)
+	outs, err := g.backend.Sync(ctx, ins)
 	took := time.Since(start)
+	if len(outs) != len(ins) {
+		// A broken Backend, not bad input: nothing sensible can follow.
+		panic(fmt.Sprintf("proxier: a Backend's Sync returned %d results for %d inputs", len(outs), len(ins)))
+	}
 	for i, p := range g.families {
 		p.synced(ctx, ins[i], outs[i], took, err)
 	}
@@ -227,101 +238,6 @@ func (h *handlers) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 	for _, p := range h.families {
 		if p.epTracker.EndpointSliceUpdate(s, deleted) {
 			p.queued()
-		}
-	}
-}
-
-// nodeHealth tells the proxy health server about this node's Node object,
-// so that /healthz fails while the node is being deleted.
-type nodeHealth struct{ hs *healthz.ProxyHealthServer }
-
-var _ config.NodeHandler = nodeHealth{}
-
-func (n nodeHealth) OnNodeAdd(node *v1.Node)       { n.hs.SyncNode(node) }
-func (n nodeHealth) OnNodeUpdate(_, node *v1.Node) { n.hs.SyncNode(node) }
-func (n nodeHealth) OnNodeDelete(*v1.Node)         { n.hs.SyncNode(nil) }
-func (n nodeHealth) OnNodeSynced()                 {}
-
-// serviceHealth feeds the node's one service health server from the maps
-// of every family: a dual-stack Service's health-check node port serves
-// both, and it has local endpoints if either family has.
-type serviceHealth struct {
-	server *healthz.ServiceHealthServer
-	mu     sync.Mutex
-	// ports and local hold each family's health-check node ports and local
-	// ready endpoint counts as of its last good sync: what
-	// HealthCheckNodePorts and LocalReadyEndpoints of its maps returned
-	// then, kept from the changes alone.
-	ports map[v1.IPFamily]map[types.NamespacedName]uint16
-	local map[v1.IPFamily]map[types.NamespacedName]int
-}
-
-// healthFamilies is the order in which serviceHealth merges the families,
-// so that the port of a Service whose families disagree (one has synced a
-// change the other has not) does not depend on map order.
-var healthFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
-
-func newServiceHealth(server *healthz.ServiceHealthServer) *serviceHealth {
-	s := &serviceHealth{
-		server: server,
-		ports:  map[v1.IPFamily]map[types.NamespacedName]uint16{},
-		local:  map[v1.IPFamily]map[types.NamespacedName]int{},
-	}
-	for _, f := range healthFamilies {
-		s.ports[f] = map[types.NamespacedName]uint16{}
-		s.local[f] = map[types.NamespacedName]int{}
-	}
-	return s
-}
-
-// update records a good sync of family, which changed the health-check node
-// ports and local ready endpoint counts of the Services in ports and local
-// (0: none) and no other, and hands the server the merged state of those
-// Services. Its cost is that of the change. It is called after every good
-// sync, even one that changed nothing, so that the server tries again the
-// ports it could not open.
-func (s *serviceHealth) update(ctx context.Context, family v1.IPFamily, ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	familyPorts, familyLocal := s.ports[family], s.local[family]
-	if familyPorts == nil {
-		return // the trackers track nothing for another family
-	}
-	setOrDelete(familyPorts, ports)
-	setOrDelete(familyLocal, local)
-	mergedPorts := make(map[types.NamespacedName]uint16, len(ports))
-	for nn := range ports {
-		// Served while any family has it.
-		var port uint16
-		for _, f := range healthFamilies {
-			if port = s.ports[f][nn]; port != 0 {
-				break
-			}
-		}
-		mergedPorts[nn] = port
-	}
-	mergedLocal := make(map[types.NamespacedName]int, len(local))
-	for nn := range local {
-		n := 0
-		for _, f := range healthFamilies {
-			n = max(n, s.local[f][nn])
-		}
-		mergedLocal[nn] = n
-	}
-	// Errors are ports that could not be opened: logged by the server
-	// and tried again on the next call.
-	_ = s.server.UpdateServices(ctx, mergedPorts)
-	s.server.UpdateEndpoints(mergedLocal)
-}
-
-// setOrDelete applies changes to m: a zero value deletes the key.
-func setOrDelete[V comparable](m, changes map[types.NamespacedName]V) {
-	var zero V
-	for k, v := range changes {
-		if v == zero {
-			delete(m, k)
-		} else {
-			m[k] = v
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package proxier
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
+	"github.com/proxykit/proxykit/internal/clustertest"
 )
 
 // readLog records which Services' ports and endpoints were read, through
@@ -100,7 +101,7 @@ func listenIdle(context.Context, string, string) (net.Listener, error) {
 }
 
 // TestPartialSyncReadsOnlyChangedServices checks that a partial sync of
-// the example, with its service health bookkeeping, reads the ports and
+// a Proxier, with its service health bookkeeping, reads the ports and
 // endpoints of the changed Service alone, so that it costs the same
 // whatever the number of Services (issue 12, section 6): the
 // health-check node ports and local endpoint counts must come from the
@@ -108,14 +109,15 @@ func listenIdle(context.Context, string, string) (net.Listener, error) {
 func TestPartialSyncReadsOnlyChangedServices(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	log := &readLog{read: sets.New[types.NamespacedName]()}
-	m := newMetrics(func() int { return 0 }, func() int { return 0 })
-	backend := newBenchBackend(t, m)
-	fp := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m)
-	fp.svcTracker = changetracker.NewServiceChangeTracker(v1.IPv4Protocol,
+	m, err := newMetrics(nil, func() int { return 0 }, func() int { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := newWriterBackend(t)
+	fp := newFamilyProxierWith(ctx, v1.IPv4Protocol, "node-a", changetracker.NewNodeTopology("node-a"), m,
 		func(_ *v1.ServicePort, svc *v1.Service, base *changetracker.BaseServicePort) changetracker.ServicePort {
 			return &loggedPort{ServicePort: base, nn: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, log: log}
-		})
-	fp.epTracker = changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a",
+		},
 		func(base *changetracker.BaseEndpoint, name *changetracker.ServicePortName) changetracker.Endpoint {
 			return &loggedEndpoint{Endpoint: base, nn: name.NamespacedName, log: log}
 		})
@@ -129,7 +131,7 @@ func TestPartialSyncReadsOnlyChangedServices(t *testing.T) {
 	services := map[string]*v1.Service{}
 	slices := map[string]*discoveryv1.EndpointSlice{}
 	wantPorts := map[types.NamespacedName]uint16{}
-	for _, o := range benchCluster(40, 3) {
+	for _, o := range clustertest.Cluster(40, 3) {
 		switch o := o.(type) {
 		case *v1.Service:
 			var i int
@@ -204,17 +206,17 @@ func TestPartialSyncReadsOnlyChangedServices(t *testing.T) {
 // while fail is set.
 type switchBackend struct{ fail bool }
 
-var _ backend = (*switchBackend)(nil)
+var _ Backend = (*switchBackend)(nil)
 
-func (b *switchBackend) sync(_ context.Context, ins []*syncInput) ([]syncOutcome, error) {
-	outs := make([]syncOutcome, len(ins))
+func (b *switchBackend) Sync(_ context.Context, ins []*FamilyInput) ([]SyncResult, error) {
+	outs := make([]SyncResult, len(ins))
 	if b.fail {
 		return outs, errors.New("the kernel refused the rules")
 	}
 	return outs, nil
 }
-func (b *switchBackend) requestFullSync()            {}
-func (b *switchBackend) run(context.Context, func()) {}
+func (b *switchBackend) RequestFullSync()            {}
+func (b *switchBackend) Run(context.Context, func()) {}
 
 // TestServiceHealthFollowsTheMaps drives a dual-stack node, each family
 // synced by a runner of its own, through the changes that move
@@ -226,7 +228,10 @@ func (b *switchBackend) run(context.Context, func()) {}
 // bookkeeping missed shows up as a difference.
 func TestServiceHealthFollowsTheMaps(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	m := newMetrics(func() int { return 0 }, func() int { return 0 })
+	m, err := newMetrics(nil, func() int { return 0 }, func() int { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
 	topo := changetracker.NewNodeTopology("node-a")
 	fp4 := newFamilyProxier(ctx, v1.IPv4Protocol, "node-a", topo, m)
 	fp6 := newFamilyProxier(ctx, v1.IPv6Protocol, "node-a", topo, m)

@@ -1,0 +1,136 @@
+package proxier
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/changetracker"
+)
+
+// Backend is a proxy mode: what turns the service and endpoint maps of the
+// IP families it serves into state in the kernel (or anywhere else) and
+// applies it. Everything around it (informers, change trackers, the
+// runner, conntrack cleanup, health servers, metrics) is the Proxier's.
+//
+// A Backend serves the families it was made for, in the order of its
+// BackendGroup. One that serves one family (iptables mode, where each
+// family has tables of its own) gets a runner of its own, so that a
+// failing family does not hold the other back. One that serves all of the
+// node's families at once (IPVS mode, whose kernel table holds the virtual
+// servers of both) gets every family's input in each Sync.
+type Backend interface {
+	// Sync renders ins, one per family the backend serves in the order
+	// of its BackendGroup, and applies them. The Proxier never calls it
+	// concurrently with itself, and the maps in ins are read-only: they
+	// belong to the Proxier, which updates them between calls. Sync
+	// returns one SyncResult per input, whatever the error (the Proxier
+	// panics on a slice of another length). An error means the kernel
+	// may not match ins: the Proxier retries within its retry period, and
+	// the next Sync must put right what this one left, which is the
+	// backend's business (make it full, say). The Proxier does not clean
+	// conntrack or report health after a failed Sync.
+	Sync(ctx context.Context, ins []*FamilyInput) ([]SyncResult, error)
+	// RequestFullSync makes the next Sync rewrite everything the backend
+	// owns, for when another program may have removed it. It is called
+	// from any goroutine, concurrently with Sync, and must not block.
+	RequestFullSync()
+	// Run does the backend's work between syncs until ctx is done:
+	// watching for other programs removing its state, and calling lost
+	// when they do (the Proxier then calls RequestFullSync and asks for a
+	// Sync), or finishing what a sync started. lost is safe to call from
+	// any goroutine. A backend with nothing to do returns at once.
+	// RunOnce never calls it.
+	Run(ctx context.Context, lost func())
+}
+
+// FamilyInput is what a Backend renders for one IP family: the maps,
+// already brought up to date by the change trackers, and what that update
+// changed. A backend that syncs only what changed reads ServiceChanges
+// and EndpointChanges; the maps are whole.
+type FamilyInput struct {
+	// Family is the IP family of the maps.
+	Family v1.IPFamily
+	// Services and Endpoints are the family's maps. They are the
+	// Proxier's: read them during Sync only, and do not change them.
+	Services  changetracker.ServicePortMap
+	Endpoints changetracker.EndpointsMap
+	// ServiceChanges and EndpointChanges are what the update before this
+	// Sync changed in the maps. The changes of an update are reported
+	// once: a backend whose Sync failed must make its next one cover them
+	// itself, as a full sync does.
+	ServiceChanges  changetracker.UpdateServiceMapResult
+	EndpointChanges changetracker.UpdateEndpointsMapResult
+	// NodeLabels are the node's topology labels for
+	// changetracker.CategorizeEndpoints; empty (not nil) before the Node
+	// is seen or after it is deleted. When they change the Proxier asks
+	// for a Sync, and the backend should make it full.
+	NodeLabels map[string]string
+}
+
+// SyncResult is what a Backend did for one family, for the metrics and
+// the log.
+type SyncResult struct {
+	// Full is true when everything was rewritten: it picks the full or
+	// partial sync duration metric, and a full sync also cleans every
+	// stale conntrack entry, not only those of what changed.
+	Full bool
+	// ServicePorts counts the service ports the backend now programs,
+	// and Endpoints what it sends their traffic to (endpoint chains in
+	// iptables mode, real servers in IPVS mode). Logged only.
+	ServicePorts, Endpoints int
+	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
+	// service ports whose internal (external) traffic is dropped for want
+	// of an endpoint on this node, for kube-proxy's
+	// sync_proxy_rules_no_local_endpoints_total.
+	NoLocalEndpointsInternal, NoLocalEndpointsExternal int
+}
+
+// BackendGroup is a Backend and the IP families it serves, in the order of
+// the inputs its Sync gets. Each group is synced by a runner of its own.
+type BackendGroup struct {
+	Backend  Backend
+	Families []v1.IPFamily
+}
+
+// Node is what the Proxier knows of this node when it makes the backends.
+type Node struct {
+	// Name is the node name the Proxier was made with.
+	Name string
+	// Families are the IP families of the node's addresses, the primary
+	// (that of its first address) first.
+	Families []v1.IPFamily
+	// IPs are the node's addresses by family: those of its Node object
+	// (InternalIP first, then ExternalIP) or, when it has none, of the
+	// host's interfaces. Every family in Families has at least one.
+	IPs map[v1.IPFamily][]netip.Addr
+}
+
+// NewBackendsFunc makes the backends for node, once its Node object (or
+// its absence) is known. It returns one group per runner; together they
+// must serve each family at most once, and only families of node. A
+// family no group serves is not proxied (iptables mode drops a secondary
+// family whose ip6tables does not work, as kube-proxy falls back to single
+// stack). metrics are kube-proxy's backend counters, registered where the
+// Proxier's are. An error stops Proxier.Run. A Backend that implements
+// io.Closer is closed when Run returns.
+type NewBackendsFunc func(ctx context.Context, node Node, metrics *BackendMetrics) ([]BackendGroup, error)
+
+// BackendMetrics are the counters a Backend reports its own failures to,
+// under kube-proxy's names, each labelled by ip_family. A Backend that has
+// no such failures leaves them at zero.
+type BackendMetrics struct {
+	// RestoreFailures counts the applies that failed
+	// (kubeproxy_sync_proxy_rules_iptables_restore_failures_total).
+	RestoreFailures *prometheus.CounterVec
+	// PartialRestoreFailures counts those of partial syncs
+	// (kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total).
+	PartialRestoreFailures *prometheus.CounterVec
+	// DriftRepairs counts the times Run found rules changed by another
+	// program and called lost
+	// (kubeproxy_sync_proxy_rules_iptables_drift_repairs_total, a
+	// proxykit metric).
+	DriftRepairs *prometheus.CounterVec
+}

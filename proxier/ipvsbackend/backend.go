@@ -1,0 +1,306 @@
+package ipvsbackend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/ipset"
+	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxier"
+)
+
+// Backend is IPVS mode for every IP family of the node at once: an
+// ipvs.Translator per family renders the virtual servers, the ipsets and
+// the few iptables rules IPVS mode needs, and one ipvs.Applier applies the
+// translations of all families together. The Applier has to see them all
+// in one call, because the kernel keeps the virtual servers and the
+// ipsets of both families in one table and its reconcilers remove
+// whatever they are not given; so the families share one Backend, in one
+// proxier.BackendGroup, and one runner syncs them. Every sync is full: the
+// reconcilers make one that changes nothing write nothing.
+type Backend struct {
+	translators  []*ipvs.Translator
+	translations []ipvs.Translation
+	// applier applies the translations; nil in a dry run, which prints
+	// them to out instead.
+	applier *ipvs.Applier
+	// terminator deletes the real servers the applier left draining.
+	terminator *ipvs.GracefulTerminator
+	out        io.Writer
+	// node is the kernel side (nil in a dry run). Its binder also tells
+	// the node's addresses, read before every sync so that node ports
+	// follow addresses that come and go.
+	node    *Kernel
+	metrics *proxier.BackendMetrics
+	// families are those of the translators, in order.
+	families []v1.IPFamily
+}
+
+var _ proxier.Backend = (*Backend)(nil)
+
+// Kernel is what IPVS mode programs in this network namespace besides
+// iptables: the IPVS table, the dummy interface that holds the service
+// addresses, and the ipsets.
+type Kernel struct {
+	// IPVS is nil when the kernel has no IPVS loaded, which only a
+	// cleanup accepts: there are no virtual servers to remove then.
+	IPVS   ipvs.Interface
+	Binder NodeBinder
+	IPSets ipset.Interface
+	// Release releases the netlink sockets; nil releases nothing.
+	Release func()
+}
+
+// Close releases k's netlink sockets. It is safe on a nil k.
+func (k *Kernel) Close() {
+	if k != nil && k.Release != nil {
+		k.Release()
+	}
+}
+
+// NodeBinder binds service addresses to the dummy interface and tells the
+// node's own addresses, as ipvs.DummyBinder does.
+type NodeBinder interface {
+	ipvs.AddressBinder
+	NodeAddresses(ctx context.Context, dummy string) ([]netip.Addr, error)
+}
+
+// OpenKernel opens IPVS mode's kernel side in the caller's network
+// namespace, with the IPVS table when table is set. The kernel must have
+// been checked (kernel.CanUseIPVS, which also loads missing modules)
+// before: ipvs.New is told not to check it again. On an error it has
+// released what it opened.
+func OpenKernel(ctx context.Context, table bool) (*Kernel, error) {
+	n := &Kernel{}
+	var closers []func()
+	n.Release = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	if table {
+		lb, err := ipvs.New(ctx, ipvs.WithPrerequisites(nil))
+		if err != nil {
+			return nil, err
+		}
+		n.IPVS = lb
+		closers = append(closers, lb.Close)
+	}
+	binder, err := ipvs.NewDummyBinder("")
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("dummy interface %s: %w", ipvs.DummyDevice, err)
+	}
+	n.Binder = binder
+	closers = append(closers, binder.Close)
+	sets, err := ipset.New()
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("ipsets: %w", err)
+	}
+	n.IPSets = sets
+	closers = append(closers, sets.Close)
+	return n, nil
+}
+
+// Option configures a Backend; see New.
+type Option func(*Backend)
+
+// WithDryRun makes a Backend made without a Kernel print each sync's
+// translations (virtual servers, ipsets, iptables-restore input) to out
+// instead of discarding them.
+func WithDryRun(out io.Writer) Option {
+	return func(b *Backend) {
+		if out != nil {
+			b.out = out
+		}
+	}
+}
+
+// WithMetrics makes the Backend count the iptables-restore runs that fail
+// on m.RestoreFailures (nil: on nothing).
+func WithMetrics(m *proxier.BackendMetrics) Option {
+	return func(b *Backend) { b.metrics = m }
+}
+
+// New makes the Backend of the families of cfgs, one config each, in the
+// order of the BackendGroup that will hold it. k is the kernel side and
+// ipts the iptables of each family, in the same order; New sets each
+// config's RandomFully from them. A nil k (and nil ipts) makes a dry run,
+// which applies nothing and prints what it would (WithDryRun). The
+// Backend owns k from then on: its Close releases it. New fails, having
+// released nothing, when a translator refuses its config, when ipts has
+// another length than cfgs, or when the configs' chain prefixes differ.
+func New(cfgs []ipvs.TranslatorConfig, k *Kernel, ipts []iptables.Interface, opts ...Option) (*Backend, error) {
+	if ipts != nil && len(ipts) != len(cfgs) {
+		return nil, fmt.Errorf("IPVS mode: %d iptables for %d families", len(ipts), len(cfgs))
+	}
+	b := &Backend{out: io.Discard, node: k, translations: make([]ipvs.Translation, len(cfgs))}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(b)
+		}
+	}
+	for i, cfg := range cfgs {
+		if ipts != nil {
+			cfg.RandomFully = ipts[i].HasRandomFully()
+		} else {
+			// As in iptables mode's dry run: the output must not depend
+			// on the machine.
+			cfg.RandomFully = true
+		}
+		tr, err := ipvs.NewTranslator(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s IPVS translator: %w", cfg.IPFamily, err)
+		}
+		b.translators = append(b.translators, tr)
+		b.families = append(b.families, cfg.IPFamily)
+		if cfg.ChainPrefix != cfgs[0].ChainPrefix {
+			return nil, fmt.Errorf("IPVS mode: chain prefixes %q and %q differ", cfgs[0].ChainPrefix, cfg.ChainPrefix)
+		}
+	}
+	if k != nil && len(cfgs) > 0 {
+		// NewTranslator took the prefix, so NewModeNames does too.
+		names, err := ipvs.NewModeNames(cfgs[0].ChainPrefix)
+		if err != nil {
+			return nil, err
+		}
+		rec := ipvs.NewReconciler(k.IPVS, k.Binder)
+		b.applier = ipvs.NewApplier(rec, ipset.NewReconciler(k.IPSets, names.SetPrefix()), ipts...)
+		b.terminator = rec.Terminator()
+	}
+	return b, nil
+}
+
+// Sync is part of proxier.Backend. It takes one input per family of the
+// Backend, in the order of its configs, and fails on any other. It reads
+// the node's addresses before translating, so that node ports follow
+// addresses that come and go; a failure to read them fails the sync.
+func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+	outs := make([]proxier.SyncResult, len(ins))
+	if len(ins) != len(b.families) {
+		return outs, fmt.Errorf("IPVS mode: given %d inputs for %d families", len(ins), len(b.families))
+	}
+	for i, in := range ins {
+		if in.Family != b.families[i] {
+			return outs, fmt.Errorf("IPVS mode: input %d is of %s, want %s", i, in.Family, b.families[i])
+		}
+	}
+	if b.node != nil {
+		addrs, err := b.node.Binder.NodeAddresses(ctx, "")
+		if err != nil {
+			return outs, fmt.Errorf("IPVS mode: the node's addresses: %w", err)
+		}
+		for _, tr := range b.translators {
+			if err := tr.SetNodeIPs(addrs); err != nil {
+				return outs, fmt.Errorf("IPVS mode: the node's addresses: %w", err)
+			}
+		}
+	}
+	for i, in := range ins {
+		tr := b.translators[i].Translate(ctx, ipvs.TranslateInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels})
+		b.translations[i] = tr
+		outs[i] = proxier.SyncResult{
+			Full:                     true,
+			ServicePorts:             tr.ServicePorts,
+			NoLocalEndpointsInternal: tr.NoLocalEndpointsInternal,
+			NoLocalEndpointsExternal: tr.NoLocalEndpointsExternal,
+		}
+		for _, s := range tr.Services {
+			outs[i].Endpoints += len(s.RealServers)
+		}
+	}
+	if b.applier == nil {
+		for _, tr := range b.translations {
+			if _, err := tr.WriteTo(b.out); err != nil {
+				return outs, err
+			}
+		}
+		return outs, nil
+	}
+	res, err := b.applier.Apply(ctx, b.translations...)
+	if b.metrics != nil && b.metrics.RestoreFailures != nil {
+		for _, family := range res.RestoreFailed {
+			b.metrics.RestoreFailures.WithLabelValues(string(family)).Inc()
+		}
+	}
+	klog.FromContext(ctx).V(4).Info("Applied IPVS mode", "ipsets", res.IPSets, "ipvs", res.IPVS)
+	return outs, err
+}
+
+// RequestFullSync is part of proxier.Backend. It does nothing: every sync
+// is full.
+func (b *Backend) RequestFullSync() {}
+
+// Run is part of proxier.Backend. It sweeps the real servers that are
+// draining, deleting each once its connections are gone, and in a dry run
+// returns at once. There is no canary to watch: each sync reconciles
+// everything, jump rules included, so it never calls lost.
+func (b *Backend) Run(ctx context.Context, lost func()) {
+	if b.terminator != nil {
+		b.terminator.Run(ctx, 0)
+	}
+}
+
+// Close releases the Kernel the Backend was made with, if any. It always
+// returns nil.
+func (b *Backend) Close() error {
+	b.node.Close()
+	return nil
+}
+
+// IPVS mode's sysctls beyond those package kernel names.
+const (
+	// sysctlVSConnReuseMode 0 stops IPVS from dropping the first packet of
+	// a connection that reuses the source port of one in TIME_WAIT, a
+	// one-second stall on kernels before 5.9 (kubernetes#70747); from 5.9
+	// the kernel handles it and the default is left alone
+	// (kubernetes#93297).
+	sysctlVSConnReuseMode = "net/ipv4/vs/conn_reuse_mode"
+)
+
+// TuneKernel sets the sysctls kube-proxy sets for IPVS mode: IPVS keeps
+// conntrack entries for its connections, which the masquerading rules
+// match; connections to a removed real server are dropped rather than
+// left hanging, and so are the persistence templates of one being
+// drained; the node forwards IPv4. Forwarding of IPv6 is left to the
+// node's set-up, as kube-proxy leaves it. The vs sysctls exist only once
+// ip_vs is loaded, and are per network namespace.
+// It stops at the first sysctl it cannot set, with an error naming it.
+func TuneKernel(ctx context.Context, k *kernel.Kernel) error {
+	logger := klog.FromContext(ctx)
+	type sysctl struct {
+		name  string
+		value int
+	}
+	settings := []sysctl{
+		{kernel.SysctlVSConntrack, 1},
+		{kernel.SysctlVSExpireNoDestConn, 1},
+		{kernel.SysctlVSExpireQuiescentTemplate, 1},
+		{kernel.SysctlIPForward, 1},
+	}
+	v, err := k.Version()
+	if err != nil {
+		return fmt.Errorf("IPVS mode: %w", err)
+	}
+	if v.AtLeast(4, 1, 0) && !v.AtLeast(5, 9, 0) {
+		settings = append(settings, sysctl{sysctlVSConnReuseMode, 0})
+	}
+	for _, s := range settings {
+		wrote, err := k.EnsureSysctlInt(ctx, s.name, s.value)
+		if err != nil {
+			return fmt.Errorf("IPVS mode: sysctl %s: %w", s.name, err)
+		}
+		if wrote {
+			logger.V(1).Info("Set sysctl", "name", s.name, "value", s.value)
+		}
+	}
+	return nil
+}

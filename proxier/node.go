@@ -1,0 +1,112 @@
+package proxier
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// newNode returns the node named name with addresses addrs, the family of
+// the first one primary.
+func newNode(name string, addrs []netip.Addr) Node {
+	n := Node{Name: name, IPs: map[v1.IPFamily][]netip.Addr{}}
+	for _, a := range addrs {
+		f := FamilyOf(a)
+		if _, ok := n.IPs[f]; !ok {
+			n.Families = append(n.Families, f)
+		}
+		n.IPs[f] = append(n.IPs[f], a)
+	}
+	return n
+}
+
+// FamilyOf returns the IP family of a; an IPv4-mapped IPv6 address is
+// IPv4, as the API server takes it.
+func FamilyOf(a netip.Addr) v1.IPFamily {
+	if a.Unmap().Is4() {
+		return v1.IPv4Protocol
+	}
+	return v1.IPv6Protocol
+}
+
+// findNode returns this node's addresses from its Node object or, when
+// there is none or it has no addresses, from the host's interfaces.
+func findNode(ctx context.Context, getNode func(string) (*v1.Node, error), nodeName string, hostAddresses func() ([]netip.Addr, error)) (Node, error) {
+	logger := klog.FromContext(ctx)
+	node, err := getNode(nodeName)
+	if err != nil {
+		logger.Info("No Node object for this node; taking its addresses from the host's interfaces", "node", nodeName, "err", err)
+	}
+	addrs := addressesOfNode(logger, node)
+	if len(addrs) == 0 {
+		if addrs, err = hostAddresses(); err != nil {
+			return Node{}, err
+		}
+	}
+	n := newNode(nodeName, addrs)
+	if len(n.Families) == 0 {
+		return n, fmt.Errorf("node %s has no addresses: neither its Node object nor the host's interfaces give one", nodeName)
+	}
+	logger.V(1).Info("Node addresses", "node", nodeName, "addresses", addrs, "families", n.Families)
+	return n, nil
+}
+
+// addressesOfNode returns the addresses in a Node's status, InternalIP ones
+// first, as kube-proxy picks the node IP. Unparsable ones are logged and
+// skipped. A nil node has none.
+func addressesOfNode(logger klog.Logger, node *v1.Node) []netip.Addr {
+	if node == nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, kind := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+		for _, a := range node.Status.Addresses {
+			if a.Type != kind {
+				continue
+			}
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil {
+				logger.Error(err, "Ignoring a bad node address", "node", node.Name, "address", a.Address)
+				continue
+			}
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// HostAddresses returns the global unicast addresses of this host's
+// interfaces that are up, IPv4-mapped ones as IPv4: the node's addresses
+// when its Node object has none (WithHostAddresses). No such address is an
+// empty list and no error.
+func HostAddresses() ([]netip.Addr, error) {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("listing network interfaces: %w", err)
+	}
+	var out []netip.Addr
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("addresses of interface %s: %w", ifc.Name, err)
+		}
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(n.IP)
+			if ok && ip.Unmap().IsGlobalUnicast() {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
