@@ -1,0 +1,449 @@
+package proxier_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/proxykit/proxykit/proxier"
+)
+
+// state is what a recordingBackend last synced: per family, each service
+// port's String() and its endpoints' String()s.
+type state map[v1.IPFamily]map[string][]string
+
+// recordingBackend records what it is given, fails the syncs the test asks
+// it to, and hands the test the lost function of its Run.
+type recordingBackend struct {
+	mu sync.Mutex
+	// state is as of the last good sync.
+	state state
+	// syncs counts calls to Sync, good or not; fullRequests calls to
+	// RequestFullSync.
+	syncs, fullRequests int
+	// failures is how many of the next syncs fail.
+	failures int
+	// fullNext is set by RequestFullSync and reported by the next Sync.
+	fullNext bool
+	// full counts the syncs that reported Full.
+	full int
+	lost chan func()
+}
+
+func newRecordingBackend() *recordingBackend {
+	return &recordingBackend{state: state{}, lost: make(chan func(), 1)}
+}
+
+func (b *recordingBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.syncs++
+	results := make([]proxier.SyncResult, len(ins))
+	if b.failures > 0 {
+		b.failures--
+		return results, errors.New("the datapath refused")
+	}
+	for i, in := range ins {
+		st := map[string][]string{}
+		for name, svc := range in.Services {
+			eps := []string{}
+			for _, ep := range in.Endpoints[name] {
+				eps = append(eps, ep.String())
+			}
+			slices.Sort(eps)
+			st[name.String()+" "+svc.String()] = eps
+		}
+		b.state[in.Family] = st
+		results[i] = proxier.SyncResult{Full: b.fullNext, ServicePorts: len(st)}
+	}
+	if b.fullNext {
+		b.full++
+	}
+	b.fullNext = false
+	return results, nil
+}
+
+func (b *recordingBackend) RequestFullSync() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fullRequests++
+	b.fullNext = true
+}
+
+func (b *recordingBackend) Run(ctx context.Context, lost func()) {
+	b.lost <- lost
+	<-ctx.Done()
+}
+
+// snapshot returns a copy of the state and the counters.
+func (b *recordingBackend) snapshot() (st state, syncs, full int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st = state{}
+	for f, m := range b.state {
+		st[f] = map[string][]string{}
+		for k, v := range m {
+			st[f][k] = slices.Clone(v)
+		}
+	}
+	return st, b.syncs, b.full
+}
+
+// eventually polls check until it returns nil, failing t with its last
+// error after a long timeout: the wait is for informer events and runner
+// wake-ups, not a performance assertion.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func testNode(addrs ...string) *v1.Node {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	for _, a := range addrs {
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: a})
+	}
+	return n
+}
+
+func testService(name string, port int32, clusterIPs ...string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: v1.ServiceSpec{
+			ClusterIP: clusterIPs[0], ClusterIPs: clusterIPs,
+			Ports: []v1.ServicePort{{Name: "p", Port: port, Protocol: v1.ProtocolTCP}},
+		},
+	}
+}
+
+func testSlice(svc, name string, at discoveryv1.AddressType, addrs ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: at,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("p"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
+	}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+// startProxier runs a Proxier over client in the background until the
+// test ends, with groups made by group from the node, and returns the
+// error channel of its Run.
+func startProxier(t *testing.T, client kubernetes.Interface, newBackends proxier.NewBackendsFunc, opts ...proxier.Option) <-chan error {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	p, err := proxier.New(client, "node-a", newBackends, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v after cancel, want nil", err)
+		}
+	})
+	return done
+}
+
+// TestProxierFollowsTheCluster drives a custom Backend through a fake
+// clientset: Services and EndpointSlices added, updated and deleted on a
+// dual-stack node, with one Backend per family and with one for both.
+// Syncs happen only when asked for (the sync period is an hour), so each
+// state the Backend reaches came from the events.
+func TestProxierFollowsTheCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// perFamily gives each family a backend and a group of its own.
+		perFamily bool
+	}{{"a backend per family", true}, {"one backend for both", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(testNode("192.168.0.1", "fd00::1"))
+			// The factory runs in Run's goroutine; made hands its backends
+			// to the test.
+			made := make(chan map[v1.IPFamily]*recordingBackend, 1)
+			newBackends := func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+				backends := map[v1.IPFamily]*recordingBackend{}
+				defer func() { made <- backends }()
+				if diff := cmp.Diff([]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, node.Families); diff != "" {
+					return nil, fmt.Errorf("node families (-want +got):\n%s", diff)
+				}
+				if !tc.perFamily {
+					b := newRecordingBackend()
+					backends[v1.IPv4Protocol], backends[v1.IPv6Protocol] = b, b
+					return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
+				}
+				var groups []proxier.BackendGroup
+				for _, f := range node.Families {
+					backends[f] = newRecordingBackend()
+					groups = append(groups, proxier.BackendGroup{Backend: backends[f], Families: []v1.IPFamily{f}})
+				}
+				return groups, nil
+			}
+			startProxier(t, client, newBackends, proxier.WithSyncPeriods(0, time.Hour))
+			backends := <-made
+			ctx := context.Background()
+			want := func(what string, w state) {
+				t.Helper()
+				eventually(t, what, func() error {
+					got := state{}
+					for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+						st, _, _ := backends[f].snapshot()
+						got[f] = st[f]
+					}
+					if diff := cmp.Diff(w, got); diff != "" {
+						return fmt.Errorf("backend state (-want +got):\n%s", diff)
+					}
+					return nil
+				})
+			}
+			want("the empty cluster", state{v1.IPv4Protocol: {}, v1.IPv6Protocol: {}})
+
+			// Add: a dual-stack Service, a single-stack one.
+			dual := testService("dual", 80, "10.96.0.10", "fd00:96::10")
+			if _, err := client.CoreV1().Services("ns").Create(ctx, dual, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.CoreV1().Services("ns").Create(ctx, testService("four", 53, "10.96.0.53"), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range []*discoveryv1.EndpointSlice{
+				testSlice("dual", "dual-4", discoveryv1.AddressTypeIPv4, "10.244.0.1"),
+				testSlice("dual", "dual-6", discoveryv1.AddressTypeIPv6, "fd00:244::1"),
+				testSlice("four", "four-4", discoveryv1.AddressTypeIPv4, "10.244.0.53"),
+			} {
+				if _, err := client.DiscoveryV1().EndpointSlices("ns").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want("adds", state{
+				v1.IPv4Protocol: {
+					"ns/dual:p 10.96.0.10:80/TCP": {"10.244.0.1:8080"},
+					"ns/four:p 10.96.0.53:53/TCP": {"10.244.0.53:8080"},
+				},
+				v1.IPv6Protocol: {"ns/dual:p [fd00:96::10]:80/TCP": {"[fd00:244::1]:8080"}},
+			})
+
+			// Update: the dual-stack Service's port, an IPv6 endpoint more.
+			dual2 := testService("dual", 81, "10.96.0.10", "fd00:96::10")
+			if _, err := client.CoreV1().Services("ns").Update(ctx, dual2, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx,
+				testSlice("dual", "dual-6", discoveryv1.AddressTypeIPv6, "fd00:244::1", "fd00:244::2"), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			want("updates", state{
+				v1.IPv4Protocol: {
+					"ns/dual:p 10.96.0.10:81/TCP": {"10.244.0.1:8080"},
+					"ns/four:p 10.96.0.53:53/TCP": {"10.244.0.53:8080"},
+				},
+				v1.IPv6Protocol: {"ns/dual:p [fd00:96::10]:81/TCP": {"[fd00:244::1]:8080", "[fd00:244::2]:8080"}},
+			})
+
+			// Delete: the dual-stack Service and its slices, one slice of
+			// the other.
+			if err := client.CoreV1().Services("ns").Delete(ctx, "dual", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"dual-4", "dual-6", "four-4"} {
+				if err := client.DiscoveryV1().EndpointSlices("ns").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want("deletes", state{
+				v1.IPv4Protocol: {"ns/four:p 10.96.0.53:53/TCP": {}},
+				v1.IPv6Protocol: {},
+			})
+		})
+	}
+}
+
+// TestProxierRetriesAFailedSync checks that a sync that fails is tried
+// again within the retry period, with no event to ask for it: with a sync
+// period of an hour, only the retry can bring the second and third syncs,
+// and the third, good one delivers the cluster.
+func TestProxierRetriesAFailedSync(t *testing.T) {
+	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"),
+		testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, "10.244.0.1"))
+	b := newRecordingBackend()
+	b.failures = 2
+	reg := prometheus.NewRegistry()
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithRetryPeriod(10*time.Millisecond), proxier.WithMetricsRegisterer(reg))
+	want := state{v1.IPv4Protocol: {"ns/web:p 10.96.0.10:80/TCP": {"10.244.0.1:8080"}}}
+	eventually(t, "the cluster after two failed syncs", func() error {
+		st, syncs, _ := b.snapshot()
+		if diff := cmp.Diff(want, st); diff != "" {
+			return fmt.Errorf("after %d syncs, state (-want +got):\n%s", syncs, diff)
+		}
+		return nil
+	})
+	if _, syncs, _ := b.snapshot(); syncs != 3 {
+		t.Errorf("%d syncs, want 2 failed and 1 good", syncs)
+	}
+	// The metrics saw all three, and the good one's time.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.GetHistogram() != nil:
+				got[f.GetName()] = float64(m.GetHistogram().GetSampleCount())
+			case m.GetGauge() != nil:
+				got[f.GetName()] = min(m.GetGauge().GetValue(), 1)
+			}
+		}
+	}
+	for name, v := range map[string]float64{
+		"kubeproxy_sync_proxy_rules_duration_seconds":       3,
+		"kubeproxy_sync_proxy_rules_last_timestamp_seconds": 1,
+	} {
+		if got[name] != v {
+			t.Errorf("metric %s = %v, want %v", name, got[name], v)
+		}
+	}
+}
+
+// TestProxierFullResyncOnLost checks that when a Backend's Run calls lost
+// (another program removed its state), the Proxier asks the Backend for a
+// full sync and runs one, with no change in the cluster and the sync
+// period an hour away.
+func TestProxierFullResyncOnLost(t *testing.T) {
+	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"))
+	b := newRecordingBackend()
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour))
+	lost := <-b.lost
+	var before int
+	eventually(t, "the first sync", func() error {
+		var st state
+		st, before, _ = b.snapshot()
+		if len(st[v1.IPv4Protocol]) != 1 {
+			return fmt.Errorf("state %v", st)
+		}
+		return nil
+	})
+	lost()
+	eventually(t, "a full sync after lost", func() error {
+		_, syncs, full := b.snapshot()
+		if syncs <= before || full != 1 {
+			return fmt.Errorf("%d syncs (%d before lost), %d full", syncs, before, full)
+		}
+		return nil
+	})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fullRequests != 1 {
+		t.Errorf("RequestFullSync called %d times, want 1", b.fullRequests)
+	}
+}
+
+// TestNewRefuses checks New's argument checks, and that a registry that
+// already holds a Proxier's metrics refuses a second one's, whole.
+func TestNewRefuses(t *testing.T) {
+	client := fake.NewClientset()
+	factory := func(context.Context, proxier.Node, *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		return nil, nil
+	}
+	taken := prometheus.NewRegistry()
+	if _, err := proxier.New(client, "node-a", factory, proxier.WithMetricsRegisterer(taken)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := taken.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		client   kubernetes.Interface
+		nodeName string
+		factory  proxier.NewBackendsFunc
+		opts     []proxier.Option
+		want     string
+	}{
+		{"no client", nil, "node-a", factory, nil, "no Kubernetes client"},
+		{"no node name", client, "", factory, nil, "node name is empty"},
+		{"no factory", client, "node-a", nil, nil, "no backend factory"},
+		{"zero sync period", client, "node-a", factory, []proxier.Option{proxier.WithSyncPeriods(0, 0)}, "must be positive"},
+		{"min above max", client, "node-a", factory, []proxier.Option{proxier.WithSyncPeriods(2*time.Second, time.Second)}, "must be between"},
+		{"zero retry", client, "node-a", factory, []proxier.Option{proxier.WithRetryPeriod(0)}, "retry period"},
+		{"registry taken", client, "node-a", factory, []proxier.Option{proxier.WithMetricsRegisterer(taken)}, "registering"},
+	} {
+		_, err := proxier.New(tc.client, tc.nodeName, tc.factory, tc.opts...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New returned %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+	after, err := taken.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("the refused Proxier left %d metric families, want the first's %d", len(after), len(before))
+	}
+}
+
+// TestRunRefusesBadGroups checks that Run fails, naming the problem, when
+// the factory's groups do not fit the node.
+func TestRunRefusesBadGroups(t *testing.T) {
+	b := newRecordingBackend()
+	for _, tc := range []struct {
+		name   string
+		groups []proxier.BackendGroup
+		want   string
+	}{
+		{"none", nil, "made no backend"},
+		{"a family the node lacks", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{v1.IPv6Protocol}}}, "no address of"},
+		{"a family twice", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{v1.IPv4Protocol}}, {Backend: b, Families: []v1.IPFamily{v1.IPv4Protocol}}}, "two backend groups"},
+		{"no backend", []proxier.BackendGroup{{Families: []v1.IPFamily{v1.IPv4Protocol}}}, "no backend or no family"},
+	} {
+		_, ctx := ktesting.NewTestContext(t)
+		p, err := proxier.New(fake.NewClientset(testNode("192.168.0.1")), "node-a",
+			func(context.Context, proxier.Node, *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+				return tc.groups, nil
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(ctx); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Run returned %v, want an error with %q", tc.name, err, tc.want)
+		}
+		if err := p.Run(ctx); err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("%s: a second Run returned %v, want an error", tc.name, err)
+		}
+	}
+}
