@@ -16,35 +16,22 @@
 //
 // # The composition
 //
-// Data flows one way, each step a block:
+// The proxy is package github.com/proxykit/proxykit/proxier, around the
+// Backends of proxier/iptablesbackend and proxier/ipvsbackend; this
+// command is main over it:
 //
-//		informers ──▶ changetracker ──▶ runner ──▶ backend ──▶ kernel
-//		(run.go)      (handlers,        (run.go)   backend_iptables.go: iptables.Writer ──▶ Interface.RestoreAll
-//		               proxier.go)         │       backend_ipvs.go: ipvs.Translator ──▶ ipvs.Applier
-//		                                   └──▶ conntrack cleanup, healthz, metrics (proxier.go)
+//		flags ──▶ options ──▶ proxier.New(client, node, newBackends, options...) ──▶ Run / RunOnce
 //
-//	  - run.go wires it up: the node's own Node object (through
-//	    changetracker.NodeTopology) gives its topology labels and its
-//	    addresses, and so the IP families to proxy; each family gets a
-//	    familyProxier with a change-tracker pair; each backend of the mode
-//	    gets the families it serves and a runner.Runner. Service and
-//	    EndpointSlice informers feed every family's trackers.
-//	  - proxier.go has the sync a runner calls (syncGroup.sync): bring the
-//	    maps up to date, have the backend apply them, then clear stale
-//	    conntrack entries, update the health servers and observe the
-//	    metrics, per family.
-//	  - backend.go is the interface a proxy mode implements.
-//	    backend_iptables.go is iptables mode, a backend per family: the
-//	    service rule writer renders full or partial iptables-restore input,
-//	    the Interface applies it, and its Monitor canary turns a flush by
-//	    another program into a full resync. backend_ipvs.go is IPVS mode,
-//	    one backend for every family: a translator per family renders the
-//	    virtual servers, ipsets and rules, and one ipvs.Applier applies all
-//	    families' translations in one call, since the kernel keeps both
-//	    families' virtual servers and sets in one table.
-//	  - metrics.go has kube-proxy's metric names; modes.go --cleanup and
-//	    the removal of the other mode's leftovers when the mode changes;
-//	    node.go and options.go the node addresses and the flags.
+//	  - main.go parses the flags and holds the environment (what the proxier
+//	    takes from the machine; tests replace it with fakes);
+//	  - run.go opens the cluster (--manifests or the API server), runs the
+//	    Proxier, and serves /metrics;
+//	  - compose.go translates the options into the package's options;
+//	  - backends.go is the backend factory of --mode, with the node set-up
+//	    each mode needs (conntrack and IPVS sysctls, route_localnet, removing
+//	    the other mode's leftovers);
+//	  - modes.go is --cleanup and the removal of the other mode's leftovers;
+//	    node.go and options.go the node-port addresses and the flags.
 //
 // # Flags
 //
