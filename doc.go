@@ -8,7 +8,8 @@
 //   - [github.com/proxykit/proxykit/changetracker]: turns Service and
 //     EndpointSlice events into the ServicePortMap and EndpointsMap a proxier
 //     syncs from, with pending-change tracking, topology and traffic-policy
-//     categorisation, dual-stack, and the informer glue.
+//     categorisation and dual-stack, with no client-go informers; the
+//     informer glue is [github.com/proxykit/proxykit/proxier/config].
 //   - [github.com/proxykit/proxykit/runner]: the bounded-frequency runner that
 //     calls a sync function at most once per minimum interval and at least
 //     once per maximum interval, retrying after errors.
@@ -24,6 +25,10 @@
 //     flows after a sync, and conntrack tuning.
 //   - [github.com/proxykit/proxykit/healthz]: the proxy's own health server
 //     and the per-service health-check node ports.
+//   - [github.com/proxykit/proxykit/proxier]: the composition of the blocks
+//     into a whole proxy around a Backend, with kube-proxy's iptables and
+//     IPVS modes as ready Backends in proxier/iptablesbackend and
+//     proxier/ipvsbackend.
 //
 // # The data path
 //
@@ -40,14 +45,26 @@
 // has an Interface with a Linux implementation, a stub that returns a clear
 // "not supported" error on other systems, and a faithful fake for unit tests.
 //
+// # Writing a proxy with a custom Backend
+//
+// A proxy built on proxykit writes only its datapath: a proxier.Backend,
+// whose Sync gets each IP family's ServicePortMap and EndpointsMap and what
+// changed in them, whose RequestFullSync asks for everything to be
+// rewritten, and whose Run watches between syncs for its state being
+// removed. proxier.New(client, nodeName, newBackends, options...) and Run
+// do the rest: informers with kube-proxy's selectors, trackers per family,
+// runners with min, max and retry periods, node topology, conntrack
+// cleanup, the health servers and kube-proxy's metrics on a registerer of
+// the caller's. The proxier package's Example is a whole Backend in a few
+// dozen lines.
+//
 // # The reference composition
 //
-// The example binary in examples/proxier composes the blocks into a full
-// node proxier that runs against an API server or against bundled YAML
-// manifests, in iptables mode or IPVS mode (--mode ipvs), each a backend of
-// the same composition; it is the place to start reading when building a
-// proxier of your own. Its run.go wires the blocks together and its
-// proxier.go holds the sync function:
+// The example binary in examples/proxier is main over the proxier package:
+// kube-proxy's flags, --manifests (bundled YAML instead of an API server),
+// --dry-run, --once and --cleanup, in iptables mode or IPVS mode
+// (--mode ipvs). Its backends.go makes the two modes' Backends with the
+// node set-up each needs:
 //
 //	go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a
 //
