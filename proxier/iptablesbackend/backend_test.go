@@ -204,3 +204,36 @@ func counterValue(t *testing.T, v *prometheus.CounterVec) float64 {
 	}
 	return 0
 }
+
+// TestSyncRefusesOtherInputs checks that a Backend, which serves one
+// family, fails a sync given another family's input or more than one, and
+// still returns one result per input.
+func TestSyncRefusesOtherInputs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, err := New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4 := &proxier.FamilyInput{Family: v1.IPv4Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
+	v6 := &proxier.FamilyInput{Family: v1.IPv6Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
+	for _, ins := range [][]*proxier.FamilyInput{{v6}, {v4, v6}, {}} {
+		outs, err := b.Sync(ctx, ins)
+		if err == nil {
+			t.Errorf("Sync of %d inputs succeeded, want an error", len(ins))
+		}
+		if len(outs) != len(ins) {
+			t.Errorf("Sync of %d inputs returned %d results", len(ins), len(outs))
+		}
+	}
+	var out bytes.Buffer
+	b, err = New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil, WithDryRun(&out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs, err := b.Sync(ctx, []*proxier.FamilyInput{v4}); err != nil || !outs[0].Full {
+		t.Fatalf("first dry-run sync: %v, %+v; want a full one", err, outs)
+	}
+	if !strings.HasPrefix(out.String(), "# IPv4: iptables-restore input\n*") {
+		t.Errorf("dry-run output starts %.60q, want the family's header and the tables", out.String())
+	}
+}

@@ -1,0 +1,96 @@
+package ipvsbackend
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/iptables"
+	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/proxier"
+)
+
+func translatorConfig(family v1.IPFamily, prefix string) ipvs.TranslatorConfig {
+	return ipvs.TranslatorConfig{IPFamily: family, NodeName: "node-a", ChainPrefix: prefix}
+}
+
+// TestNewRefuses checks the configurations New refuses.
+func TestNewRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfgs []ipvs.TranslatorConfig
+		ipts []iptables.Interface
+		want string
+	}{
+		{"an iptables short", []ipvs.TranslatorConfig{translatorConfig(v1.IPv4Protocol, "KUBE"), translatorConfig(v1.IPv6Protocol, "KUBE")},
+			[]iptables.Interface{iptablestest.NewFake()}, "1 iptables for 2 families"},
+		{"prefixes differ", []ipvs.TranslatorConfig{translatorConfig(v1.IPv4Protocol, "KUBE"), translatorConfig(v1.IPv6Protocol, "OTHER")},
+			nil, "chain prefixes"},
+		{"no family", []ipvs.TranslatorConfig{{NodeName: "node-a"}}, nil, "IPVS translator"},
+	} {
+		if _, err := New(tc.cfgs, nil, tc.ipts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New returned %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestSyncRefusesOtherInputs checks that a Backend fails a sync whose
+// inputs are not one per family, in its order, and that in a dry run it
+// prints each family's translation.
+func TestSyncRefusesOtherInputs(t *testing.T) {
+	ctx := context.Background()
+	var out strings.Builder
+	b, err := New([]ipvs.TranslatorConfig{translatorConfig(v1.IPv4Protocol, "KUBE"), translatorConfig(v1.IPv6Protocol, "KUBE")}, nil, nil, WithDryRun(&out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := func(f v1.IPFamily) *proxier.FamilyInput {
+		return &proxier.FamilyInput{Family: f, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
+	}
+	v4, v6 := input(v1.IPv4Protocol), input(v1.IPv6Protocol)
+	for _, ins := range [][]*proxier.FamilyInput{{v4}, {v6, v4}, {v4, v4}} {
+		outs, err := b.Sync(ctx, ins)
+		if err == nil {
+			t.Errorf("Sync of %d inputs succeeded, want an error", len(ins))
+		}
+		if len(outs) != len(ins) {
+			t.Errorf("Sync of %d inputs returned %d results", len(ins), len(outs))
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("refused syncs printed %q", out.String())
+	}
+	outs, err := b.Sync(ctx, []*proxier.FamilyInput{v4, v6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 2 || !outs[0].Full || !outs[1].Full {
+		t.Errorf("results %+v, want two full ones", outs)
+	}
+	if out.Len() == 0 {
+		t.Error("the dry run printed nothing")
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("Close of a dry run: %v", err)
+	}
+}
+
+// TestCloseReleasesTheKernel checks that Close releases the Kernel the
+// Backend was made with.
+func TestCloseReleasesTheKernel(t *testing.T) {
+	released := 0
+	k := &Kernel{Release: func() { released++ }}
+	b := &Backend{node: k}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if released != 1 {
+		t.Errorf("released %d times, want 1", released)
+	}
+	var nilKernel *Kernel
+	nilKernel.Close() // must not panic
+}
