@@ -91,7 +91,10 @@ type SyncResult struct {
 // BackendGroup is a Backend and the IP families it serves, in the order of
 // the inputs its Sync gets. Each group is synced by a runner of its own.
 type BackendGroup struct {
-	Backend  Backend
+	// Backend syncs the families; it must not be nil.
+	Backend Backend
+	// Families are those of the node the Backend serves, at least one,
+	// in the order of its Sync's inputs.
 	Families []v1.IPFamily
 }
 

@@ -51,8 +51,11 @@ var _ proxier.Backend = (*Backend)(nil)
 type Kernel struct {
 	// IPVS is nil when the kernel has no IPVS loaded, which only a
 	// cleanup accepts: there are no virtual servers to remove then.
-	IPVS   ipvs.Interface
+	IPVS ipvs.Interface
+	// Binder binds the service addresses to the dummy interface and
+	// tells the node's addresses.
 	Binder NodeBinder
+	// IPSets holds IPVS mode's sets.
 	IPSets ipset.Interface
 	// Release releases the netlink sockets; nil releases nothing.
 	Release func()
