@@ -118,7 +118,8 @@ type Node struct {
 // family whose ip6tables does not work, as kube-proxy falls back to single
 // stack). metrics are kube-proxy's backend counters, registered where the
 // Proxier's are. An error stops Proxier.Run. A Backend that implements
-// io.Closer is closed when Run returns.
+// io.Closer is closed when Run returns, once for each group it is in,
+// even when the factory also returned an error.
 type NewBackendsFunc func(ctx context.Context, node Node, metrics *BackendMetrics) ([]BackendGroup, error)
 
 // BackendMetrics are the counters a Backend reports its own failures to,

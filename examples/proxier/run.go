@@ -54,7 +54,10 @@ func run(ctx context.Context, o *options, env *environment) error {
 	}
 
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		cancel() // the metrics server stops with ctx
+		wg.Wait()
+	}()
 	failed := make(chan error, 1)
 	if o.metricsBindAddress != "" {
 		if err := serveMetrics(ctx, &wg, env.listen, o.metricsBindAddress, reg, failed); err != nil {
@@ -63,14 +66,12 @@ func run(ctx context.Context, o *options, env *environment) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	klog.FromContext(ctx).V(1).Info("Serving metrics", "address", o.metricsBindAddress)
 	select {
 	case err = <-done:
 	case err = <-failed:
 		cancel()
 		<-done
 	}
-	cancel()
 	return err
 }
 
