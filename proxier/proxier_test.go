@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -15,11 +18,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/proxier"
 )
 
@@ -446,4 +451,138 @@ func TestRunRefusesBadGroups(t *testing.T) {
 			t.Errorf("%s: a second Run returned %v, want an error", tc.name, err)
 		}
 	}
+}
+
+// TestProxierNodeEligibility checks that the proxy health server's
+// /healthz follows this node's Node object: healthy once synced, failing
+// while the Node is being deleted, and /livez healthy throughout.
+func TestProxierNodeEligibility(t *testing.T) {
+	node := testNode("192.168.0.1")
+	client := fake.NewClientset(node)
+	listening := make(chan string, 1)
+	listen := func(ctx context.Context, network, _ string) (net.Listener, error) {
+		var lc net.ListenConfig
+		l, err := lc.Listen(ctx, network, "127.0.0.1:0")
+		if err == nil {
+			listening <- l.Addr().String()
+		}
+		return l, err
+	}
+	b := newRecordingBackend()
+	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		return []proxier.BackendGroup{{Backend: b, Families: n.Families}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithProxyHealthServer("127.0.0.1:10256"), proxier.WithListenFunc(listen))
+	addr := <-listening
+	status := func(path string) (int, error) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	wantStatus := func(what string, healthz, livez int) {
+		t.Helper()
+		eventually(t, what, func() error {
+			h, err := status("/healthz")
+			if err != nil {
+				return err
+			}
+			l, err := status("/livez")
+			if err != nil {
+				return err
+			}
+			if h != healthz || l != livez {
+				return fmt.Errorf("/healthz %d, /livez %d; want %d and %d", h, l, healthz, livez)
+			}
+			return nil
+		})
+	}
+	wantStatus("synced", http.StatusOK, http.StatusOK)
+
+	deleting := node.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if _, err := client.CoreV1().Nodes().Update(context.Background(), deleting, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus("the Node being deleted", http.StatusServiceUnavailable, http.StatusOK)
+}
+
+// recordingCleaner is a ConntrackCleaner that records the deleted cluster
+// IPs of each call and fails while fail is set.
+type recordingCleaner struct {
+	mu      sync.Mutex
+	fail    bool
+	deleted [][]string
+}
+
+func (c *recordingCleaner) CleanStaleEntries(_ context.Context, _ v1.IPFamily, _ changetracker.ServicePortMap,
+	_ changetracker.EndpointsMap, deletedClusterIPs sets.Set[netip.Addr]) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ips []string
+	for ip := range deletedClusterIPs {
+		ips = append(ips, ip.String())
+	}
+	slices.Sort(ips)
+	c.deleted = append(c.deleted, ips)
+	if c.fail {
+		return 0, errors.New("netlink refused")
+	}
+	return len(ips), nil
+}
+
+func (c *recordingCleaner) calls() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.deleted)
+}
+
+// TestProxierCleansConntrack checks that a good sync after a UDP Service
+// is deleted hands the cleaner its cluster IP, and that after a failed
+// cleanup the next one gets it again.
+func TestProxierCleansConntrack(t *testing.T) {
+	dns := testService("dns", 53, "10.96.0.53")
+	dns.Spec.Ports[0].Protocol = v1.ProtocolUDP
+	client := fake.NewClientset(testNode("192.168.0.1"), dns)
+	cleaner := &recordingCleaner{fail: true}
+	b := newRecordingBackend()
+	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		return []proxier.BackendGroup{{Backend: b, Families: n.Families}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithConntrack(cleaner))
+	eventually(t, "the first sync", func() error {
+		if st, _, _ := b.snapshot(); len(st[v1.IPv4Protocol]) != 1 {
+			return fmt.Errorf("state %v", st)
+		}
+		return nil
+	})
+	if err := client.CoreV1().Services("ns").Delete(context.Background(), "dns", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a cleanup of the deleted service", func() error {
+		calls := cleaner.calls()
+		if len(calls) == 0 || !slices.Equal(calls[len(calls)-1], []string{"10.96.0.53"}) {
+			return fmt.Errorf("cleanups with deleted cluster IPs %q", calls)
+		}
+		return nil
+	})
+	cleaner.mu.Lock()
+	cleaner.fail = false
+	n := len(cleaner.deleted)
+	cleaner.mu.Unlock()
+	// A change of another Service brings the next sync, whose cleanup
+	// must still carry the IP the failed one did not clean.
+	if _, err := client.CoreV1().Services("ns").Create(context.Background(), testService("web", 80, "10.96.0.80"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cleanup after the failed one", func() error {
+		calls := cleaner.calls()
+		if len(calls) <= n {
+			return fmt.Errorf("no cleanup after the failed one: %q", calls)
+		}
+		if !slices.Equal(calls[n], []string{"10.96.0.53"}) {
+			return fmt.Errorf("the cleanup after the failed one had deleted cluster IPs %q, want the failed one's", calls[n])
+		}
+		return nil
+	})
 }
