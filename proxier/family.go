@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -34,7 +33,7 @@ type familyProxier struct {
 	// runner's Run, and never blocks.
 	requestSync func()
 
-	// Optional parts, nil when not in use (a dry run has none of them).
+	// Optional parts, nil when not in use (RunOnce has no health servers).
 	health    *healthz.ProxyHealthServer
 	svcHealth *serviceHealth
 	ct        ConntrackCleaner
@@ -159,9 +158,9 @@ func (p *familyProxier) synced(ctx context.Context, in *FamilyInput, out SyncRes
 	logger.V(2).Info("Synced proxy rules", "full", out.Full, "servicePorts", out.ServicePorts, "endpoints", out.Endpoints, "took", took)
 }
 
-// syncGroup is what one runner syncs: a backend and the families it
-// serves, a BackendGroup with the families' state. In iptables mode every family is a group of its own, with its
-// own runner, so that a failing ip6tables-restore does not hold IPv4 back.
+// syncGroup is what one runner syncs: a BackendGroup with its families'
+// state. In iptables mode every family is a group of its own, with its own
+// runner, so that a failing ip6tables-restore does not hold IPv4 back.
 // In IPVS mode the node's families form one group: the virtual servers and
 // ipsets of both live in one kernel table, which ipvs.Applier reconciles
 // from every family's translation at once, so the families are synced
