@@ -40,6 +40,25 @@
 // has an Interface with a Linux implementation, a stub that returns a clear
 // "not supported" error on other systems, and a faithful fake for unit tests.
 //
+// # Fakes for tests
+//
+// Every block with a kernel side keeps its fake in a "testing" directory
+// under it, and that directory's package is named after the block with a
+// "test" suffix, as the standard library's net/http/httptest is:
+//
+//	import (
+//		"testing"
+//
+//		"github.com/proxykit/proxykit/conntrack/testing" // package conntracktest
+//		"github.com/proxykit/proxykit/ipset/testing"     // package ipsettest
+//		"github.com/proxykit/proxykit/iptables/testing"  // package iptablestest
+//		"github.com/proxykit/proxykit/ipvs/testing"      // package ipvstest
+//	)
+//
+// so a test file imports the standard library's testing package and any
+// number of fakes without renaming one of them. Each fake implements its
+// block's Interface and fails where the kernel would.
+//
 // # The reference composition
 //
 // The example binary in examples/proxier composes the blocks into a full
