@@ -243,6 +243,7 @@ func ipvsTranslatorConfig(o *options, nodeName string, family v1.IPFamily, ips n
 		NodePortAddresses: nodePortPrefixes(o, family, ips.byFamily[family]),
 		ClusterCIDR:       o.clusterCIDR(family),
 		MasqueradeAll:     o.masqueradeAll,
+		MasqueradeBit:     o.masqueradeBit,
 		ChainPrefix:       o.names.Chains().Prefix(),
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/changetracker"
@@ -291,11 +291,10 @@ func openCluster(ctx context.Context, o *options, env *environment, follow bool)
 		}
 		return src.Client(), nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags(o.master, o.kubeconfig)
+	cfg, err := apiServerConfig(o, rest.InClusterConfig)
 	if err != nil {
-		return nil, fmt.Errorf("API server configuration: %w", err)
+		return nil, err
 	}
-	cfg.UserAgent = "proxykit-proxier"
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API server client: %w", err)
@@ -353,7 +352,7 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 		if ipts, err = familyIPTables(ctx, env, ips); err != nil {
 			return nil, nil, err
 		}
-		acceptInvalid = tuneConntrack(ctx, env.kernel)
+		acceptInvalid = tuneConntrack(ctx, env.kernel, o.conntrack)
 		// A node that ran IPVS mode before keeps its rules, sets, virtual
 		// servers and dummy interface until they are removed.
 		removeIPVSMode(ctx, env, o.names, ipts)
@@ -367,6 +366,7 @@ func newBackends(ctx context.Context, o *options, env *environment, nodeName str
 			NodePortAddresses:  nodePortPrefixes(o, family, ips.byFamily[family]),
 			ClusterCIDR:        o.clusterCIDR(family),
 			MasqueradeAll:      o.masqueradeAll,
+			MasqueradeBit:      o.masqueradeBit,
 			AcceptInvalid:      acceptInvalid,
 			LocalhostNodePorts: o.localhostNodePorts,
 			ChainPrefix:        o.names.Chains().Prefix(),
@@ -415,7 +415,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, nodeName
 			closeNode()
 			return nil, nil, err
 		}
-		tuneConntrack(ctx, env.kernel)
+		tuneConntrack(ctx, env.kernel, o.conntrack)
 		removeIPTablesMode(ctx, o.names, ipts)
 	}
 	var cfgs []ipvs.TranslatorConfig
@@ -472,18 +472,19 @@ func usableIPTables(ctx context.Context, env *environment, family v1.IPFamily, b
 	return ipt, nil
 }
 
-// tuneConntrack sets the conntrack timeouts kube-proxy sets by default,
-// which are per network namespace, and reports whether
+// tuneConntrack applies t (nil: the timeouts kube-proxy sets by default,
+// which are per network namespace), and reports whether
 // nf_conntrack_tcp_be_liberal is on (then out-of-window TCP packets are
 // not INVALID, and the rule dropping INVALID packets is left out, as
-// kube-proxy does: kubernetes#117924). nf_conntrack_max is left alone:
-// it is host-wide, and lowering the host's limit is not an example's call.
-func tuneConntrack(ctx context.Context, k *kernel.Kernel) bool {
+// kube-proxy does: kubernetes#117924). nf_conntrack_max is left alone
+// unless a --config file sets conntrack.maxPerCore: it is host-wide, and
+// lowering the host's limit is not an example's call by default.
+func tuneConntrack(ctx context.Context, k *kernel.Kernel, t *conntrack.Tuning) bool {
 	logger := klog.FromContext(ctx)
-	err := conntrack.Tune(ctx, k, conntrack.Tuning{
-		TCPEstablishedTimeout: 24 * time.Hour,
-		TCPCloseWaitTimeout:   time.Hour,
-	})
+	if t == nil {
+		t = &conntrack.Tuning{TCPEstablishedTimeout: defaultTCPEstablishedTimeout, TCPCloseWaitTimeout: defaultTCPCloseWaitTimeout}
+	}
+	err := conntrack.Tune(ctx, k, *t)
 	if err != nil {
 		logger.Error(err, "Tuning conntrack; going on with the kernel's settings")
 	}
