@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/proxykit/proxykit/iptables"
@@ -35,6 +37,8 @@ type Fake struct {
 	words   []string
 	// maxBranches bounds Trace; a field so tests can lower it.
 	maxBranches int
+	// sets decides Trace's set matches, when given (WithIPSetFake).
+	sets IPSets
 }
 
 var _ iptables.Interface = (*Fake)(nil)
@@ -71,6 +75,34 @@ func WithClock(c clock.Clock) Option {
 // not call the Fake. Without this option no set exists.
 func WithIPSets(exists func(name string) bool) Option {
 	return func(f *Fake) { f.env.setExists = exists }
+}
+
+// IPSets is what the Fake needs to know of ipsets to refuse and to trace
+// "-m set --match-set" rules; [github.com/proxykit/proxykit/ipset/testing.Fake]
+// implements it. Its methods are called with the Fake's lock held and must
+// not call the Fake.
+type IPSets interface {
+	// HasSet reports whether a set named name exists.
+	HasSet(name string) bool
+	// MatchPacket reports whether a packet matches the set name as
+	// "-m set --match-set name DIRS" decides, given, for each direction
+	// of DIRS in order, the packet's address and port on that side, and
+	// its transport protocol (empty for one without ports). It fails if
+	// the set does not exist.
+	MatchPacket(name string, protocol v1.Protocol, dims []netip.AddrPort) (bool, error)
+}
+
+// WithIPSetFake gives the Fake the ipsets of sets, usually an ipset fake
+// that the code under test fills: a rule naming a set that sets does not
+// have is refused, as the kernel refuses it, and [Fake.Trace] decides
+// each "-m set" match by asking sets, with the packet's addresses and
+// ports where the rule meets it (after any DNAT before it). It replaces
+// [WithIPSets].
+func WithIPSetFake(sets IPSets) Option {
+	return func(f *Fake) {
+		f.env.setExists = sets.HasSet
+		f.sets = sets
+	}
 }
 
 // NewFake returns an empty IPv4 Fake.
