@@ -143,11 +143,11 @@ func locateDecodeError(obj map[string]json.RawMessage, path []string, err error)
 	sort.Strings(keys)
 	for _, k := range keys {
 		p := append(slices.Clone(path), k)
-		if _, e := k8sjson.UnmarshalStrict(nest(p, obj[k]), &kubeproxyconfig.KubeProxyConfiguration{}); e == nil {
+		_, e := k8sjson.UnmarshalStrict(nest(p, obj[k]), &kubeproxyconfig.KubeProxyConfiguration{})
+		if e == nil {
 			continue
-		} else {
-			err = e
 		}
+		err = e
 		var child map[string]json.RawMessage
 		if json.Unmarshal(obj[k], &child) == nil && len(child) > 0 {
 			return locateDecodeError(child, p, err)

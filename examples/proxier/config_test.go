@@ -245,3 +245,26 @@ func TestConfigFileVerbosity(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigFileIPv6BindAddress checks kube-proxy's defaulting of the
+// servers' addresses to the family of an (unspecified) IPv6 bindAddress,
+// which is then not reported as unsupported.
+func TestConfigFileIPv6BindAddress(t *testing.T) {
+	base, err := os.ReadFile("testdata/config/kubeadm-default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "config.conf")
+	if err := os.WriteFile(path, []byte(strings.Replace(string(base), "bindAddress: 0.0.0.0\n", "bindAddress: '::'\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseOptions([]string{"--config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kubeadmDefaults(path)
+	want.healthzBindAddress, want.metricsBindAddress = "[::]:10256", "[::1]:10249"
+	if diff := cmp.Diff(&want, got, cmp.AllowUnexported(options{}), cmpopts.IgnoreFields(options{}, "names")); diff != "" {
+		t.Errorf("options (-want +got):\n%s", diff)
+	}
+}
