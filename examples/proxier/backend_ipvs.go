@@ -244,6 +244,7 @@ func ipvsTranslatorConfig(o *options, nodeName string, family v1.IPFamily, ips n
 		ClusterCIDR:       o.clusterCIDR(family),
 		MasqueradeAll:     o.masqueradeAll,
 		MasqueradeBit:     o.masqueradeBit,
+		Scheduler:         o.ipvsScheduler,
 		ChainPrefix:       o.names.Chains().Prefix(),
 	}
 }

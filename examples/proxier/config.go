@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/kernel"
 )
 
 // clientSettings are the clientConnection fields of a configuration file
@@ -325,6 +326,13 @@ func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, given
 	v["sync-period"] = flagValue{section + ".syncPeriod", sync.String()}
 	v["min-sync-period"] = flagValue{section + ".minSyncPeriod", minSync.String()}
 
+	if mode == modeIPVS && cfg.IPVS.Scheduler != "" {
+		if _, err := kernel.IPVSSchedulerModule(cfg.IPVS.Scheduler); err != nil {
+			return nil, fmt.Errorf("ipvs.scheduler: %w", err)
+		}
+		o.ipvsScheduler = cfg.IPVS.Scheduler
+	}
+
 	tuning, err := conntrackTuning(cfg.Conntrack)
 	if err != nil {
 		return nil, err
@@ -456,7 +464,6 @@ func unsupportedFields(cfg *kubeproxyconfig.KubeProxyConfiguration, mode string)
 	add(cfg.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion")
 	if mode == modeIPVS {
 		i := cfg.IPVS
-		add(i.Scheduler != "" && i.Scheduler != "rr", "ipvs.scheduler")
 		add(len(i.ExcludeCIDRs) > 0, "ipvs.excludeCIDRs")
 		add(i.StrictARP, "ipvs.strictARP")
 		add(i.TCPTimeout.Duration != 0, "ipvs.tcpTimeout")
@@ -471,4 +478,13 @@ func unsupportedFields(cfg *kubeproxyconfig.KubeProxyConfiguration, mode string)
 	add(cfg.PortRange != "", "portRange")
 	add(cfg.WindowsRunAsService, "windowsRunAsService")
 	return out
+}
+
+// ipvsSchedulers returns the IPVS schedulers whose modules IPVS mode
+// needs: none for the default, else ipvs.scheduler's.
+func (o *options) ipvsSchedulers() []string {
+	if o.ipvsScheduler == "" {
+		return nil
+	}
+	return []string{o.ipvsScheduler}
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/kernel"
 )
 
 // kubeadmDefaults are the options from the configuration kubeadm writes
@@ -61,7 +64,8 @@ func TestConfigFile(t *testing.T) {
 		o.nodePortAddresses = []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24"), netip.MustParsePrefix("fd00:192::/64")}
 		o.metricsBindAddress = "0.0.0.0:10249"
 		o.client = clientSettings{QPS: 50, Burst: 100}
-		o.conntrack = &conntrack.Tuning{TCPEstablishedTimeout: 2 * time.Hour, TCPCloseWaitTimeout: time.Hour, UDPTimeout: 30 * time.Second}
+		o.conntrack = &conntrack.Tuning{TCPEstablishedTimeout: 2 * time.Hour, TCPCloseWaitTimeout: time.Hour, UDPTimeout: 45 * time.Second}
+		o.ipvsScheduler = "lc"
 	}
 	for _, tc := range []struct {
 		name string
@@ -98,7 +102,7 @@ func TestConfigFile(t *testing.T) {
 				"--nodeport-addresses", "primary", "--kubeconfig", "/etc/other.conf", "--cluster-cidr", "10.0.0.0/8"},
 			want: with(ipvsFile, func(o *options) {
 				ipvsWant(o)
-				o.mode = modeIPTables
+				o.mode, o.ipvsScheduler = modeIPTables, ""
 				o.syncPeriod, o.minSyncPeriod = 5*time.Second, 2*time.Second
 				o.masqueradeAll = false
 				o.nodePortAddresses, o.nodePortPrimary = nil, true
@@ -113,7 +117,7 @@ func TestConfigFile(t *testing.T) {
 				o.mode = modeIPVS
 				o.minSyncPeriod = 0
 				o.unsupported = []string{"featureGates", "logging.format", "logging.flushFrequency", "bindAddress", "enableProfiling",
-					"ipvs.scheduler", "ipvs.strictARP", "winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
+					"ipvs.strictARP", "winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
 			}),
 		},
 		{
@@ -188,6 +192,8 @@ func TestConfigFileInvalid(t *testing.T) {
 		{name: "healthzBindAddress", file: edit(`healthzBindAddress: ""`, "healthzBindAddress: localhost:10256"),
 			wantErr: "healthzBindAddress"},
 		{name: "mode", file: edit(`mode: ""`, "mode: nftables"), wantErr: `mode: "nftables" is not a mode this proxier has`},
+		{name: "ipvs.scheduler", file: edit(`  scheduler: ""`, "  scheduler: fastest"), args: []string{"--mode", "ipvs"},
+			wantErr: "ipvs.scheduler: unknown IPVS scheduler \"fastest\""},
 		{name: "conntrack.min", file: edit("  min: null", "  min: -1"), wantErr: "conntrack.min: -1: must be greater than or equal to 0"},
 		{name: "the file's minSyncPeriod over --sync-period", args: []string{"--sync-period", "500ms"}, file: string(base),
 			wantErr: "iptables.minSyncPeriod: 1s: must not be longer than --sync-period (500ms)"},
@@ -266,5 +272,83 @@ func TestConfigFileIPv6BindAddress(t *testing.T) {
 	want.healthzBindAddress, want.metricsBindAddress = "[::]:10256", "[::1]:10249"
 	if diff := cmp.Diff(&want, got, cmp.AllowUnexported(options{}), cmpopts.IgnoreFields(options{}, "names")); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)
+	}
+}
+
+// TestConfigFileDryRun checks that the file's settings that have no flag
+// reach the rules: the masquerade bit in both modes, and the scheduler of
+// IPVS mode's virtual servers.
+func TestConfigFileDryRun(t *testing.T) {
+	base, err := os.ReadFile("testdata/config/kubeadm-default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := strings.Replace(string(base), "  masqueradeBit: null\n", "  masqueradeBit: 15\n", 1)
+	file = strings.Replace(file, "  scheduler: \"\"\n", "  scheduler: lc\n", 1)
+	path := filepath.Join(t.TempDir(), "config.conf")
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode string
+		want []string
+	}{
+		{modeIPTables, []string{"-A KUBE-MARK-MASQ -j MARK --or-mark 0x00008000\n"}},
+		{modeIPVS, []string{"-A KUBE-MARK-MASQ -j MARK --or-mark 0x00008000\n", "TCP 10.96.0.53:53 lc bound\n"}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			var out bytes.Buffer
+			args := append(demoArgs(t, demoCommand, true), "--config", path, "--mode", tc.mode)
+			if log, err := runArgs(t, dryRunEnvironment(t, &out), args...); err != nil {
+				t.Fatalf("dry run: %v\n%s", err, log)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("the dry run does not show %q:\n%s", w, out.String())
+				}
+			}
+			if strings.Contains(out.String(), "0x00004000") || strings.Contains(out.String(), " rr ") {
+				t.Errorf("the dry run still shows the default mark or scheduler:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestConfigFileOnFakeNode runs IPVS mode from testdata/config/ipvs.yaml
+// on the fakes: the kernel check asks for ipvs.scheduler's module, the
+// virtual servers use that scheduler, and the conntrack section's
+// timeouts are set.
+func TestConfigFileOnFakeNode(t *testing.T) {
+	node := newFakeNode(t).withIPVS(t)
+	args := []string{"--config", "testdata/config/ipvs.yaml", "--once", "--manifests", "testdata", "--hostname-override", "node-a"}
+	log, err := runArgs(t, node.environment(t, io.Discard), args...)
+	var missing *kernel.IPVSUnavailableError
+	if !errors.As(err, &missing) || !slices.Equal(missing.Schedulers, []string{"ip_vs_lc"}) {
+		t.Fatalf("on a kernel without ip_vs_lc: got %v, want the kernel check's refusal naming ip_vs_lc\n%s", err, log)
+	}
+
+	v, err := kernel.ParseVersion("6.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernelTree(t, node.root, append(kernel.RequiredIPVSModules(v), append(kernel.IPSetModules(), "ip_vs_lc")...))
+	// The kernel's default, which the file changes.
+	if err := os.WriteFile(filepath.Join(node.root, "proc/sys/net/netfilter/nf_conntrack_udp_timeout"), []byte("30\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if log, err := runArgs(t, node.environment(t, io.Discard), args...); err != nil {
+		t.Fatalf("--once: %v\n%s", err, log)
+	}
+	if want := "TCP 10.96.0.10:80 lc\n"; !strings.Contains(node.lb.Dump(), want) {
+		t.Errorf("virtual servers do not show %q:\n%s", want, node.lb.Dump())
+	}
+	for name, want := range map[string]string{
+		"net/netfilter/nf_conntrack_tcp_timeout_established": "7200",
+		"net/netfilter/nf_conntrack_tcp_timeout_close_wait":  "3600",
+		"net/netfilter/nf_conntrack_udp_timeout":             "45",
+	} {
+		if got := readSysctl(t, node.root, name); got != want {
+			t.Errorf("sysctl %s = %s, want %s", name, got, want)
+		}
 	}
 }

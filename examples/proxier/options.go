@@ -67,6 +67,8 @@ type options struct {
 	// conntrack is the conntrack section; nil means kube-proxy's default
 	// timeouts.
 	conntrack *conntrack.Tuning
+	// ipvsScheduler is ipvs.scheduler in IPVS mode; empty means rr.
+	ipvsScheduler string
 }
 
 // Defaults as kube-proxy has them.

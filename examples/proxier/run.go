@@ -400,7 +400,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, nodeName
 	var node *ipvsNode
 	closeNode := func() {}
 	if !o.dryRun {
-		if err := env.kernel.CanUseIPVS(ctx); err != nil {
+		if err := env.kernel.CanUseIPVS(ctx, o.ipvsSchedulers()...); err != nil {
 			return nil, nil, fmt.Errorf("--mode ipvs: %w", err)
 		}
 		var err error
