@@ -228,14 +228,7 @@ func TestConfigFileVerbosity(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	base, err := os.ReadFile("testdata/config/kubeadm-default.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "config.conf")
-	if err := os.WriteFile(path, []byte(strings.Replace(string(base), "  verbosity: 0\n", "  verbosity: 3\n", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := kubeadmConfigWith(t, "  verbosity: 0", "  verbosity: 3")
 	for _, tc := range []struct {
 		args []string
 		want klog.Level
@@ -256,14 +249,7 @@ func TestConfigFileVerbosity(t *testing.T) {
 // servers' addresses to the family of an (unspecified) IPv6 bindAddress,
 // which is then not reported as unsupported.
 func TestConfigFileIPv6BindAddress(t *testing.T) {
-	base, err := os.ReadFile("testdata/config/kubeadm-default.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "config.conf")
-	if err := os.WriteFile(path, []byte(strings.Replace(string(base), "bindAddress: 0.0.0.0\n", "bindAddress: '::'\n", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := kubeadmConfigWith(t, "bindAddress: 0.0.0.0", "bindAddress: '::'")
 	got, err := parseOptions([]string{"--config", path}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -279,16 +265,7 @@ func TestConfigFileIPv6BindAddress(t *testing.T) {
 // reach the rules: the masquerade bit in both modes, and the scheduler of
 // IPVS mode's virtual servers.
 func TestConfigFileDryRun(t *testing.T) {
-	base, err := os.ReadFile("testdata/config/kubeadm-default.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := strings.Replace(string(base), "  masqueradeBit: null\n", "  masqueradeBit: 15\n", 1)
-	file = strings.Replace(file, "  scheduler: \"\"\n", "  scheduler: lc\n", 1)
-	path := filepath.Join(t.TempDir(), "config.conf")
-	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := kubeadmConfigWith(t, "  masqueradeBit: null", "  masqueradeBit: 15", "  scheduler: \"\"", "  scheduler: lc")
 	for _, tc := range []struct {
 		mode string
 		want []string
@@ -351,4 +328,27 @@ func TestConfigFileOnFakeNode(t *testing.T) {
 			t.Errorf("sysctl %s = %s, want %s", name, got, want)
 		}
 	}
+}
+
+// kubeadmConfigWith writes kubeadm's default configuration with lines
+// replaced (old, new, old, new, ...; the first match of each) to a
+// temporary file, and returns its path.
+func kubeadmConfigWith(t *testing.T, replace ...string) string {
+	t.Helper()
+	data, err := os.ReadFile("testdata/config/kubeadm-default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := string(data)
+	for i := 0; i+1 < len(replace); i += 2 {
+		if !strings.Contains(file, replace[i]+"\n") {
+			t.Fatalf("kubeadm-default.yaml has no line %q", replace[i])
+		}
+		file = strings.Replace(file, replace[i]+"\n", replace[i+1]+"\n", 1)
+	}
+	path := filepath.Join(t.TempDir(), "config.conf")
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
