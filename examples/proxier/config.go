@@ -16,6 +16,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 	k8sjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -428,6 +429,14 @@ func conntrackTuning(c kubeproxyconfig.KubeProxyConntrackConfiguration) (conntra
 		*d.into = *d.value
 	}
 	return t, nil
+}
+
+// warnUnsupported logs, in one line, the fields of the configuration file
+// that are set and that this proxier ignores; nothing when there are none.
+func warnUnsupported(logger klog.Logger, o *options) {
+	if len(o.unsupported) > 0 {
+		logger.Info("Warning: the configuration file sets fields this proxier does not implement; they are ignored", "config", o.config, "fields", o.unsupported)
+	}
 }
 
 func durationOrNil(d *metav1.Duration) *time.Duration {

@@ -352,3 +352,28 @@ func kubeadmConfigWith(t *testing.T, replace ...string) string {
 	}
 	return path
 }
+
+// TestWarnUnsupported checks that the ignored fields are named in one
+// warning, and that a file without any gives none.
+func TestWarnUnsupported(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want int
+	}{{"testdata/config/unsupported.yaml", 1}, {"testdata/config/kubeadm-default.yaml", 0}} {
+		o, err := parseOptions([]string{"--config", tc.file}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log logBuffer
+		warnUnsupported(klog.FromContext(testLogger(&log, 0)), o)
+		got := log.String()
+		if n := strings.Count(got, "Warning:"); n != tc.want {
+			t.Errorf("%s: %d warnings, want %d:\n%s", tc.file, n, tc.want, got)
+		}
+		for _, field := range o.unsupported {
+			if !strings.Contains(got, `"`+field+`"`) {
+				t.Errorf("%s: the warning does not name %s:\n%s", tc.file, field, got)
+			}
+		}
+	}
+}

@@ -36,9 +36,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
-	if len(o.unsupported) > 0 {
-		klog.FromContext(ctx).Info("Warning: the configuration file sets fields this proxier does not implement; they are ignored", "config", o.config, "fields", o.unsupported)
-	}
+	warnUnsupported(klog.FromContext(ctx), o)
 	if err := run(ctx, o, realEnvironment(os.Stdout)); err != nil {
 		klog.FromContext(ctx).Error(err, "Proxier failed")
 		klog.Flush()
