@@ -3,12 +3,15 @@ package iptablestest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 
+	"github.com/proxykit/proxykit/ipset"
 	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
@@ -85,11 +88,49 @@ COMMIT
 	if !errors.As(err, &ierr) || !strings.Contains(ierr.Stderr, "Set NOPE doesn't exist") {
 		t.Errorf("restoring a rule on a missing set: got %v, want an *iptables.Error saying the set does not exist", err)
 	}
-	// A set that goes away under a rule makes the trace fail, naming it.
-	if err := sets.Destroy(ctx, "ALLOWED"); err != nil {
+	// The rules hold references: the set cannot be destroyed under them,
+	// as in the kernel, until they are gone.
+	if err := sets.Destroy(ctx, "ALLOWED"); !errors.Is(err, ipset.ErrInUse) {
+		t.Errorf("destroying a set that rules use: got %v, want ipset.ErrInUse", err)
+	}
+	if err := ipt.FlushChain(ctx, iptables.TableFilter, iptables.ChainForward); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ipt.Trace(tcp("203.0.113.7:40000", "10.96.0.10:80")); err == nil || !strings.Contains(err.Error(), "--match-set ALLOWED src: Set ALLOWED doesn't exist") {
-		t.Errorf("trace over a destroyed set: got %v, want an error naming the rule and the set", err)
+	if err := sets.Destroy(ctx, "ALLOWED"); err != nil {
+		t.Errorf("destroying a set no rule uses any more: %v", err)
+	}
+	// A restore that replaces the table releases its rules' references.
+	if err := ipt.RestoreAll(ctx, []byte("*nat\nCOMMIT\n"), iptables.FlushTables, iptables.NoRestoreCounters); err != nil {
+		t.Fatal(err)
+	}
+	if err := sets.Destroy(ctx, "HAIRPIN"); err != nil {
+		t.Errorf("destroying a set after the table that used it was replaced: %v", err)
+	}
+}
+
+// vanishingSets is an ipset view whose set is there when a rule is made
+// and gone when a trace asks.
+type vanishingSets struct{ gone bool }
+
+func (v *vanishingSets) HasSet(string) bool { return !v.gone }
+func (v *vanishingSets) MatchPacket(name string, _ v1.Protocol, _ []netip.AddrPort) (bool, error) {
+	return false, fmt.Errorf("ipset %s: %w", name, ipset.ErrNotFound)
+}
+func (v *vanishingSets) Reference(string) error { return nil }
+func (v *vanishingSets) Unreference(string)     {}
+
+// TestTraceMissingSet: a trace that meets a rule on a set that does not
+// exist fails, naming the rule and the set, as iptables refuses such a
+// rule.
+func TestTraceMissingSet(t *testing.T) {
+	sets := &vanishingSets{}
+	ipt := iptablestest.NewFake(iptablestest.WithIPSetFake(sets))
+	if err := ipt.RestoreAll(context.Background(), []byte("*filter\n-A FORWARD -m set --match-set GONE src -j DROP\nCOMMIT\n"), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
+		t.Fatal(err)
+	}
+	sets.gone = true
+	_, err := ipt.Trace(iptablestest.Packet{Protocol: "tcp", Source: netip.MustParseAddr("192.0.2.1"), Destination: netip.MustParseAddr("192.0.2.2"), DestinationPort: 80})
+	if err == nil || !strings.Contains(err.Error(), "--match-set GONE src: Set GONE doesn't exist") {
+		t.Errorf("got %v, want an error naming the rule and the missing set", err)
 	}
 }
