@@ -49,15 +49,17 @@
 //	import (
 //		"testing"
 //
-//		"github.com/proxykit/proxykit/conntrack/testing" // package conntracktest
-//		"github.com/proxykit/proxykit/ipset/testing"     // package ipsettest
-//		"github.com/proxykit/proxykit/iptables/testing"  // package iptablestest
-//		"github.com/proxykit/proxykit/ipvs/testing"      // package ipvstest
+//		conntracktest "github.com/proxykit/proxykit/conntrack/testing"
+//		ipsettest "github.com/proxykit/proxykit/ipset/testing"
+//		iptablestest "github.com/proxykit/proxykit/iptables/testing"
+//		ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 //	)
 //
 // so a test file imports the standard library's testing package and any
-// number of fakes without renaming one of them. Each fake implements its
-// block's Interface and fails where the kernel would.
+// number of fakes under their own names (the explicit names above are the
+// packages' own, which goimports writes because they differ from the
+// directory's). Each fake implements its block's Interface and fails where
+// the kernel would.
 //
 // # The reference composition
 //

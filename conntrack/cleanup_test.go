@@ -13,7 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
-	"github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
-	"github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 )
 
 // svc describes one port of a Service for the tests.

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/ipset"
-	"github.com/proxykit/proxykit/ipset/testing"
+	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 )
 
 // errAny stands for "some error, of no particular kind".

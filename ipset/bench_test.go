@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/proxykit/proxykit/ipset"
-	"github.com/proxykit/proxykit/ipset/testing"
+	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 )
 
 // desiredOf returns a hash:ip,port set with n members, the first skip of a

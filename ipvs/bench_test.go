@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/ipvs"
-	"github.com/proxykit/proxykit/ipvs/testing"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
 
 // BenchmarkIPVSReconcile measures reconciles of n virtual servers with m

@@ -12,11 +12,11 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/ipset"
-	"github.com/proxykit/proxykit/ipset/testing"
+	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	"github.com/proxykit/proxykit/ipvs"
-	"github.com/proxykit/proxykit/ipvs/testing"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
 
 func ExampleReconciler() {

@@ -17,10 +17,10 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/ipset"
-	"github.com/proxykit/proxykit/ipset/testing"
+	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	"github.com/proxykit/proxykit/ipvs"
-	"github.com/proxykit/proxykit/ipvs/testing"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
 
 // The node of the translation tests.

@@ -14,7 +14,7 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	"github.com/proxykit/proxykit/ipvs"
-	"github.com/proxykit/proxykit/ipvs/testing"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
 
 // otherPrefix is the chain prefix of the second proxy in these tests: as

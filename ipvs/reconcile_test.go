@@ -16,7 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxykit/proxykit/ipvs"
-	"github.com/proxykit/proxykit/ipvs/testing"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 )
 
 // load fills i with the state text describes, in the format of

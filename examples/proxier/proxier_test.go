@@ -22,11 +22,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/conntrack"
-	"github.com/proxykit/proxykit/conntrack/testing"
-	"github.com/proxykit/proxykit/ipset/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
+	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
-	"github.com/proxykit/proxykit/ipvs/testing"
+	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
 	"github.com/proxykit/proxykit/kernel"
 )
 
