@@ -6,11 +6,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -43,9 +43,12 @@ const (
 
 // applyConfigFile reads o.config, a KubeProxyConfiguration
 // (kubeproxy.config.k8s.io/v1alpha1) as kubeadm deploys kube-proxy with,
-// into o. As in kube-proxy, a flag given on the command line (one fs
-// visited) wins over the file, and a field left at its zero value takes
-// kube-proxy's default, which for a few fields differs from the flag's
+// into o. A flag given on the command line (one fs visited) wins over the
+// file: kube-proxy lets only --hostname-override and its logging flags do
+// so, and ignores the others beside a file; here every flag does, so that
+// a DaemonSet can change one setting without editing the ConfigMap. A
+// field left at its zero value takes kube-proxy's default, which for a
+// few fields differs from the flag's
 // (an empty healthzBindAddress is the default address, where an empty
 // --healthz-bind-address turns the server off; ipvs.minSyncPeriod is 0
 // unless set). The fields this proxier has flags for are applied through
@@ -54,7 +57,10 @@ const (
 // It fails on a file that cannot be read, that is not a
 // KubeProxyConfiguration, that has a field the type does not have or a
 // value of the wrong type, or a value this proxier refuses; the error
-// names the field by its path ("iptables.minSyncPeriod: ..."). The names
+// names the field by its path ("iptables.minSyncPeriod: ..."). kube-proxy
+// only warns about unknown fields (it decodes v1alpha1 leniently when
+// strict decoding fails); refusing them keeps a misspelt field from being
+// silently ignored. The names
 // of fields that are set but that this proxier does not implement are put
 // in o.unsupported, for one warning at start-up.
 func applyConfigFile(fs *flag.FlagSet, o *options) error {
@@ -72,12 +78,7 @@ func applyConfigFile(fs *flag.FlagSet, o *options) error {
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", o.config, err)
 	}
-	names := make([]string, 0, len(values))
-	for name := range values {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(values)) {
 		if given[name] {
 			continue
 		}
@@ -138,12 +139,7 @@ func decodeConfig(data []byte) (*kubeproxyconfig.KubeProxyConfiguration, error) 
 // so each field under path is decoded alone, the failing one is followed
 // down, and the deepest failing field is named.
 func locateDecodeError(obj map[string]json.RawMessage, path []string, err error) error {
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		p := append(slices.Clone(path), k)
 		_, e := k8sjson.UnmarshalStrict(nest(p, obj[k]), &kubeproxyconfig.KubeProxyConfiguration{})
 		if e == nil {
