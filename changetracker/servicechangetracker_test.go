@@ -295,3 +295,48 @@ func TestUpdateServiceMapResultHealthCheckNodePorts(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeServicePortFuncEquality pins what the MakeServicePortFunc godoc
+// says about comparing custom ports with reflect.DeepEqual: a func field
+// makes every update a change, and a pointer field is compared by pointee.
+func TestMakeServicePortFuncEquality(t *testing.T) {
+	type withFunc struct {
+		*BaseServicePort
+		chain func() string
+	}
+	type withPointer struct {
+		*BaseServicePort
+		chain *string
+	}
+	tests := []struct {
+		name string
+		mk   MakeServicePortFunc
+		want bool
+	}{{
+		name: "func field: never equal, so an identical update is a change",
+		mk: func(_ *v1.ServicePort, svc *v1.Service, base *BaseServicePort) ServicePort {
+			return &withFunc{BaseServicePort: base, chain: func() string { return svc.Name }}
+		},
+		want: true,
+	}, {
+		name: "pointer field: distinct pointers to equal values are equal",
+		mk: func(_ *v1.ServicePort, svc *v1.Service, base *BaseServicePort) ServicePort {
+			chain := "KUBE-SVC-" + svc.Name
+			return &withPointer{BaseServicePort: base, chain: &chain}
+		},
+		want: false,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewServiceChangeTracker(v1.IPv4Protocol, tt.mk)
+			svc := makeService("ns", "a")
+			tr.Update(nil, svc)
+			ServicePortMap{}.Update(tr)
+			relabelled := svc.DeepCopy()
+			relabelled.Labels = map[string]string{"team": "b"}
+			if got := tr.Update(svc, relabelled); got != tt.want {
+				t.Errorf("Update(svc, svc with new labels) pending = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -102,6 +102,24 @@ type ServicePort interface {
 // Service into the ServicePort stored in the ServicePortMap. It is called from
 // ServiceChangeTracker.Update, on the informer's goroutine. Returning nil drops
 // the port. A nil MakeServicePortFunc stores the *BaseServicePort itself.
+//
+// The values it returns decide what counts as a change: when a Service is
+// updated, ServiceChangeTracker.Update drops the change if every port built
+// for the new Service equals the one built for the last applied state, and
+// ports of a custom type are compared with reflect.DeepEqual (the
+// *BaseServicePort values by their fields). So, in the custom type:
+//   - a non-nil func field is never equal to anything, itself included: every
+//     update of the Service, even one that touches only its status or
+//     labels, is then recorded as a change and costs a sync of it. Keep funcs
+//     out of the type (compute in the backend, or store a value the func
+//     would return);
+//   - a pointer field is compared by what it points to, not by address: two
+//     ports pointing at distinct but equal values are equal, and a value
+//     shared between ports and mutated later changes the old port as well as
+//     the new one, so the change can go unseen. Point only at immutable data;
+//   - unexported fields, nil versus empty slices and maps, and channels (by
+//     identity) take part in the comparison too, so build the same input into
+//     the same value every time.
 type MakeServicePortFunc func(port *v1.ServicePort, service *v1.Service, bsvcPortInfo *BaseServicePort) ServicePort
 
 // BaseServicePort is the tracker's own ServicePort. Embed *BaseServicePort in a

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/conntrack"
-	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 )
 
 // BenchmarkCleanStaleEntries measures one cleanup of a table with ten flows
@@ -46,7 +46,7 @@ func BenchmarkCleanStaleEntries(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				fake := cttesting.NewFake()
+				fake := conntracktest.NewFake()
 				if err := fake.AddFlows(flows...); err != nil {
 					b.Fatal(err)
 				}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
-	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 )
 
 const (
@@ -47,7 +47,7 @@ func c(port string) string { return client + ":" + port }
 func runCleanup(t *testing.T, family v1.IPFamily, flows []conntrack.Flow, svcs changetracker.ServicePortMap, eps changetracker.EndpointsMap, opts ...conntrack.CleanupOption) (left, deleted []conntrack.Flow, n int) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	fake := cttesting.NewFake()
+	fake := conntracktest.NewFake()
 	if err := fake.AddFlows(flows...); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestCleanup_Issue139628_ScaledToZero(t *testing.T) {
 // runs.
 func TestCleanup_Issue122740_RestartKeepsHealthyFlows(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	fake := cttesting.NewFake()
+	fake := conntracktest.NewFake()
 	flows := []conntrack.Flow{
 		udp(c("40001"), vip, ep1), udp(c("40002"), vip, ep2),
 		udp(c("40003"), nodeIP+":30053", ep1), udp(c("40004"), extIP, ep2), udp(c("40005"), lbIP, ep1),
@@ -305,7 +305,7 @@ func TestCleanStaleEntriesErrors(t *testing.T) {
 	eps := endpointsMap(backends{dns, nil})
 	stale := udp(c("40001"), vip, ep1)
 
-	fake := cttesting.NewFake()
+	fake := conntracktest.NewFake()
 	_ = fake.AddFlows(stale)
 	fake.ListError = errors.New("netlink: no buffer space")
 	if n, err := conntrack.CleanStaleEntries(ctx, fake, v1.IPv4Protocol, svcs, eps); err == nil || n != 0 || fake.DeleteCalls != 0 {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
-	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 )
 
 func ExampleCleanStaleEntries() {
@@ -40,11 +40,11 @@ func ExampleCleanStaleEntries() {
 	})}}
 
 	// On a node: ct := conntrack.New(). Here, a fake table with two flows.
-	ct := cttesting.NewFake()
+	ct := conntracktest.NewFake()
 	ap := netip.MustParseAddrPort
 	_ = ct.AddFlows(
-		cttesting.NewFlow(conntrack.ProtocolUDP, ap("10.0.0.5:40001"), ap("10.96.0.10:53"), ap("10.0.1.2:53")),
-		cttesting.NewFlow(conntrack.ProtocolUDP, ap("10.0.0.5:40002"), ap("10.96.0.10:53"), ap("10.0.2.2:53")),
+		conntracktest.NewFlow(conntrack.ProtocolUDP, ap("10.0.0.5:40001"), ap("10.96.0.10:53"), ap("10.0.1.2:53")),
+		conntracktest.NewFlow(conntrack.ProtocolUDP, ap("10.0.0.5:40002"), ap("10.96.0.10:53"), ap("10.0.2.2:53")),
 	)
 
 	n, err := conntrack.CleanStaleEntries(ctx, ct, v1.IPv4Protocol, svcPortMap, endpointsMap)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
-	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 )
 
 // svc describes one port of a Service for the tests.
@@ -105,7 +105,7 @@ func endpointsMap(list ...backends) changetracker.EndpointsMap {
 // flow is a flow from client to frontend, DNATed to backend (or not NATed
 // when backend is frontend).
 func flow(proto conntrack.Protocol, client, frontend, backend string) conntrack.Flow {
-	return cttesting.NewFlow(proto, netip.MustParseAddrPort(client), netip.MustParseAddrPort(frontend), netip.MustParseAddrPort(backend))
+	return conntracktest.NewFlow(proto, netip.MustParseAddrPort(client), netip.MustParseAddrPort(frontend), netip.MustParseAddrPort(backend))
 }
 
 func udp(client, frontend, backend string) conntrack.Flow {

@@ -134,10 +134,7 @@ func ExampleTranslator() {
 	// On a node: ipvs.New, ipvs.NewDummyBinder, ipset.New and iptables.New
 	// (one per family, all given to one Applier).
 	lb, addrs, sets := ipvstest.NewFake(), ipvstest.NewBinder(), ipsettest.NewFake()
-	ipt := iptablestest.NewFake(iptablestest.WithIPSets(func(name string) bool {
-		_, err := sets.ListEntries(ctx, name)
-		return err == nil
-	}))
+	ipt := iptablestest.NewFake(iptablestest.WithIPSetFake(sets))
 	a := ipvs.NewApplier(ipvs.NewReconciler(lb, addrs), ipset.NewReconciler(sets, ipvs.SetPrefix), ipt)
 	if _, err := a.Apply(ctx, out); err != nil {
 		panic(err)

@@ -3,7 +3,6 @@ package ipvs_test
 import (
 	"context"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -172,13 +171,9 @@ type node struct {
 
 func newNode(nodeIPs ...netip.Addr) *node {
 	n := &node{ipvs: ipvstest.NewFake(), binder: ipvstest.NewBinder(), sets: ipsettest.NewFake(), nodeIPs: nodeIPs}
-	exists := func(name string) bool {
-		_, err := n.sets.ListEntries(context.Background(), name)
-		return err == nil
-	}
 	n.ipt = map[v1.IPFamily]*iptablestest.Fake{
-		v1.IPv4Protocol: iptablestest.NewFake(iptablestest.WithIPSets(exists)),
-		v1.IPv6Protocol: iptablestest.NewIPv6Fake(iptablestest.WithIPSets(exists)),
+		v1.IPv4Protocol: iptablestest.NewFake(iptablestest.WithIPSetFake(n.sets)),
+		v1.IPv6Protocol: iptablestest.NewIPv6Fake(iptablestest.WithIPSetFake(n.sets)),
 	}
 	n.applier = ipvs.NewApplier(
 		ipvs.NewReconciler(n.ipvs, n.binder),
@@ -199,8 +194,8 @@ func (n *node) apply(t testing.TB, trs ...ipvs.Translation) ipvs.ApplyResult {
 }
 
 // trace follows p through the rules of p's family, with the node's
-// addresses and the addresses bound to the dummy interface local, and
-// every ipset decided from the fake's members.
+// addresses and the addresses bound to the dummy interface local; the
+// iptables fake decides every set match from the ipset fake's members.
 func (n *node) trace(t testing.TB, p iptablestest.Packet) []iptablestest.Outcome {
 	t.Helper()
 	family := v1.IPv4Protocol
@@ -209,77 +204,11 @@ func (n *node) trace(t testing.TB, p iptablestest.Packet) []iptablestest.Outcome
 	}
 	bound, _ := n.binder.Addresses(context.Background(), ipvs.DummyDevice)
 	p.NodeAddrs = append(slices.Clone(n.nodeIPs), bound...)
-	p.Sets = n.setMatches(t, n.ipt[family], p)
 	out, err := n.ipt[family].Trace(p)
 	if err != nil {
 		t.Fatalf("trace of %+v: %v", p, err)
 	}
 	return out
-}
-
-var matchSetRE = regexp.MustCompile(`--match-set (\S+) (\S+)`)
-
-// setMatches decides for each set the rules of ipt match on whether p
-// matches it, in the directions the rules name. The tracer takes one
-// answer per set, so a set matched in two ways fails t.
-func (n *node) setMatches(t testing.TB, ipt *iptablestest.Fake, p iptablestest.Packet) map[string]bool {
-	t.Helper()
-	ctx := context.Background()
-	dirs := map[string]string{}
-	for _, m := range matchSetRE.FindAllStringSubmatch(ipt.Dump(), -1) {
-		if d, ok := dirs[m[1]]; ok && d != m[2] {
-			t.Fatalf("set %s is matched as %s and as %s; the trace cannot follow both", m[1], d, m[2])
-		}
-		dirs[m[1]] = m[2]
-	}
-	infos, err := n.sets.ListSets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, info := range infos {
-		d, ok := dirs[info.Name]
-		if !ok {
-			continue
-		}
-		entries, err := n.sets.ListEntries(ctx, info.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[info.Name] = slices.ContainsFunc(entries, func(e ipset.Entry) bool { return packetMatches(info.Type, strings.Split(d, ","), e, p) })
-	}
-	return got
-}
-
-// packetMatches reports whether p matches member e of a set of type typ
-// in directions dirs, as the kernel's set match decides.
-func packetMatches(typ ipset.Type, dirs []string, e ipset.Entry, p iptablestest.Packet) bool {
-	addr := func(i int) netip.Addr {
-		if i < len(dirs) && dirs[i] == "src" {
-			return p.Source
-		}
-		return p.Destination
-	}
-	port := func(i int) uint16 {
-		if i < len(dirs) && dirs[i] == "src" {
-			return p.SourcePort
-		}
-		return p.DestinationPort
-	}
-	ipPort := addr(0) == e.Addr && strings.EqualFold(p.Protocol, string(e.Protocol)) && port(1) == e.Port
-	switch typ {
-	case ipset.HashIP:
-		return addr(0) == e.Addr
-	case ipset.HashIPPort:
-		return ipPort
-	case ipset.HashIPPortIP:
-		return ipPort && addr(2) == e.Addr2
-	case ipset.HashIPPortNet:
-		return ipPort && e.Net.Contains(addr(2))
-	case ipset.BitmapPort:
-		return port(0) == e.Port
-	}
-	return false
 }
 
 // verdicts summarises outcomes as their String forms, without the rule

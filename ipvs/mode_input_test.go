@@ -3,8 +3,10 @@ package ipvs_test
 import (
 	"bytes"
 	"context"
+	"maps"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -81,14 +83,28 @@ func TestTranslateDualStack(t *testing.T) {
 	}
 
 	// The reconcilers own both families: a family left out of Apply loses
-	// its virtual servers and sets.
-	res := n.apply(t, t4)
-	if res.IPVS.VirtualServersDeleted != 3 || res.IPSets.Destroyed != len(t6.Sets) {
-		t.Errorf("applying IPv4 alone deleted %d virtual servers and %d sets, want 3 and %d", res.IPVS.VirtualServersDeleted, res.IPSets.Destroyed, len(t6.Sets))
+	// its virtual servers, and those of its sets no rule uses. Its
+	// ip6tables rules stay, and the sets they match on cannot be
+	// destroyed, as in the kernel: a proxier must not leave a family out.
+	used := map[string]bool{}
+	for _, m := range regexp.MustCompile(`--match-set (\S+) `).FindAllStringSubmatch(n.ipt[v1.IPv6Protocol].Dump(), -1) {
+		used[m[1]] = true
 	}
-	// Its ip6tables rules stay, matching on sets that are gone: the
-	// kernel would refuse to destroy them. The Fake cannot know; a
-	// proxier must not leave a family out.
+	if len(used) == 0 {
+		t.Fatal("no ip6tables rule matches on a set")
+	}
+	res := n.apply(t, t4)
+	if want := len(t6.Sets) - len(used); res.IPVS.VirtualServersDeleted != 3 || res.IPSets.Destroyed != want {
+		t.Errorf("applying IPv4 alone deleted %d virtual servers and %d sets, want 3 and %d", res.IPVS.VirtualServersDeleted, res.IPSets.Destroyed, want)
+	}
+	if diff := cmp.Diff(slices.Sorted(maps.Keys(used)), slices.Sorted(slices.Values(res.IPSets.InUse))); diff != "" {
+		t.Errorf("sets left because rules use them (-want +got):\n%s", diff)
+	}
+	for name := range used {
+		if _, err := n.sets.ListEntries(ctx, name); err != nil {
+			t.Errorf("set %s, which ip6tables rules use, was destroyed: %v", name, err)
+		}
+	}
 	if rules := n.ipt[v1.IPv6Protocol].Rules("filter", "KUBE-IPVS-FILTER"); len(rules) == 0 {
 		t.Error("ip6tables rules are gone")
 	}

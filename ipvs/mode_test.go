@@ -255,9 +255,9 @@ var modeCases = []struct {
 		{"from a pod: masqueraded", tcpTo(otherPod, "10.96.0.10:80"), []string{"ACCEPT local to 10.96.0.10:80 mark=0x4000 p=1"}},
 	},
 }, {
-	// Without the pod network, only what the node sends from a service
-	// address is masqueraded (the rule matches the set as src,dst, which
-	// the trace cannot follow besides dst,dst; the golden file shows it).
+	// Without the pod network, only what is sent from a service address
+	// is masqueraded: the rule matches the set as src,dst, beside the
+	// dst,dst match that accepts service traffic.
 	name: "no-cluster-cidr",
 	cfg: func(c *ipvs.TranslatorConfig) {
 		c.ClusterCIDR = netip.Prefix{}
@@ -268,6 +268,14 @@ var modeCases = []struct {
 		{name: "default/web", clusterIP: "10.96.0.10", port: 80, endpoints: []endpoint{remotePod}},
 	},
 	wantVS: []string{"10.96.0.10:80/TCP (bound) -> 10.244.2.7:8080"},
+	traces: []trace{
+		{"from outside: not masqueraded", tcpTo(outsider, "10.96.0.10:80"), []string{"ACCEPT local to 10.96.0.10:80 p=1"}},
+		// src,dst reads the source address and the destination port.
+		{"from the node, from the cluster IP: masqueraded", iptablestest.Packet{Protocol: "tcp", Source: addr("10.96.0.10"), SourcePort: 40000, Destination: addr("10.96.0.10"), DestinationPort: 80, FromNode: true},
+			[]string{"ACCEPT local to 10.96.0.10:80 masquerade p=1"}},
+		{"from the node, from its own address: not masqueraded", iptablestest.Packet{Protocol: "tcp", Source: nodeAddr, SourcePort: 40000, Destination: addr("10.96.0.10"), DestinationPort: 80, FromNode: true},
+			[]string{"ACCEPT local to 10.96.0.10:80 p=1"}},
+	},
 }}
 
 func TestTranslate(t *testing.T) {

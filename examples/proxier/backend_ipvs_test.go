@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/conntrack"
-	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
@@ -31,7 +31,7 @@ import (
 // sync recovers; cancelling leaves everything in place.
 func TestIPVSModeWithFakes(t *testing.T) {
 	node := newFakeNode(t).withIPVS(t)
-	stale := cttesting.NewFlow(conntrack.ProtocolUDP, netip.MustParseAddrPort("10.244.1.20:40000"),
+	stale := conntracktest.NewFlow(conntrack.ProtocolUDP, netip.MustParseAddrPort("10.244.1.20:40000"),
 		netip.MustParseAddrPort("10.96.0.53:53"), netip.MustParseAddrPort("10.244.2.53:53"))
 	if err := node.ct.AddFlows(stale); err != nil {
 		t.Fatal(err)

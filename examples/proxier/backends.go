@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -48,7 +47,7 @@ func newIPTablesBackends(ctx context.Context, o *options, env *environment, node
 		if ipts, families, err = familyIPTables(ctx, env, families); err != nil {
 			return nil, err
 		}
-		acceptInvalid = tuneConntrack(ctx, env.kernel)
+		acceptInvalid = tuneConntrack(ctx, env.kernel, o.conntrack)
 		// A node that ran IPVS mode before keeps its rules, sets, virtual
 		// servers and dummy interface until they are removed.
 		removeIPVSMode(ctx, env, o.names, ipts)
@@ -62,6 +61,7 @@ func newIPTablesBackends(ctx context.Context, o *options, env *environment, node
 			NodePortAddresses:  nodePortPrefixes(o, family, node.IPs[family]),
 			ClusterCIDR:        o.clusterCIDR(family),
 			MasqueradeAll:      o.masqueradeAll,
+			MasqueradeBit:      o.masqueradeBit,
 			AcceptInvalid:      acceptInvalid,
 			LocalhostNodePorts: o.localhostNodePorts,
 			ChainPrefix:        o.names.Chains().Prefix(),
@@ -97,7 +97,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 	var k *ipvsbackend.Kernel
 	families := node.Families
 	if !o.dryRun {
-		if err := env.kernel.CanUseIPVS(ctx); err != nil {
+		if err := env.kernel.CanUseIPVS(ctx, o.ipvsSchedulers()...); err != nil {
 			return nil, fmt.Errorf("--mode ipvs: %w", err)
 		}
 		var err error
@@ -111,7 +111,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 			k.Close()
 			return nil, err
 		}
-		tuneConntrack(ctx, env.kernel)
+		tuneConntrack(ctx, env.kernel, o.conntrack)
 		removeIPTablesMode(ctx, o.names, ipts)
 	}
 	var cfgs []ipvs.TranslatorConfig
@@ -168,18 +168,19 @@ func usableIPTables(ctx context.Context, env *environment, family v1.IPFamily, b
 	return ipt, nil
 }
 
-// tuneConntrack sets the conntrack timeouts kube-proxy sets by default,
-// which are per network namespace, and reports whether
+// tuneConntrack applies t (nil: the timeouts kube-proxy sets by default,
+// which are per network namespace), and reports whether
 // nf_conntrack_tcp_be_liberal is on (then out-of-window TCP packets are
 // not INVALID, and the rule dropping INVALID packets is left out, as
-// kube-proxy does: kubernetes#117924). nf_conntrack_max is left alone:
-// it is host-wide, and lowering the host's limit is not an example's call.
-func tuneConntrack(ctx context.Context, k *kernel.Kernel) bool {
+// kube-proxy does: kubernetes#117924). nf_conntrack_max is left alone
+// unless a --config file sets conntrack.maxPerCore: it is host-wide, and
+// lowering the host's limit is not an example's call by default.
+func tuneConntrack(ctx context.Context, k *kernel.Kernel, t *conntrack.Tuning) bool {
 	logger := klog.FromContext(ctx)
-	err := conntrack.Tune(ctx, k, conntrack.Tuning{
-		TCPEstablishedTimeout: 24 * time.Hour,
-		TCPCloseWaitTimeout:   time.Hour,
-	})
+	if t == nil {
+		t = &conntrack.Tuning{TCPEstablishedTimeout: defaultTCPEstablishedTimeout, TCPCloseWaitTimeout: defaultTCPCloseWaitTimeout}
+	}
+	err := conntrack.Tune(ctx, k, *t)
 	if err != nil {
 		logger.Error(err, "Tuning conntrack; going on with the kernel's settings")
 	}
@@ -198,6 +199,8 @@ func ipvsTranslatorConfig(o *options, node proxier.Node, family v1.IPFamily) ipv
 		NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]),
 		ClusterCIDR:       o.clusterCIDR(family),
 		MasqueradeAll:     o.masqueradeAll,
+		MasqueradeBit:     o.masqueradeBit,
+		Scheduler:         o.ipvsScheduler,
 		ChainPrefix:       o.names.Chains().Prefix(),
 	}
 }

@@ -31,11 +31,16 @@
 //	    each mode needs (conntrack and IPVS sysctls, route_localnet, removing
 //	    the other mode's leftovers);
 //	  - modes.go is --cleanup and the removal of the other mode's leftovers;
-//	    node.go and options.go the node-port addresses and the flags.
+//	    node.go and options.go the node-port addresses and the flags;
+//	    config.go the --config file; incluster.go where the API server is.
 //
 // # Flags
 //
-// kube-proxy's names: --kubeconfig, --master, --hostname-override, --mode
+// kube-proxy's names: --config (a KubeProxyConfiguration file, as kubeadm
+// deploys kube-proxy with; flags given on the command line override it,
+// and the fields this proxier ignores are named in one warning),
+// --kubeconfig and --master (neither means the in-cluster configuration),
+// --hostname-override, --mode
 // (iptables or ipvs; ipvs refuses, with the kernel's reason, on a kernel
 // that cannot run it), --cluster-cidr, --masquerade-all,
 // --nodeport-addresses, --iptables-localhost-nodeports (on by default, as

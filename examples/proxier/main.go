@@ -38,6 +38,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
+	warnUnsupported(klog.FromContext(ctx), o)
 	if err := run(ctx, o, realEnvironment(os.Stdout)); err != nil {
 		klog.FromContext(ctx).Error(err, "Proxier failed")
 		klog.Flush()

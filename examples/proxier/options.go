@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 )
@@ -54,6 +55,20 @@ type options struct {
 
 	// localhostNodePorts is --iptables-localhost-nodeports.
 	localhostNodePorts bool
+
+	// config is --config; the fields below come from it alone (see
+	// applyConfigFile) and are zero without it.
+	config string
+	// unsupported names the file's fields that are set and ignored.
+	unsupported []string
+	client      clientSettings
+	// masqueradeBit is iptables.masqueradeBit; nil means the default.
+	masqueradeBit *int
+	// conntrack is the conntrack section; nil means kube-proxy's default
+	// timeouts.
+	conntrack *conntrack.Tuning
+	// ipvsScheduler is ipvs.scheduler in IPVS mode; empty means rr.
+	ipvsScheduler string
 }
 
 // Defaults as kube-proxy has them.
@@ -73,6 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		fs.PrintDefaults()
 	}
 	var clusterCIDR, nodePortAddresses string
+	fs.StringVar(&o.config, "config", "", "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), as kubeadm deploys kube-proxy with; flags given on the command line override it.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty, with --master empty too, means the in-cluster configuration.")
 	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server (overrides any value in the kubeconfig).")
 	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "The name of this node, if not the host name.")
@@ -102,6 +118,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.config != "" {
+		if err := applyConfigFile(fs, o); err != nil {
+			return nil, err
+		}
 	}
 	var err error
 	if o.clusterCIDRs, err = parseCIDRs("--cluster-cidr", clusterCIDR); err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/conntrack"
-	cttesting "github.com/proxykit/proxykit/conntrack/testing"
+	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
 	ipsettest "github.com/proxykit/proxykit/ipset/testing"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
@@ -99,7 +99,7 @@ func httpGet(url string) (int, string, error) {
 // the address asked for.
 type fakeNode struct {
 	ipt4, ipt6 *iptablestest.Fake
-	ct         *cttesting.Fake
+	ct         *conntracktest.Fake
 	lb         *ipvstest.Fake
 	binder     *fakeBinder
 	sets       *ipsettest.Fake
@@ -117,7 +117,7 @@ type fakeNode struct {
 
 func newFakeNode(t *testing.T) *fakeNode {
 	n := &fakeNode{
-		ct:        cttesting.NewFake(),
+		ct:        conntracktest.NewFake(),
 		lb:        ipvstest.NewFake(),
 		binder:    &fakeBinder{Binder: ipvstest.NewBinder(), addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.10.11")}},
 		sets:      ipsettest.NewFake(),
@@ -343,7 +343,7 @@ func TestProxierWithFakes(t *testing.T) {
 	node := newFakeNode(t)
 	// A UDP flow to kube-system/dns through the endpoint on node-b, which
 	// the edit below removes.
-	stale := cttesting.NewFlow(conntrack.ProtocolUDP, netip.MustParseAddrPort("10.244.1.20:40000"),
+	stale := conntracktest.NewFlow(conntrack.ProtocolUDP, netip.MustParseAddrPort("10.244.1.20:40000"),
 		netip.MustParseAddrPort("10.96.0.53:53"), netip.MustParseAddrPort("10.244.2.53:53"))
 	if err := node.ct.AddFlows(stale); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/examples/proxier/manifests"
@@ -98,11 +98,10 @@ func openCluster(ctx context.Context, o *options, env *environment, follow bool)
 		}
 		return src.Client(), nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags(o.master, o.kubeconfig)
+	cfg, err := apiServerConfig(o, rest.InClusterConfig)
 	if err != nil {
-		return nil, fmt.Errorf("API server configuration: %w", err)
+		return nil, err
 	}
-	cfg.UserAgent = "proxykit-proxier"
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API server client: %w", err)

@@ -1,6 +1,6 @@
-// Package testing provides a strict in-memory fake of [ipset.Interface] for
+// Package ipsettest provides a strict in-memory fake of [ipset.Interface] for
 // unit tests of code that manages ipsets.
-package testing
+package ipsettest
 
 import (
 	"context"

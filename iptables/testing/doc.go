@@ -18,7 +18,9 @@
 // can end (accepted, dropped, rejected), where DNAT sends it, whether it is
 // masqueraded, and with what probability, following both branches of
 // random load balancing and of ClientIP affinity. It lets users test a
-// proxy's rules end to end in a unit test.
+// proxy's rules end to end in a unit test. Given an ipset fake
+// ([WithIPSetFake] with an ipsettest.Fake), it decides "-m set" matches
+// from the sets' members, so IPVS mode's rules can be traced too.
 //
 // The Fake models the matches and targets a service proxy uses: addresses,
 // interfaces, protocols, tcp/udp/sctp ports, multiport, comment, mark,
@@ -27,7 +29,8 @@
 // Anything else is refused with an error that says the Fake does not
 // support it, so a test never passes on input the Fake did not understand.
 // It does not model counters, the security table's semantics, or the rest
-// of the kernel (routing, conntrack entries, ipset contents); see
+// of the kernel (routing, conntrack entries, and ipset contents unless
+// given an ipset fake); see
 // [Fake.Trace] for what the trace assumes.
 //
 // The smallest use:

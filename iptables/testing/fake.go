@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/proxykit/proxykit/iptables"
@@ -35,6 +37,10 @@ type Fake struct {
 	words   []string
 	// maxBranches bounds Trace; a field so tests can lower it.
 	maxBranches int
+	// sets decides Trace's set matches, when given (WithIPSetFake);
+	// setRefs are the references the rules hold on them.
+	sets    IPSets
+	setRefs map[string]int
 }
 
 var _ iptables.Interface = (*Fake)(nil)
@@ -71,6 +77,41 @@ func WithClock(c clock.Clock) Option {
 // not call the Fake. Without this option no set exists.
 func WithIPSets(exists func(name string) bool) Option {
 	return func(f *Fake) { f.env.setExists = exists }
+}
+
+// IPSets is what the Fake needs to know of ipsets to refuse and to trace
+// "-m set --match-set" rules; [github.com/proxykit/proxykit/ipset/testing.Fake]
+// implements it. Its methods are called with the Fake's lock held and must
+// not call the Fake.
+type IPSets interface {
+	// HasSet reports whether a set named name exists.
+	HasSet(name string) bool
+	// MatchPacket reports whether a packet matches the set name as
+	// "-m set --match-set name DIRS" decides, given, for each direction
+	// of DIRS in order, the packet's address and port on that side, and
+	// its transport protocol (empty for one without ports). It fails if
+	// the set does not exist.
+	MatchPacket(name string, protocol v1.Protocol, dims []netip.AddrPort) (bool, error)
+	// Reference adds a reference to the set name, which may then not be
+	// destroyed; it fails if the set does not exist.
+	Reference(name string) error
+	// Unreference removes one reference added by Reference.
+	Unreference(name string)
+}
+
+// WithIPSetFake gives the Fake the ipsets of sets, usually an ipset fake
+// that the code under test fills: a rule naming a set that sets does not
+// have is refused, as the kernel refuses it; each rule that names a set
+// holds a reference to it (Reference and Unreference, as rules come and
+// go), so that destroying a set a rule still uses fails as in the kernel;
+// and [Fake.Trace] decides each "-m set" match by asking sets, with the
+// packet's addresses and ports where the rule meets it (after any DNAT
+// before it). It replaces [WithIPSets].
+func WithIPSetFake(sets IPSets) Option {
+	return func(f *Fake) {
+		f.env.setExists = sets.HasSet
+		f.sets = sets
+	}
 }
 
 // NewFake returns an empty IPv4 Fake.
@@ -147,7 +188,48 @@ func (f *Fake) change(t iptables.Table, args []string, fn func(*tx) error) error
 	if err := x.commit(f.tables); err != nil {
 		return f.commandError(args, err)
 	}
+	f.referenceSets()
 	return nil
+}
+
+// referenceSets brings the references the Fake holds on the ipsets of
+// WithIPSetFake in line with the rules it holds now: one per rule that
+// names a set. It costs O(rules), and nothing without WithIPSetFake. The
+// caller holds f.mu.
+func (f *Fake) referenceSets() {
+	if f.sets == nil {
+		return
+	}
+	now := map[string]int{}
+	for _, t := range f.tables {
+		for _, c := range t.chains {
+			for _, r := range c.rules {
+				for _, m := range r.matches {
+					if sm, ok := m.(*setMatch); ok {
+						now[sm.name]++
+					}
+				}
+			}
+		}
+	}
+	for name, n := range f.setRefs {
+		for ; n > now[name]; n-- {
+			f.sets.Unreference(name)
+		}
+	}
+	held := make(map[string]int, len(now))
+	for name, n := range now {
+		have := f.setRefs[name]
+		held[name] = min(have, n)
+		for ; have < n; have++ {
+			// Only a set destroyed since the rule was checked fails;
+			// the rule then holds nothing on it.
+			if f.sets.Reference(name) == nil {
+				held[name]++
+			}
+		}
+	}
+	f.setRefs = held
 }
 
 // EnsureChain is part of Interface.
@@ -329,6 +411,8 @@ func (f *Fake) Restore(ctx context.Context, t iptables.Table, data []byte, flush
 	if !t.Valid() {
 		return f.tableError(f.binary("-restore"), args.list(), t)
 	}
+	// A failed restore may have committed tables before the failing one.
+	defer f.referenceSets()
 	return f.restore(f.tables, data, args)
 }
 
@@ -338,6 +422,8 @@ func (f *Fake) Restore(ctx context.Context, t iptables.Table, data []byte, flush
 func (f *Fake) RestoreAll(ctx context.Context, data []byte, flush iptables.FlushFlag, counters iptables.RestoreCountersFlag) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// A failed restore may have committed tables before the failing one.
+	defer f.referenceSets()
 	return f.restore(f.tables, data, restoreArgs{noflush: !bool(flush), counters: bool(counters)})
 }
 
@@ -406,6 +492,7 @@ func (f *Fake) ParseDump(data string) error {
 		return err
 	}
 	f.tables = tables
+	f.referenceSets()
 	return nil
 }
 

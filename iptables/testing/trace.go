@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/proxykit/proxykit/iptables"
 )
 
@@ -49,7 +51,9 @@ type Packet struct {
 	// non-nil map, lists missing from it hold nothing.
 	Recent map[string]bool
 	// Sets says, for each ipset, whether the packet matches it in the
-	// directions the rule names; nil works as for Recent.
+	// directions the rule names. With a nil map, a Fake made with
+	// WithIPSetFake asks its ipsets at each match, and any other Fake
+	// works as for Recent.
 	Sets map[string]bool
 }
 
@@ -183,10 +187,11 @@ const maxDepth = 128
 // UNSPEC; every other address is UNICAST), mark, conntrack and state (from
 // CTState, plus DNAT and SNAT once the trace applied them), comment, and
 // physdev (the packet is never bridged). A statistic --mode random rule
-// splits the trace in two, weighted by its probability. recent and set
-// matches are decided from p.Recent and p.Sets, or split the trace in two
-// when those are nil; --set and --update add the address to the list for
-// the rest of the path and --remove takes it out.
+// splits the trace in two, weighted by its probability. recent matches are
+// decided from p.Recent and set matches from p.Sets, or, when p.Sets is
+// nil, from the Fake's ipsets (WithIPSetFake); the trace splits in two
+// when nothing decides them. --set and --update add the address to the
+// list for the rest of the path and --remove takes it out.
 //
 // It does not model: routing beyond "local or not" (no routes, no
 // reverse-path filter), conntrack beyond the state given (no reply
@@ -667,9 +672,44 @@ func (tr *tracer) matchOne(m match, s traceState) ([]alt, error) {
 		if tr.p.Sets != nil {
 			return one(s, tr.p.Sets[m.name] != m.neg), nil
 		}
+		if tr.f.sets != nil {
+			matched, err := tr.matchSet(m, s)
+			return one(s, matched != m.neg), err
+		}
 		return []alt{{s: s.know(key, true, true), matched: !m.neg}, {s: s.know(key, false, true), matched: m.neg}}, nil
 	}
 	return nil, fmt.Errorf("match %T is not modelled", m)
+}
+
+// matchSet asks the Fake's ipsets whether the packet, as it is in s,
+// matches m's set in m's directions. A set that is gone since the rule was
+// made is an error, as iptables refuses a rule naming a missing set.
+func (tr *tracer) matchSet(m *setMatch, s traceState) (bool, error) {
+	var dims []netip.AddrPort
+	for d := range strings.SplitSeq(m.dirs, ",") {
+		if d == "src" {
+			dims = append(dims, netip.AddrPortFrom(s.src, s.sport))
+		} else {
+			dims = append(dims, netip.AddrPortFrom(s.dst, s.dport))
+		}
+	}
+	var proto v1.Protocol
+	switch tr.proto {
+	case 6:
+		proto = v1.ProtocolTCP
+	case 17:
+		proto = v1.ProtocolUDP
+	case 132:
+		proto = v1.ProtocolSCTP
+	}
+	if !tr.f.sets.HasSet(m.name) {
+		return false, fmt.Errorf("trace: rule%s: Set %s doesn't exist", m.save(nil), m.name)
+	}
+	matched, err := tr.f.sets.MatchPacket(m.name, proto, dims)
+	if err != nil {
+		return false, fmt.Errorf("trace: rule%s: %w", m.save(nil), err)
+	}
+	return matched, nil
 }
 
 func (tr *tracer) matchRecent(m *recentMatch, s traceState) []alt {

@@ -1,7 +1,7 @@
-// Package testing provides strict in-memory fakes of [ipvs.Interface] (with
+// Package ipvstest provides strict in-memory fakes of [ipvs.Interface] (with
 // [ipvs.Batcher]) and [ipvs.AddressBinder] for unit tests of code that
 // manages IPVS.
-package testing
+package ipvstest
 
 import (
 	"cmp"
