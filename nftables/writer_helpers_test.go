@@ -116,8 +116,13 @@ func withLoadBalancer(vip string, ranges ...string) svcOpt {
 	}
 }
 
+// withExternalLocal sets externalTrafficPolicy Local, with the health
+// check node port the API server would allocate.
 func withExternalLocal() svcOpt {
-	return func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal }
+	return func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = 32000
+	}
 }
 
 func withInternalLocal() svcOpt {
