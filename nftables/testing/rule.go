@@ -362,7 +362,8 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 			return nil, fmt.Errorf("cannot interpret %q", tok)
 		}
 	}
-	return noMatch, nil
+	// Every match held; st carries what the statements changed.
+	return []end{{state: st, verdict: vContinue}}, nil
 }
 
 func (r *run) terminal(p *parser, e end) ([]end, error) {
