@@ -98,7 +98,7 @@ func CheckTransaction(fake *knftables.Fake, tx *knftables.Transaction) error {
 	}
 
 	// The references left after the transaction.
-	scratch := knftables.NewFake("", "")
+	scratch := knftables.NewFake(defaults(fake))
 	if err := scratch.ParseDump(dump); err != nil {
 		return fmt.Errorf("copying the Fake's state: %w", err)
 	}
@@ -145,4 +145,17 @@ func checkRefs(t *knftables.FakeTable, text string) error {
 		}
 	}
 	return nil
+}
+
+// defaults returns the family and table fake was made for, which the
+// copy needs to read transactions whose objects leave them out; both are
+// empty for a Fake made without them.
+func defaults(fake *knftables.Fake) (knftables.Family, string) {
+	probe := fake.NewTransaction()
+	probe.Add(&knftables.Table{})
+	f := strings.Fields(probe.String())
+	if len(f) == 4 && f[0] == "add" && f[1] == "table" {
+		return knftables.Family(f[2]), f[3]
+	}
+	return "", ""
 }
