@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/portcheck"
 )
 
 // DefaultTableName is the table a Writer owns when WriterConfig.TableName
@@ -170,6 +171,7 @@ type SyncResult struct {
 type Writer struct {
 	nft          knftables.Interface
 	cfg          WriterConfig
+	check        portcheck.Checker
 	family       knftables.Family
 	table        string
 	ipX          string // "ip" or "ip6"
@@ -282,6 +284,7 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 	default:
 		return nil, fmt.Errorf("nftables writer: unknown IP family %q", cfg.IPFamily)
 	}
+	w.check = portcheck.New(cfg.IPFamily)
 	if w.table == "" {
 		w.table = DefaultTableName
 	}

@@ -49,7 +49,7 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 			vips = append(vips, ip)
 		}
 	}
-	usesFW := len(vips) > 0 && w.restrictsSources(svc)
+	usesFW := len(vips) > 0 && w.check.RestrictsSources(svc)
 	ps.noLocal = 0
 	if hasEndpoints && !hasInternal {
 		ps.noLocal |= 1
