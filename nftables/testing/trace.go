@@ -94,49 +94,39 @@ func (t *Tracer) Trace(p Packet) ([]Outcome, error) {
 	}
 	states := []state{start}
 	var outs []Outcome
+	// split files the ends of a hook: those a verdict stopped are
+	// outcomes, the others go on to the next hook.
+	split := func(ends []end, next []state, final bool) []state {
+		for _, e := range ends {
+			switch {
+			case e.verdict != vNone:
+				outs = append(outs, e.outcome())
+			case final:
+				e.verdict = vAccept
+				outs = append(outs, e.outcome())
+			default:
+				next = append(next, e.state)
+			}
+		}
+		return next
+	}
 	for _, hook := range hooks {
 		var next []state
 		for _, st := range states {
+			h, final := hook, false
 			if hook == "route" {
-				// The routing decision: to this node (input), or on
-				// (forward, then postrouting).
+				// The routing decision: to this node (input, where the
+				// packet ends), or on (forward, then postrouting).
+				h, final = knftables.ForwardHook, false
 				if r.isLocal(st.dst) {
-					ends, err := r.hook(knftables.InputHook, st)
-					if err != nil {
-						return nil, err
-					}
-					for _, e := range ends {
-						if e.verdict == vNone {
-							e.verdict = vAccept
-						}
-						outs = append(outs, e.outcome())
-					}
-					continue
+					h, final = knftables.InputHook, true
 				}
-				ends, err := r.hook(knftables.ForwardHook, st)
-				if err != nil {
-					return nil, err
-				}
-				for _, e := range ends {
-					if e.verdict != vNone {
-						outs = append(outs, e.outcome())
-					} else {
-						next = append(next, e.state)
-					}
-				}
-				continue
 			}
-			ends, err := r.hook(hook, st)
+			ends, err := r.hook(h, st)
 			if err != nil {
 				return nil, err
 			}
-			for _, e := range ends {
-				if e.verdict != vNone {
-					outs = append(outs, e.outcome())
-				} else {
-					next = append(next, e.state)
-				}
-			}
+			next = split(ends, next, final)
 		}
 		states = next
 	}
