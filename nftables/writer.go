@@ -546,7 +546,7 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 		if listed {
 			listedObjects = existing
 		}
-		w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], prevSets, true, listedObjects)
+		w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], nil, prevSets, true, listedObjects)
 		ps.endpoints = len(in.Endpoints[name])
 		w.countNoLocal(ps, +1)
 		for _, c := range ps.chains {
@@ -693,7 +693,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 			ps.gen = w.gen
 			prevChains, prevSets := slices.Clone(ps.chains), slices.Clone(ps.sets)
 			ps.chains, ps.sets = ps.chains[:0], ps.sets[:0]
-			w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], prevSets, false, nil)
+			w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], prevChains, prevSets, false, nil)
 			w.dropStale(ps, prevChains, prevSets)
 			ps.endpoints = len(in.Endpoints[name])
 			w.totalEndpoints += ps.endpoints

@@ -32,30 +32,36 @@ func TestWriterPartialSync(t *testing.T) {
 		service string // the changed service's "ns/name", in chain names
 		// wantOps bounds the number of operations.
 		wantOps int
+		// kept are endpoints ("ip/port") whose chains must not be
+		// rewritten.
+		kept []string
 	}{
 		{"endpoint added", func(c *cluster) {
 			c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.9"))
-		}, "ns/a", 20},
+		}, "ns/a", 20, []string{"10.0.1.1/8080", "10.0.2.1/8080"}},
 		{"endpoint removed", func(c *cluster) {
 			c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"))
-		}, "ns/a", 20},
-		{"all endpoints gone", func(c *cluster) { c.setEndpoints("ns", "a", tcp8080) }, "ns/a", 20},
+		}, "ns/a", 20, []string{"10.0.1.1/8080"}},
+		{"affinity endpoint removed", func(c *cluster) {
+			c.setEndpoints("ns", "b", tcp8080, local("10.0.1.2"))
+		}, "ns/b", 20, []string{"10.0.1.2/8080"}},
+		{"all endpoints gone", func(c *cluster) { c.setEndpoints("ns", "a", tcp8080) }, "ns/a", 20, nil},
 		{"service deleted", func(c *cluster) {
 			c.deleteService("ns", "b")
 			c.setEndpoints("ns", "b", tcp8080)
-		}, "ns/b", 20},
+		}, "ns/b", 20, nil},
 		{"service added", func(c *cluster) {
 			c.setService(makeService("ns", "d", "10.96.0.4", withNodePort(30004)))
 			c.setEndpoints("ns", "d", tcp8080, remote("10.0.2.4"))
-		}, "ns/d", 20},
+		}, "ns/d", 20, nil},
 		{"affinity timeout changed", func(c *cluster) {
 			c.setService(makeService("ns", "b", "10.96.0.2", withAffinity(200)))
-		}, "ns/b", 30},
-		{"affinity dropped", func(c *cluster) { c.setService(makeService("ns", "b", "10.96.0.2")) }, "ns/b", 30},
+		}, "ns/b", 30, nil},
+		{"affinity dropped", func(c *cluster) { c.setService(makeService("ns", "b", "10.96.0.2")) }, "ns/b", 30, nil},
 		{"source ranges dropped", func(c *cluster) {
 			c.setService(makeService("ns", "c", "10.96.0.3", withLoadBalancer("203.0.113.3"), withExternalLocal()))
-		}, "ns/c", 30},
-		{"local endpoint gone", func(c *cluster) { c.setEndpoints("ns", "c", tcp8080, remote("10.0.2.3")) }, "ns/c", 30},
+		}, "ns/c", 30, nil},
+		{"local endpoint gone", func(c *cluster) { c.setEndpoints("ns", "c", tcp8080, remote("10.0.2.3")) }, "ns/c", 30, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(v1.IPv4Protocol, node)
@@ -75,6 +81,14 @@ func TestWriterPartialSync(t *testing.T) {
 				}
 				if strings.Contains(line, "/") && !strings.Contains(line, tc.service) {
 					t.Errorf("partial transaction touches another service: %q", line)
+				}
+			}
+			for _, line := range strings.Split(text, "\n") {
+				for _, k := range tc.kept {
+					if strings.Contains(line, "endpoint-") && strings.Contains(line, "__"+k) &&
+						(strings.HasPrefix(line, "flush chain ") || strings.HasPrefix(line, "add rule ip kube-proxy endpoint-")) {
+						t.Errorf("unchanged endpoint chain rewritten: %q", line)
+					}
 				}
 			}
 			if n := res.Transaction.NumOperations(); n > tc.wantOps {

@@ -16,10 +16,13 @@ import (
 
 // renderPort queues the chains, rules, affinity sets and element claims of
 // one service port, and records in ps what it wrote. ps.chains and ps.sets
-// are empty on entry; prevSets are the sets it had, and listed, on a full
-// sync that listed the table, the objects found in the kernel (nil
-// otherwise).
-func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker.ServicePort, rawEps []changetracker.Endpoint, prevSets []affinitySet, full bool, listed map[string]bool) {
+// are empty on entry; prevChains and prevSets are what it had, and listed,
+// on a full sync that listed the table, the objects found in the kernel
+// (nil otherwise). A partial sync leaves alone the endpoint chains whose
+// content cannot have changed: everything an endpoint chain holds is in
+// its name (service port, protocol, address and port) except whether it
+// records affinity, and for how long.
+func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker.ServicePort, rawEps []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool) {
 	eps := w.usableEndpoints(logger, ps.name, rawEps)
 	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.NodeName, w.nodeLabels)
 
@@ -67,10 +70,18 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 		base := endpointBase(ps.name, ep.IP(), ep.Port())
 		epNames[i] = base
 		chain := endpointChainPrefix + base
-		w.newChain(ps, chain)
+		setName := affinitySetPrefix + base
 		if affinity {
-			w.affinitySet(ps, affinitySetPrefix+base, svc.StickyMaxAgeSeconds(), prevSets, full, listed)
+			w.affinitySet(ps, setName, svc.StickyMaxAgeSeconds(), prevSets, full, listed)
 		}
+		if !full && slices.Contains(prevChains, chain) {
+			k := slices.IndexFunc(prevSets, func(s affinitySet) bool { return s.name == setName })
+			if affinity && k >= 0 && prevSets[k].seconds == svc.StickyMaxAgeSeconds() || !affinity && k < 0 {
+				ps.chains = append(ps.chains, chain)
+				continue
+			}
+		}
+		w.newChain(ps, chain)
 		w.rule(chain, w.ipX, "saddr", ep.IP().String(), "jump", markMasqChain)
 		if affinity {
 			w.rule(chain, "update", "@", affinitySetPrefix+base, "{", w.ipX, "saddr }")
