@@ -333,10 +333,12 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 	if w.matchAllNP {
 		w.nodePortNets = nil
 	}
-	tx := nft.NewTransaction()
-	tx.Add(&knftables.Table{Family: w.family, Name: w.table})
-	if s := tx.String(); strings.Contains(s, "# ERROR") {
-		return nil, fmt.Errorf("nftables writer: the Interface is not for table %s %s: %s", w.family, w.table, strings.TrimSpace(s))
+	// An Interface made for a table puts it in every object that does not
+	// name one; one made for none ("", "") takes the writer's.
+	probe := nft.NewTransaction()
+	probe.Add(&knftables.Table{})
+	if f := strings.Fields(probe.String()); len(f) == 4 && (knftables.Family(f[2]) != w.family || f[3] != w.table) {
+		return nil, fmt.Errorf("nftables writer: the Interface is for table %s %s, not %s %s", f[2], f[3], w.family, w.table)
 	}
 	w.tables = [numTables]*elemTable{
 		tClusterIPs:          newElemTable(clusterIPsSet, false),
