@@ -249,6 +249,7 @@ type portState struct {
 	chains  []string
 	sets    []affinitySet
 	claims  []claimRef
+	eps     map[netip.AddrPort]*epObjects // by endpoint
 
 	endpoints int
 	noLocal   uint8 // bit 0: internal, bit 1: external
@@ -482,23 +483,13 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 // call, whose cost grows with the table), since chains left by a previous
 // run, or by a transaction whose outcome is unknown, are in no memory.
 func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput) int {
-	var existing map[string]bool // service chains and sets that may exist
+	// listed, from a listing, holds the per-service chains (true) and
+	// sets (false) in the table; without one, each port's memory says
+	// what it has.
+	var listed map[string]bool
 	if w.needList {
-		existing = w.listServiceObjects(ctx, logger)
-	} else {
-		existing = make(map[string]bool)
-		for _, ports := range w.ports {
-			for _, ps := range ports {
-				for _, c := range ps.chains {
-					existing[c] = true
-				}
-				for _, s := range ps.sets {
-					existing[s.name] = false
-				}
-			}
-		}
+		listed = w.listServiceObjects(ctx, logger)
 	}
-	listed := w.needList
 	w.needList = false
 
 	w.gen++
@@ -520,8 +511,6 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 	for _, t := range w.tables {
 		t.reset()
 	}
-	// Every port's memory of chains and sets is replaced below; what it
-	// held is in existing.
 	old := w.ports
 	w.ports = make(map[types.NamespacedName][]*portState, len(old))
 	for _, ports := range old {
@@ -529,7 +518,10 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 			ps.claims = ps.claims[:0]
 		}
 	}
-	desired := make(map[string]bool, 4*len(w.names))
+	var desired map[string]bool
+	if listed != nil {
+		desired = make(map[string]bool, 4*len(w.names))
+	}
 	for _, name := range w.names {
 		var ps *portState
 		for _, p := range old[name.NamespacedName] {
@@ -540,17 +532,17 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 		if ps == nil {
 			ps = newPortState(name)
 		}
-		prevSets := ps.sets
+		prevChains, prevSets := ps.chains, ps.sets
 		ps.chains, ps.sets = nil, nil
 		ps.gen = w.gen
 		w.ports[name.NamespacedName] = append(w.ports[name.NamespacedName], ps)
-		var listedObjects map[string]bool
-		if listed {
-			listedObjects = existing
-		}
-		w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], nil, prevSets, true, listedObjects)
+		w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], nil, prevSets, true, listed)
 		ps.endpoints = len(in.Endpoints[name])
 		w.countNoLocal(ps, +1)
+		if desired == nil {
+			w.dropStale(ps, prevChains, prevSets)
+			continue
+		}
 		for _, c := range ps.chains {
 			desired[c] = true
 		}
@@ -560,18 +552,33 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 	}
 	// What nothing needs: chains are flushed first (a rule of one may
 	// jump to another, or use an affinity set) and deleted last.
-	stale := make([]string, 0)
-	for name := range existing {
-		if !desired[name] {
-			stale = append(stale, name)
+	if desired == nil {
+		var gone []*portState
+		for _, ports := range old {
+			for _, ps := range ports {
+				if ps.gen != w.gen {
+					gone = append(gone, ps)
+				}
+			}
 		}
-	}
-	slices.Sort(stale)
-	for _, name := range stale {
-		if existing[name] {
-			w.deleteChain(name)
-		} else {
-			w.finalDels = append(w.finalDels, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: name}})
+		slices.SortFunc(gone, func(a, b *portState) int { return compareServicePortNames(a.name, b.name) })
+		for _, ps := range gone {
+			w.dropStale(ps, ps.chains, ps.sets)
+		}
+	} else {
+		var stale []string
+		for name := range listed {
+			if !desired[name] {
+				stale = append(stale, name)
+			}
+		}
+		slices.Sort(stale)
+		for _, name := range stale {
+			if listed[name] {
+				w.deleteChain(name)
+			} else {
+				w.deleteSet(name)
+			}
 		}
 	}
 	for _, t := range w.tables {
@@ -723,19 +730,43 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	return written
 }
 
-// dropStale deletes the chains and sets of prev that ps no longer has.
+// dropStale deletes the chains and sets of prev that ps no longer has
+// (all of them if ps was not rendered in this sync). Unless they are equal
+// it sorts ps.chains and prevChains, whose order means nothing, to compare
+// them in one pass.
 func (w *Writer) dropStale(ps *portState, prevChains []string, prevSets []affinitySet) {
-	for _, c := range prevChains {
-		if !slices.Contains(ps.chains, c) || ps.gen != w.gen {
+	if ps.gen != w.gen {
+		for _, c := range prevChains {
 			w.deleteChain(c)
+		}
+		for _, s := range prevSets {
+			w.deleteSet(s.name)
+		}
+		return
+	}
+	// The steady state writes the same chains in the same order.
+	if !slices.Equal(ps.chains, prevChains) {
+		slices.Sort(ps.chains)
+		slices.Sort(prevChains)
+		i := 0
+		for _, c := range prevChains {
+			for i < len(ps.chains) && ps.chains[i] < c {
+				i++
+			}
+			if i == len(ps.chains) || ps.chains[i] != c {
+				w.deleteChain(c)
+			}
 		}
 	}
 	for _, s := range prevSets {
-		if ps.gen == w.gen && slices.ContainsFunc(ps.sets, func(n affinitySet) bool { return n.name == s.name }) {
-			continue
+		if !slices.ContainsFunc(ps.sets, func(n affinitySet) bool { return n.name == s.name }) {
+			w.deleteSet(s.name)
 		}
-		w.finalDels = append(w.finalDels, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: s.name}})
 	}
+}
+
+func (w *Writer) deleteSet(name string) {
+	w.finalDels = append(w.finalDels, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: name}})
 }
 
 func newPortState(name changetracker.ServicePortName) *portState {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -65,36 +66,47 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	port := strconv.Itoa(svc.Port())
 
 	// Endpoint chains and their affinity sets.
-	epNames := make([]string, len(all))
-	for i, ep := range all {
-		base := endpointBase(ps.name, ep.IP(), ep.Port())
-		epNames[i] = base
-		chain := endpointChainPrefix + base
-		setName := affinitySetPrefix + base
+	seconds := 0
+	if affinity {
+		seconds = svc.StickyMaxAgeSeconds()
+	}
+	if ps.eps == nil {
+		ps.eps = make(map[netip.AddrPort]*epObjects, len(all))
+	}
+	if ps.chains == nil {
+		ps.chains = make([]string, 0, len(all)+4)
+	}
+	for _, ep := range all {
+		key := netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))
+		o := ps.eps[key]
+		if o == nil {
+			o = w.newEPObjects(ps, key, proto)
+			ps.eps[key] = o
+		}
+		o.gen = w.gen
 		if affinity {
-			w.affinitySet(ps, setName, svc.StickyMaxAgeSeconds(), prevSets, full, listed)
+			w.affinitySet(ps, o.setName, seconds, prevSets, full, listed)
 		}
-		if !full && slices.Contains(prevChains, chain) {
-			k := slices.IndexFunc(prevSets, func(s affinitySet) bool { return s.name == setName })
-			if affinity && k >= 0 && prevSets[k].seconds == svc.StickyMaxAgeSeconds() || !affinity && k < 0 {
-				ps.chains = append(ps.chains, chain)
-				continue
-			}
+		if !full && o.seconds == seconds && o.rules != nil && slices.Contains(prevChains, o.chain) {
+			ps.chains = append(ps.chains, o.chain)
+			continue
 		}
-		w.newChain(ps, chain)
-		w.rule(chain, w.ipX, "saddr", ep.IP().String(), "jump", markMasqChain)
-		if affinity {
-			w.rule(chain, "update", "@", affinitySetPrefix+base, "{", w.ipX, "saddr }")
+		if o.rules == nil || o.seconds != seconds {
+			// A new slice, not the old one changed: a transaction the
+			// caller still holds keeps what it had.
+			o.rules, o.seconds = w.endpointRules(o, key, proto, seconds), seconds
 		}
-		w.rule(chain, "meta l4proto", proto, "dnat to", endpointText(ep))
+		w.chainOps = append(w.chainOps, o.chainOps[:]...)
+		w.rules = append(w.rules, o.rules...)
+		ps.chains = append(ps.chains, o.chain)
+	}
+	for key, o := range ps.eps {
+		if o.gen != w.gen {
+			delete(ps.eps, key)
+		}
 	}
 	nameOf := func(ep changetracker.Endpoint) string {
-		for i, e := range all {
-			if e.IP() == ep.IP() && e.Port() == ep.Port() {
-				return epNames[i]
-			}
-		}
-		return endpointBase(ps.name, ep.IP(), ep.Port())
+		return ps.eps[netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))].base
 	}
 
 	for _, pc := range []struct {
@@ -158,7 +170,7 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 				sources = appendListItem(sources, ip.String())
 			}
 		}
-		w.rule(fwChain, w.ipX, "saddr != {", sources, "} drop")
+		w.rule(fwChain, w.ipX, "saddr != {", strings.Join(sources, " "), "} drop")
 	}
 
 	// Elements.
@@ -204,6 +216,44 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	releaseStale(ps, w.gen)
 }
 
+// epObjects are the objects of one endpoint's chain, made once and
+// reused by every transaction that writes the chain. They are never
+// changed once made, so a transaction the caller still holds stays as it
+// was.
+type epObjects struct {
+	base     string // hashed name after the prefixes
+	chain    string
+	setName  string
+	chainOps [2]op // add, flush
+	seconds  int   // the affinity timeout the rules were made for; 0 for none
+	rules    []op
+	gen      uint64
+}
+
+func (w *Writer) newEPObjects(ps *portState, key netip.AddrPort, proto string) *epObjects {
+	base := endpointBase(ps.name, key.Addr(), int(key.Port()))
+	o := &epObjects{base: base, chain: endpointChainPrefix + base, setName: affinitySetPrefix + base}
+	c := &knftables.Chain{Family: w.family, Table: w.table, Name: o.chain}
+	o.chainOps = [2]op{{opAdd, c}, {opFlush, c}}
+	return o
+}
+
+// endpointRules makes the rules of an endpoint chain: masquerade hairpin
+// traffic (an endpoint reaching itself through the service), record
+// affinity, DNAT.
+func (w *Writer) endpointRules(o *epObjects, key netip.AddrPort, proto string, seconds int) []op {
+	rules := make([]op, 0, 3)
+	add := func(text string) {
+		rules = append(rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: o.chain, Rule: text}})
+	}
+	add(w.ipX + " saddr " + key.Addr().String() + " jump " + markMasqChain)
+	if seconds > 0 {
+		add("update @" + o.setName + " { " + w.ipX + " saddr }")
+	}
+	add("meta l4proto " + proto + " dnat to " + key.String())
+	return rules
+}
+
 // writeEndpointSelection writes the rules of a policy chain (service- or
 // local-) that send a new connection to one of the endpoint chains
 // endpoint-<name> for names: with ClientIP affinity, first to the
@@ -219,23 +269,31 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 func (w *Writer) writeEndpointSelection(chain string, names []string, affinity bool) {
 	if affinity {
 		for _, n := range names {
-			w.rule(chain, w.ipX, "saddr", "@", affinitySetPrefix+n, "goto", endpointChainPrefix+n)
+			w.rule(chain, w.ipX+" saddr @"+affinitySetPrefix+n+" goto "+endpointChainPrefix+n)
 		}
 	}
-	elems := make([]string, 0, 5*len(names))
+	var b strings.Builder
+	b.WriteString("numgen random mod ")
+	b.WriteString(strconv.Itoa(len(names)))
+	b.WriteString(" vmap {")
 	for i, n := range names {
 		if i > 0 {
-			elems = append(elems, ",")
+			b.WriteString(" ,")
 		}
-		elems = append(elems, strconv.Itoa(i), ":", "goto", endpointChainPrefix+n)
+		b.WriteString(" ")
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(" : goto ")
+		b.WriteString(endpointChainPrefix)
+		b.WriteString(n)
 	}
-	w.rule(chain, "numgen random mod", strconv.Itoa(len(names)), "vmap {", elems, "}")
+	b.WriteString(" }")
+	w.rule(chain, b.String())
 }
 
 // masqueradeRule marks cluster-IP traffic from outside the cluster (or
 // all of it, with MasqueradeAll) for masquerading.
 func (w *Writer) masqueradeRule(chain string, svc changetracker.ServicePort, proto, port string) {
-	match := []any{w.ipX, "daddr", svc.ClusterIP().String(), proto, "dport", port}
+	match := []string{w.ipX, "daddr", svc.ClusterIP().String(), proto, "dport", port}
 	switch {
 	case w.cfg.MasqueradeAll:
 	case w.cfg.ClusterCIDR.IsValid():
@@ -288,12 +346,14 @@ func (w *Writer) affinitySet(ps *portState, name string, seconds int, prevSets [
 	ps.sets = append(ps.sets, affinitySet{name: name, seconds: seconds})
 }
 
-func (w *Writer) rule(chain string, parts ...any) {
-	w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: chain, Rule: knftables.Concat(parts...)}})
+// rule queues a rule of chain: parts joined by spaces. A set or map is
+// named "@name", one part.
+func (w *Writer) rule(chain string, parts ...string) {
+	w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: chain, Rule: strings.Join(parts, " ")}})
 }
 
-func (w *Writer) commentedRule(chain, comment string, parts ...any) {
-	w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: chain, Rule: knftables.Concat(parts...), Comment: &comment}})
+func (w *Writer) commentedRule(chain, comment string, parts ...string) {
+	w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: chain, Rule: strings.Join(parts, " "), Comment: &comment}})
 }
 
 func (w *Writer) claim(ps *portState, t tableID, key []string, value string, comment *string) {
