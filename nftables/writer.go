@@ -140,7 +140,9 @@ type SyncResult struct {
 	// Interface given to NewWriter (or print it with String for a dry
 	// run) and report the outcome with Writer.Applied. A partial sync that
 	// found nothing to change returns an empty transaction
-	// (NumOperations 0), which need not be run.
+	// (NumOperations 0), which need not be run (report Applied(nil)). The
+	// objects in it are shared with later transactions and must not be
+	// changed.
 	Transaction *knftables.Transaction
 	// ServicePortsWritten counts the service ports whose objects are in
 	// the transaction: all of them for a full sync, the changed ones
