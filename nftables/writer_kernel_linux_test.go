@@ -23,7 +23,9 @@ import (
 // endpoint they reach only the other; after one that drops all, they are
 // refused; and no chain of the dropped endpoints or service is left (they
 // are deleted in the same transaction as the elements and rules that
-// referred to them).
+// referred to them). A table deleted by hand is repaired by the full sync
+// that follows the failed partial one, and Cleanup deletes the writer's
+// table and no other.
 func TestWriterKernel(t *testing.T) {
 	kerneltest.Require(t, "nft")
 	nw := kerneltest.NewProxyNetwork(t, kerneltest.ProxyNetworkConfig{
@@ -130,6 +132,26 @@ func TestWriterKernel(t *testing.T) {
 				t.Errorf("after the service came back, %s reached %v, want pod-a", clusterIP, got)
 			}
 
+			// A table deleted by hand fails the next partial sync; the
+			// sync after it is full and brings everything back. Another
+			// program's table is left alone throughout.
+			nw.Node.MustExec(t, "nft", "add", "table", string(tc.nftFamily), "other")
+			nw.Node.MustExec(t, "nft", "add", "chain", string(tc.nftFamily), "other", "keep")
+			nw.Node.MustExec(t, "nft", "delete", "table", string(tc.nftFamily), nftables.DefaultTableName)
+			c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
+			res := w.Sync(context.Background(), c.input())
+			err = nw.Node.Do(func() error { return nft.Run(context.Background(), res.Transaction) })
+			w.Applied(err)
+			if res.Full || err == nil {
+				t.Fatalf("partial sync on a deleted table: full=%v, error %v; want a failed partial sync", res.Full, err)
+			}
+			apply(c.input(), true)
+			for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
+				if got := reach(dst); !got["pod-a"] || !got["pod-b"] {
+					t.Errorf("after the repair %s reached %v, want both pods", dst, got)
+				}
+			}
+
 			if err := nftables.Cleanup(context.Background(), "", func(f knftables.Family, table string) (knftables.Interface, error) {
 				var i knftables.Interface
 				err := nw.Node.Do(func() (err error) { i, err = knftables.New(f, table); return err })
@@ -137,9 +159,11 @@ func TestWriterKernel(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if out := nw.Node.MustExec(t, "nft", "list", "tables"); strings.Contains(out, string(tc.nftFamily)+" kube-proxy") {
-				t.Errorf("table left after cleanup:\n%s", out)
+			out := nw.Node.MustExec(t, "nft", "list", "tables")
+			if strings.Contains(out, string(tc.nftFamily)+" kube-proxy") || !strings.Contains(out, string(tc.nftFamily)+" other") {
+				t.Errorf("tables after cleanup, want other and not kube-proxy:\n%s", out)
 			}
+			nw.Node.MustExec(t, "nft", "delete", "table", string(tc.nftFamily), "other")
 		})
 	}
 }
