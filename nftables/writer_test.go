@@ -8,9 +8,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/nftables"
+	nftablestest "github.com/proxykit/proxykit/nftables/testing"
 )
 
 const node = "node-a"
@@ -173,6 +175,8 @@ func TestWriterFullSyncGolden(t *testing.T) {
 			}
 			golden.Check(t, filepath.Join("testdata", "writer", tc.name+".golden"), []byte(normalDump(fake)))
 
+			traceEveryService(t, fake, cfg, c)
+
 			// A second full sync of the same input changes nothing.
 			before := normalDump(fake)
 			w.RequestFullSync()
@@ -181,5 +185,51 @@ func TestWriterFullSyncGolden(t *testing.T) {
 				t.Errorf("a second full sync changed the table:\nbefore:\n%s\nafter:\n%s", before, got)
 			}
 		})
+	}
+}
+
+// traceEveryService sends a packet to every service port's cluster IP,
+// node port, external IPs and load-balancer VIPs, from a pod, from
+// outside and from the node, and fails t if the tracer cannot follow one:
+// it must understand every rule the writer writes.
+func traceEveryService(t *testing.T, fake *knftables.Fake, cfg nftables.WriterConfig, c *cluster) {
+	t.Helper()
+	table := cfg.TableName
+	if table == "" {
+		table = nftables.DefaultTableName
+	}
+	tr := nftablestest.NewTracer(fake, nftFamily(cfg.IPFamily), table, cfg.NodeIPs...)
+	pod, outside := addr("10.0.9.9"), addr("198.51.100.9")
+	if cfg.IPFamily == v1.IPv6Protocol {
+		pod, outside = addr("fd00:10::99"), addr("fd00:99::9")
+	}
+	for name, svc := range c.svcs {
+		type dst struct {
+			ip   netip.Addr
+			port int
+		}
+		dsts := []dst{{svc.ClusterIP(), svc.Port()}}
+		for _, ip := range append(svc.ExternalIPs(), svc.LoadBalancerVIPs()...) {
+			dsts = append(dsts, dst{ip, svc.Port()})
+		}
+		if np := svc.NodePort(); np != 0 {
+			for _, ip := range cfg.NodeIPs {
+				dsts = append(dsts, dst{ip, np})
+			}
+		}
+		for _, d := range dsts {
+			if d.ip.Is4() != (cfg.IPFamily == v1.IPv4Protocol) {
+				continue
+			}
+			for _, p := range []nftablestest.Packet{
+				{Src: pod, Dst: d.ip, Protocol: svc.Protocol(), DstPort: d.port},
+				{Src: outside, Dst: d.ip, Protocol: svc.Protocol(), DstPort: d.port},
+				{Src: cfg.NodeIPs[0], Dst: d.ip, Protocol: svc.Protocol(), DstPort: d.port, Output: true},
+			} {
+				if outs, err := tr.Trace(p); err != nil || len(outs) == 0 {
+					t.Errorf("%s: tracing %+v: %v, %v", name, p, outs, err)
+				}
+			}
+		}
 	}
 }
