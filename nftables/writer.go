@@ -402,6 +402,9 @@ func (w *Writer) Applied(err error) {
 func (w *Writer) failed() {
 	w.needFull = true
 	w.needList = true
+	// Recreate the base chains too: the transaction may have failed on
+	// one left by another version.
+	w.baseFresh = false
 }
 
 // Sync renders the transaction for in. The sync is full when one of these

@@ -202,3 +202,26 @@ func TestWriterFullSyncTriggers(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterRecreatesBaseChains: a base chain left with another priority
+// (by another version) is recreated by the first sync, since "add" does
+// not change a base chain's hook or priority.
+func TestWriterRecreatesBaseChains(t *testing.T) {
+	fake, w := newFake(t, baseConfig())
+	tx := fake.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Add(&knftables.Chain{Name: "nat-prerouting", Type: ptr.To(knftables.NATType), Hook: ptr.To(knftables.PreroutingHook), Priority: ptr.To(knftables.BaseChainPriority("0"))})
+	tx.Add(&knftables.Rule{Chain: "nat-prerouting", Rule: "accept"})
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(v1.IPv4Protocol, node)
+	syncFake(t, w, fake, c.input())
+	ch := fake.Table.Chains["nat-prerouting"]
+	if got := *ch.Priority; got != knftables.DNATPriority {
+		t.Errorf("nat-prerouting priority %s, want %s", got, knftables.DNATPriority)
+	}
+	if len(ch.Rules) != 1 || ch.Rules[0].Rule != "jump services" {
+		t.Errorf("nat-prerouting rules %v, want only the jump to services", ch.Rules)
+	}
+}

@@ -105,8 +105,13 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 			delete(ps.eps, key)
 		}
 	}
+	// The policy lists are subsets of all; an Endpoint implementation
+	// that answers differently from call to call gets a name, not a panic.
 	nameOf := func(ep changetracker.Endpoint) string {
-		return ps.eps[netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))].base
+		if o := ps.eps[netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))]; o != nil {
+			return o.base
+		}
+		return endpointBase(ps.name, ep.IP(), ep.Port())
 	}
 
 	for _, pc := range []struct {
@@ -358,12 +363,6 @@ func (w *Writer) commentedRule(chain, comment string, parts ...string) {
 
 func (w *Writer) claim(ps *portState, t tableID, key []string, value string, comment *string) {
 	w.tables[t].claim(ps, w.gen, key, value, comment)
-}
-
-// endpointText is "ip:port", with brackets around an IPv6 address, as
-// nft's "dnat to" takes it.
-func endpointText(ep changetracker.Endpoint) string {
-	return netip.AddrPortFrom(ep.IP(), uint16(ep.Port())).String()
 }
 
 func protocolName(p v1.Protocol) string {
