@@ -861,25 +861,14 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 // service port, not only this one. A port it refuses is logged once per
 // sync, naming it and the reason, and gets no rules.
 func (w *Writer) usable(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort) bool {
-	if svc == nil {
-		return false
-	}
-	if reason, value := w.unusable(name, svc); reason != "" {
-		logger.Error(nil, "Skipping service port: "+reason, "servicePort", name.String(), "protocol", name.Protocol, "value", value, "ipFamily", w.cfg.IPFamily)
-		return false
-	}
-	return true
-}
-
-// unusable returns why svc cannot get rules, and the offending value, or
-// "" if it can.
-func (w *Writer) unusable(name changetracker.ServicePortName, svc changetracker.ServicePort) (string, any) {
+	var reason string
+	var value any
 	// This runs for every port at every full sync: the check alone, which
 	// is what making the text would refuse.
 	if err := checkPortText(name); err != nil {
-		return "its name cannot be written for iptables-restore", err.Error()
+		reason, value = "its name cannot be written for iptables-restore", err.Error()
 	}
-	return w.check.Unusable(svc)
+	return w.check.Usable(logger, name, svc, reason, value)
 }
 
 // ownAddr reports whether ip, from the API, is an address of the writer's

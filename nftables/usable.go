@@ -16,30 +16,15 @@ import (
 // one. A port it refuses is logged, naming it and the reason, and gets
 // nothing.
 func (w *Writer) usable(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort) bool {
-	if svc == nil {
-		return false
+	var value any
+	reason := checkName(name)
+	if reason != "" {
+		value = name.String()
+	} else if svc != nil && svc.Protocol() != name.Protocol && protocolName(svc.Protocol()) != "" {
+		// The chain names hold the name's protocol, the rules the port's.
+		reason, value = "protocol differs from the port name's", svc.Protocol()
 	}
-	if reason, value := w.unusable(name, svc); reason != "" {
-		logger.Error(nil, "Skipping service port: "+reason, "servicePort", name.String(), "protocol", name.Protocol, "value", value, "ipFamily", w.cfg.IPFamily)
-		return false
-	}
-	return true
-}
-
-// unusable returns why svc cannot get objects, and the offending value, or
-// "" if it can.
-func (w *Writer) unusable(name changetracker.ServicePortName, svc changetracker.ServicePort) (string, any) {
-	if reason := checkName(name); reason != "" {
-		return reason, name.String()
-	}
-	if reason, value := w.check.Unusable(svc); reason != "" {
-		return reason, value
-	}
-	// The chain names hold the name's protocol, the rules the port's.
-	if p := svc.Protocol(); p != name.Protocol {
-		return "protocol differs from the port name's", p
-	}
-	return "", nil
+	return w.check.Usable(logger, name, svc, reason, value)
 }
 
 // ownAddr reports whether ip is an address of the writer's family that

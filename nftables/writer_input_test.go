@@ -72,6 +72,7 @@ func TestWriterSkipsBadInput(t *testing.T) {
 		{"zoned cluster IP", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.clusterIP = ptrTo(addr("fe80::1%eth0")) }},
 		{"port 0", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.port = ptrTo(0) }},
 		{"unknown protocol", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.protocol = ptrTo(v1.Protocol("ICMP")) }},
+		{"protocol other than the name's", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.protocol = ptrTo(v1.ProtocolUDP) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(v1.IPv4Protocol, node)

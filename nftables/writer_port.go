@@ -365,12 +365,16 @@ func (w *Writer) claim(ps *portState, t tableID, key []string, value string, com
 	w.tables[t].claim(ps, w.gen, key, value, comment)
 }
 
+// protocolName is p as nft writes it, or "" for a protocol the writer
+// does not know (which usable refuses).
 func protocolName(p v1.Protocol) string {
 	switch p {
+	case v1.ProtocolTCP:
+		return "tcp"
 	case v1.ProtocolUDP:
 		return "udp"
 	case v1.ProtocolSCTP:
 		return "sctp"
 	}
-	return "tcp"
+	return ""
 }

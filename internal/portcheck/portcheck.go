@@ -65,6 +65,25 @@ func (c Checker) RestrictsSources(svc changetracker.ServicePort) bool {
 	return restricts
 }
 
+// Usable reports whether svc can get rules, given what the writer's own
+// check of the port found (reason "" for nothing; for example its name in
+// the writer's own quoting) and then Unusable. A refused port is logged
+// with its name, the reason and the offending value, and ipFamily. A nil
+// svc is refused without a log: the map has no such port.
+func (c Checker) Usable(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort, reason string, value any) bool {
+	if svc == nil {
+		return false
+	}
+	if reason == "" {
+		reason, value = c.Unusable(svc)
+	}
+	if reason != "" {
+		logger.Error(nil, "Skipping service port: "+reason, "servicePort", name.String(), "protocol", name.Protocol, "value", value, "ipFamily", c.family)
+		return false
+	}
+	return true
+}
+
 // Unusable returns why svc cannot get rules in this family, and the
 // offending value, or "" if it can: a cluster IP of another family, an
 // unknown protocol or session affinity, a port, node port or health check
