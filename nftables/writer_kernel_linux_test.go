@@ -41,11 +41,12 @@ func TestWriterKernel(t *testing.T) {
 	for _, tc := range []struct {
 		family                  v1.IPFamily
 		nodeIP, clusterIP, cidr string
+		bridgeIP                string
 		podA, podB, serviceCIDR string
 		nftFamily               knftables.Family
 	}{
-		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family},
-		{v1.IPv6Protocol, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::11", "fd00:10::12", "fd00:96::/64", knftables.IPv6Family},
+		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.1", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family},
+		{v1.IPv6Protocol, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::1", "fd00:10::11", "fd00:10::12", "fd00:96::/64", knftables.IPv6Family},
 	} {
 		t.Run(string(tc.family), func(t *testing.T) {
 			var nft knftables.Interface
@@ -86,6 +87,11 @@ func TestWriterKernel(t *testing.T) {
 						t.Fatalf("connecting to %s: %v", dst, err)
 					}
 					seen[r.Name] = true
+					// The client is outside the cluster CIDR: masqueraded
+					// to the node's address on the pods' bridge.
+					if r.Client != addr(tc.bridgeIP) {
+						t.Errorf("%s: backend saw client %s, want the masqueraded %s", dst, r.Client, tc.bridgeIP)
+					}
 				}
 				return seen
 			}
