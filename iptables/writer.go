@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/portcheck"
 )
 
 // DefaultMasqueradeBit is the bit of the packet mark that flags traffic for
@@ -226,6 +227,7 @@ type SyncResult struct {
 // may be called from any goroutine.
 type Writer struct {
 	cfg           WriterConfig
+	check         portcheck.Checker
 	cn            *ChainNames // the names of the chains it owns
 	jumpMasq      string      // " -j PREFIX-MARK-MASQ"
 	droppedByFW   string      // " will be dropped by PREFIX-PROXY-FIREWALL"
@@ -382,6 +384,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	default:
 		return nil, fmt.Errorf("iptables writer: unknown IP family %q", cfg.IPFamily)
 	}
+	w.check = portcheck.New(cfg.IPFamily)
 	names, err := NewChainNames(cfg.ChainPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("iptables writer: %w", err)
@@ -858,125 +861,35 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 // service port, not only this one. A port it refuses is logged once per
 // sync, naming it and the reason, and gets no rules.
 func (w *Writer) usable(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort) bool {
-	if svc == nil {
-		return false
-	}
-	if reason, value := w.unusable(name, svc); reason != "" {
-		logger.Error(nil, "Skipping service port: "+reason, "servicePort", name.String(), "protocol", name.Protocol, "value", value, "ipFamily", w.cfg.IPFamily)
-		return false
-	}
-	return true
-}
-
-// unusable returns why svc cannot get rules, and the offending value, or
-// "" if it can.
-func (w *Writer) unusable(name changetracker.ServicePortName, svc changetracker.ServicePort) (string, any) {
+	var reason string
+	var value any
 	// This runs for every port at every full sync: the check alone, which
 	// is what making the text would refuse.
 	if err := checkPortText(name); err != nil {
-		return "its name cannot be written for iptables-restore", err.Error()
+		reason, value = "its name cannot be written for iptables-restore", err.Error()
 	}
-	if ip := svc.ClusterIP(); !w.ownAddr(ip) {
-		return "cluster IP is not an address of the writer's family", ip
-	}
-	switch p := svc.Protocol(); p {
-	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
-	default:
-		return "unknown protocol", p
-	}
-	if p := svc.Port(); !validPort(p) {
-		return "port is not in 1..65535", p
-	}
-	if p := svc.NodePort(); p != 0 && !validPort(p) {
-		return "node port is not 0 (none) or in 1..65535", p
-	}
-	if p := svc.HealthCheckNodePort(); p != 0 && !validPort(p) {
-		return "health check node port is not 0 (none) or in 1..65535", p
-	}
-	switch a := svc.SessionAffinityType(); a {
-	case "", v1.ServiceAffinityNone:
-	case v1.ServiceAffinityClientIP:
-		// The API server's bounds (sessionAffinityConfig.clientIP.timeoutSeconds).
-		if s := svc.StickyMaxAgeSeconds(); s < 1 || s > maxAffinitySeconds {
-			return "session affinity timeout is not in 1..86400 seconds", s
-		}
-	default:
-		return "unknown session affinity", a
-	}
-	return "", nil
+	return w.check.Usable(logger, name, svc, reason, value)
 }
-
-func validPort(p int) bool { return p >= 1 && p <= 65535 }
-
-// maxAffinitySeconds is the longest session affinity the API server
-// accepts (a day).
-const maxAffinitySeconds = 86400
 
 // ownAddr reports whether ip, from the API, is an address of the writer's
-// family that iptables takes as written: not an IPv4-mapped IPv6 address,
-// which the IPv4 binary refuses, and without a zone.
-func (w *Writer) ownAddr(ip netip.Addr) bool {
-	if !w.isIPv6 {
-		// Is4 is false for the invalid address and for mapped ones.
-		return ip.Is4()
-	}
-	return ip.Is6() && !ip.Is4In6() && ip.Zone() == ""
-}
+// family that iptables takes as written (portcheck.Checker.OwnAddr).
+func (w *Writer) ownAddr(ip netip.Addr) bool { return w.check.OwnAddr(ip) }
 
 // ownRange is ownAddr for a prefix.
-func (w *Writer) ownRange(p netip.Prefix) bool {
-	return p.IsValid() && w.ownAddr(p.Addr())
-}
+func (w *Writer) ownRange(p netip.Prefix) bool { return w.check.OwnRange(p) }
 
 // restrictsSources reports whether svc's loadBalancerSourceRanges restrict
-// the sources of this family: they hold a range of this family, and none
-// of length 0, which allows every source as kube-proxy reads it (no
-// KUBE-FW- chain, no firewall rule). Ranges of the other family, or that
-// are not valid, restrict nothing here.
+// the sources of this family (no KUBE-FW- chain, no firewall rule when
+// they do not; portcheck.Checker.RestrictsSources).
 func (w *Writer) restrictsSources(svc changetracker.ServicePort) bool {
-	restricts := false
-	for _, p := range svc.LoadBalancerSourceRanges() {
-		if !w.ownRange(p) {
-			continue
-		}
-		if p.Bits() == 0 {
-			return false
-		}
-		restricts = true
-	}
-	return restricts
-}
-
-func (w *Writer) badEndpoint(ep changetracker.Endpoint) bool {
-	return ep == nil || !w.ownAddr(ep.IP()) || !validPort(ep.Port())
+	return w.check.RestrictsSources(svc)
 }
 
 // usableEndpoints returns eps without the endpoints whose address or port
-// iptables-restore would refuse, logging each one it leaves out; eps
-// itself when all are good, which is the common case and costs nothing.
+// iptables-restore would refuse, logging each one it leaves out
+// (portcheck.Checker.UsableEndpoints).
 func (w *Writer) usableEndpoints(logger klog.Logger, name changetracker.ServicePortName, eps []changetracker.Endpoint) []changetracker.Endpoint {
-	allGood := true
-	for _, ep := range eps {
-		allGood = allGood && !w.badEndpoint(ep)
-	}
-	if allGood {
-		return eps
-	}
-	good := make([]changetracker.Endpoint, 0, len(eps))
-	for _, ep := range eps {
-		if !w.badEndpoint(ep) {
-			good = append(good, ep)
-			continue
-		}
-		var ip netip.Addr
-		var port int
-		if ep != nil {
-			ip, port = ep.IP(), ep.Port()
-		}
-		logger.Error(nil, "Skipping endpoint: its address is not of the writer's family or its port is not in 1..65535",
-			"servicePort", name.String(), "ip", ip, "port", port, "ipFamily", w.cfg.IPFamily)
-	}
-	return good
+	return w.check.UsableEndpoints(logger, name, eps)
 }
 
 func (ss *serviceState) port(name changetracker.ServicePortName) *portState {

@@ -1,0 +1,165 @@
+package nftables
+
+import (
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// elemTable is the writer's memory of one of its top-level sets or maps:
+// for each key, which service ports claim it with which value, and what
+// the kernel holds. It is what lets a partial sync touch only the elements
+// of the ports it rewrites, and never flush the map.
+//
+// Two ports may claim one key: every port of a Service claims its cluster
+// IP in cluster-ips, and two Services may list the same external IP and
+// port. The first claim holds the element; when its port lets go, the
+// next claim takes over in the same sync.
+type elemTable struct {
+	name    string
+	isMap   bool
+	entries map[string]*elemEntry
+	dirty   []*elemEntry
+}
+
+type elemEntry struct {
+	key    string // the key's parts joined by " . ", as nft writes them
+	parts  []string
+	claims []elemClaim
+	// inKernel says whether the element is in the kernel, with written's
+	// value and comment.
+	inKernel bool
+	written  elemClaim
+	isDirty  bool
+}
+
+type elemClaim struct {
+	owner   *portState
+	gen     uint64
+	value   string
+	comment *string
+}
+
+func newElemTable(name string, isMap bool) *elemTable {
+	return &elemTable{name: name, isMap: isMap, entries: make(map[string]*elemEntry)}
+}
+
+// claim records that owner wants key (with value, for a map) in the table
+// as of sync gen, and remembers the claim in owner.
+func (t *elemTable) claim(owner *portState, gen uint64, parts []string, value string, comment *string) {
+	key := strings.Join(parts, " . ")
+	e := t.entries[key]
+	if e == nil {
+		e = &elemEntry{key: key, parts: parts}
+		t.entries[key] = e
+	}
+	for i := range e.claims {
+		if e.claims[i].owner == owner {
+			if e.claims[i].gen != gen {
+				e.claims[i] = elemClaim{owner: owner, gen: gen, value: value, comment: comment}
+				t.markDirty(e)
+				return
+			}
+			// A port claiming one key twice (two equal external IPs):
+			// the first value stands.
+			return
+		}
+	}
+	e.claims = append(e.claims, elemClaim{owner: owner, gen: gen, value: value, comment: comment})
+	owner.claims = append(owner.claims, claimRef{table: t, entry: e})
+	t.markDirty(e)
+}
+
+// releaseStale drops owner's claims older than gen.
+func releaseStale(owner *portState, gen uint64) {
+	kept := owner.claims[:0]
+	for _, r := range owner.claims {
+		e := r.entry
+		stale := false
+		for i := range e.claims {
+			if e.claims[i].owner == owner && e.claims[i].gen != gen {
+				e.claims = append(e.claims[:i], e.claims[i+1:]...)
+				r.table.markDirty(e)
+				stale = true
+				break
+			}
+		}
+		if !stale {
+			kept = append(kept, r)
+		}
+	}
+	clear(owner.claims[len(kept):])
+	owner.claims = kept
+}
+
+func (t *elemTable) markDirty(e *elemEntry) {
+	if !e.isDirty {
+		e.isDirty = true
+		t.dirty = append(t.dirty, e)
+	}
+}
+
+// element makes the knftables element of e for claim c.
+func (t *elemTable) element(w *Writer, e *elemEntry, c *elemClaim) *knftables.Element {
+	el := &knftables.Element{Family: w.family, Table: w.table, Key: e.parts, Comment: c.comment}
+	if t.isMap {
+		el.Map = t.name
+		el.Value = []string{c.value}
+	} else {
+		el.Set = t.name
+	}
+	return el
+}
+
+// diff appends to dels the deletions and to adds the additions that bring
+// the kernel's elements of the dirty entries to their first claims, and
+// forgets entries nobody claims. An element whose value changes is deleted
+// and added again: the kernel refuses to add an element whose key exists
+// with another value, even with "add".
+func (t *elemTable) diff(w *Writer, dels, adds *[]op) {
+	for _, e := range t.dirty {
+		e.isDirty = false
+		var want *elemClaim
+		if len(e.claims) > 0 {
+			want = &e.claims[0]
+		}
+		same := want != nil && e.inKernel && want.value == e.written.value && sameComment(want.comment, e.written.comment)
+		if same {
+			continue
+		}
+		if e.inKernel {
+			*dels = append(*dels, op{verb: opDelete, obj: t.element(w, e, &e.written)})
+			e.inKernel = false
+		}
+		if want != nil {
+			*adds = append(*adds, op{verb: opAdd, obj: t.element(w, e, want)})
+			e.inKernel = true
+			e.written = elemClaim{value: want.value, comment: want.comment}
+		} else {
+			delete(t.entries, e.key)
+		}
+	}
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
+}
+
+// reset forgets every entry, for a full sync that flushes the table and
+// claims everything again in the order of the service ports' names, so
+// that a full sync's outcome does not depend on the syncs before it.
+func (t *elemTable) reset() {
+	clear(t.entries)
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
+}
+
+func sameComment(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+type claimRef struct {
+	table *elemTable
+	entry *elemEntry
+}

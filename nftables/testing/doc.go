@@ -1,0 +1,19 @@
+// Package nftablestest holds test helpers for the nftables package's
+// rules: a packet tracer over the state of a knftables.Fake, and a check
+// of a transaction against what the kernel would refuse that the Fake
+// lets through.
+//
+// The tracer follows a new connection's first packet through the base
+// chains of one table, the chains they jump to, verdict maps, sets and
+// "numgen" load balancing (every branch of which it follows), and reports
+// each outcome: accepted, dropped or rejected, the DNAT destination and
+// whether the packet leaves masqueraded. It understands the rule shapes
+// that nftables.Writer writes, and reports an error on anything else rather
+// than guessing, so a test that passes through it checks the rules it
+// meant to.
+//
+//	fake := knftables.NewFake(knftables.IPv4Family, "kube-proxy")
+//	// ... run a Writer's transactions on fake ...
+//	tr := nftablestest.NewTracer(fake, knftables.IPv4Family, "kube-proxy", nodeIP)
+//	outs, err := tr.Trace(nftablestest.Packet{Src: client, Dst: clusterIP, Protocol: v1.ProtocolTCP, DstPort: 80})
+package nftablestest

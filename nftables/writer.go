@@ -1,0 +1,945 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/portcheck"
+)
+
+// DefaultTableName is the table a Writer owns when WriterConfig.TableName
+// is empty: kube-proxy's.
+const DefaultTableName = "kube-proxy"
+
+// DefaultMasqueradeBit is the bit of the packet mark that flags traffic for
+// masquerading when WriterConfig.MasqueradeBit is nil, as in kube-proxy.
+const DefaultMasqueradeBit = 14
+
+// The fixed objects of the table, kube-proxy's names.
+const (
+	filterPreroutingChain     = "filter-prerouting"
+	filterInputChain          = "filter-input"
+	filterForwardChain        = "filter-forward"
+	filterOutputChain         = "filter-output"
+	filterOutputPostDNATChain = "filter-output-post-dnat"
+	natPreroutingChain        = "nat-prerouting"
+	natOutputChain            = "nat-output"
+	natPostroutingChain       = "nat-postrouting"
+
+	servicesChain               = "services"
+	serviceEndpointsCheckChain  = "service-endpoints-check"
+	nodePortEndpointsCheckChain = "nodeport-endpoints-check"
+	firewallCheckChain          = "firewall-check"
+	clusterIPsCheckChain        = "cluster-ips-check"
+	rejectChain                 = "reject-chain"
+	markMasqChain               = "mark-for-masquerade"
+	masqueradingChain           = "masquerading"
+
+	serviceIPsMap          = "service-ips"
+	serviceNodePortsMap    = "service-nodeports"
+	noEndpointServicesMap  = "no-endpoint-services"
+	noEndpointNodePortsMap = "no-endpoint-nodeports"
+	firewallIPsMap         = "firewall-ips"
+	clusterIPsSet          = "cluster-ips"
+	nodePortIPsSet         = "nodeport-ips"
+)
+
+// WriterConfig configures a [Writer]. Only IPFamily is required.
+type WriterConfig struct {
+	// IPFamily is the family of the writer's table, v1.IPv4Protocol (nft
+	// family "ip") or v1.IPv6Protocol ("ip6"); one writer per family.
+	// Service ports whose cluster IP is of the other family are skipped,
+	// and so are addresses of the other family in the other fields.
+	IPFamily v1.IPFamily
+
+	// TableName is the table the writer owns, whole; "" means
+	// DefaultTableName. Give two proxies on one node different tables.
+	// NewWriter refuses a name nft would not take as a bare word.
+	TableName string
+
+	// NodeName is this node's name, for topology
+	// (changetracker.CategorizeEndpoints).
+	NodeName string
+
+	// NodeIPs are this node's addresses. A load balancer whose
+	// loadBalancerSourceRanges contain one of them also accepts traffic
+	// whose source is its own VIP, which is what a node reaching the VIP
+	// through a local route sends.
+	NodeIPs []netip.Addr
+
+	// NodePortAddresses restricts node ports to the local addresses inside
+	// these prefixes (--nodeport-addresses). Empty, or a prefix of length
+	// 0, means every local address. Node ports are never served on
+	// loopback addresses, as in kube-proxy's nftables mode.
+	NodePortAddresses []netip.Prefix
+
+	// ClusterCIDR is the pod network of this family. Traffic to a cluster
+	// IP from outside it is masqueraded, and pod traffic to an external
+	// address of an externalTrafficPolicy Local service is short-circuited
+	// to all endpoints. The zero Prefix turns local-traffic detection off.
+	ClusterCIDR netip.Prefix
+
+	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
+	// source.
+	MasqueradeAll bool
+
+	// MasqueradeBit is the bit (0 to 31) of the packet mark that flags
+	// traffic for masquerading; nil means DefaultMasqueradeBit.
+	MasqueradeBit *int
+
+	// ServiceCIDRs are the ranges cluster IPs are allocated from. New
+	// connections to an address inside them that no service has are
+	// dropped, as kube-proxy does; empty means none are.
+	ServiceCIDRs []netip.Prefix
+
+	// FullSyncPeriod, when positive, makes a sync full if the last full
+	// sync is at least that old.
+	FullSyncPeriod time.Duration
+
+	// Clock is read for FullSyncPeriod; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// SyncInput is what [Writer.Sync] renders.
+type SyncInput struct {
+	// Services and Endpoints are the proxier's maps, already brought up to
+	// date with ServicePortMap.Update and EndpointsMap.Update. Sync reads
+	// them and never modifies them.
+	Services  changetracker.ServicePortMap
+	Endpoints changetracker.EndpointsMap
+	// ServiceChanges and EndpointChanges are what those Update calls
+	// returned. A partial sync rewrites only the services named in them,
+	// so every result must reach exactly one Sync: if a result is dropped,
+	// call RequestFullSync.
+	ServiceChanges  changetracker.UpdateServiceMapResult
+	EndpointChanges changetracker.UpdateEndpointsMapResult
+	// NodeLabels are this node's labels, for topology. A change from the
+	// previous sync makes the sync full. Sync copies them.
+	NodeLabels map[string]string
+}
+
+// SyncResult is what [Writer.Sync] produced.
+type SyncResult struct {
+	// Full is true for a full sync.
+	Full bool
+	// Transaction brings the table to the desired state. Run it with the
+	// Interface given to NewWriter (or print it with String for a dry
+	// run) and report the outcome with Writer.Applied. A partial sync that
+	// found nothing to change returns an empty transaction
+	// (NumOperations 0), which need not be run (report Applied(nil)). The
+	// objects in it are shared with later transactions and must not be
+	// changed.
+	Transaction *knftables.Transaction
+	// ServicePortsWritten counts the service ports whose objects are in
+	// the transaction: all of them for a full sync, the changed ones
+	// otherwise.
+	ServicePortsWritten int
+	// ChainsDeleted counts the chains the transaction deletes.
+	ChainsDeleted int
+	// ServicePorts and Endpoints count what the writer now programs.
+	ServicePorts, Endpoints int
+	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
+	// service ports whose internal (external) traffic policy is Local and
+	// whose traffic is dropped because this node has no endpoint for them,
+	// while other nodes do (kube-proxy's
+	// sync_proxy_rules_no_local_endpoints_total).
+	NoLocalEndpointsInternal, NoLocalEndpointsExternal int
+}
+
+// Writer renders service rules for one nftables table, one IP family, as
+// knftables transactions. It keeps what it wrote last, so that a partial
+// sync holds only the objects of the services that changed, and a full
+// sync deletes what nothing needs any more. It runs nothing itself except
+// one listing of the table's chains and sets on the first full sync (and
+// the first after a failure): the caller runs the transaction and reports
+// the outcome with Applied.
+//
+// A Writer is not safe for concurrent use, except RequestFullSync, which
+// may be called from any goroutine.
+type Writer struct {
+	nft          knftables.Interface
+	cfg          WriterConfig
+	check        portcheck.Checker
+	family       knftables.Family
+	table        string
+	ipX          string // "ip" or "ip6"
+	addrType     string // "ipv4_addr" or "ipv6_addr"
+	loopback     string // "127.0.0.0/8" or "::1"
+	mark         string
+	matchAllNP   bool
+	nodePortNets []netip.Prefix
+	clock        clock.PassiveClock
+
+	requestFull atomic.Bool
+	needFull    bool
+	// needList says the next full sync must list the table, because the
+	// writer does not know what it holds: at the start, and after a
+	// transaction that may not have been applied.
+	needList   bool
+	baseFresh  bool // the base chains were recreated once
+	lastFull   time.Time
+	nodeLabels map[string]string
+	unapplied  bool
+
+	ports  map[types.NamespacedName][]*portState
+	gen    uint64
+	tables [numTables]*elemTable
+
+	totalPorts, totalEndpoints int
+	noLocalInt, noLocalExt     int
+	chainsDeleted              int
+
+	// The transaction is built in phases, emitted in this order, so that
+	// every object exists before a rule refers to it, and nothing is
+	// deleted while something still refers to it.
+	elemDels  []op // map and set elements whose value changes or goes
+	chainOps  []op // table, chains (add + flush), top-level maps and sets
+	setOps    []op // affinity sets
+	rules     []op
+	elemAdds  []op
+	finalDels []op // chains (flushed in chainOps) and sets
+
+	names   []changetracker.ServicePortName
+	changed []types.NamespacedName
+}
+
+type tableID uint8
+
+const (
+	tClusterIPs tableID = iota
+	tServiceIPs
+	tServiceNodePorts
+	tNoEndpointServices
+	tNoEndpointNodePorts
+	tFirewallIPs
+	numTables
+)
+
+type opVerb uint8
+
+const (
+	opAdd opVerb = iota
+	opFlush
+	opDelete
+)
+
+type op struct {
+	verb opVerb
+	obj  knftables.Object
+}
+
+// portState is what the writer last wrote for one service port.
+type portState struct {
+	name    changetracker.ServicePortName
+	base    string  // hashed name part of its chains
+	comment *string // "ns/name:port", nil if too long
+	gen     uint64
+	chains  []string
+	sets    []affinitySet
+	claims  []claimRef
+	eps     map[netip.AddrPort]*epObjects // by endpoint
+
+	endpoints int
+	noLocal   uint8 // bit 0: internal, bit 1: external
+}
+
+type affinitySet struct {
+	name    string
+	seconds int
+}
+
+// NewWriter returns a writer for cfg whose transactions are made by nft.
+// nft must be an Interface for cfg's family and table (or for no table:
+// the writer names its table in every object); a Fake made with
+// knftables.NewFake works the same. It fails, naming the field, when the
+// IP family is unknown, the table name is not a plain nft word, the
+// masquerade bit is out of range, a prefix or address has the wrong
+// family, or nft is for another table. The first Sync is full.
+func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
+	w := &Writer{
+		nft:      nft,
+		cfg:      cfg,
+		table:    cfg.TableName,
+		clock:    cfg.Clock,
+		needFull: true,
+		needList: true,
+		ports:    make(map[types.NamespacedName][]*portState),
+	}
+	switch cfg.IPFamily {
+	case v1.IPv4Protocol:
+		w.family, w.ipX, w.addrType, w.loopback = knftables.IPv4Family, "ip", "ipv4_addr", "127.0.0.0/8"
+	case v1.IPv6Protocol:
+		w.family, w.ipX, w.addrType, w.loopback = knftables.IPv6Family, "ip6", "ipv6_addr", "::1"
+	default:
+		return nil, fmt.Errorf("nftables writer: unknown IP family %q", cfg.IPFamily)
+	}
+	w.check = portcheck.New(cfg.IPFamily)
+	if w.table == "" {
+		w.table = DefaultTableName
+	}
+	if !isTableName(w.table) {
+		return nil, fmt.Errorf("nftables writer: table name %q is not 1 to 64 letters, digits, '-' or '_' starting with a letter", w.table)
+	}
+	if w.clock == nil {
+		w.clock = clock.RealClock{}
+	}
+	bit := DefaultMasqueradeBit
+	if cfg.MasqueradeBit != nil {
+		bit = *cfg.MasqueradeBit
+	}
+	if bit < 0 || bit > 31 {
+		return nil, fmt.Errorf("nftables writer: masquerade bit %d is not in 0..31", bit)
+	}
+	w.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
+	if cfg.ClusterCIDR.IsValid() && !w.sameFamily(cfg.ClusterCIDR.Addr()) {
+		return nil, fmt.Errorf("nftables writer: cluster CIDR %s is not %s", cfg.ClusterCIDR, cfg.IPFamily)
+	}
+	w.cfg.ClusterCIDR = cfg.ClusterCIDR.Masked()
+	w.cfg.NodeIPs = nil
+	for _, ip := range cfg.NodeIPs {
+		if !w.sameFamily(ip) {
+			return nil, fmt.Errorf("nftables writer: node IP %s is not %s", ip, cfg.IPFamily)
+		}
+		w.cfg.NodeIPs = append(w.cfg.NodeIPs, ip.Unmap())
+	}
+	w.cfg.ServiceCIDRs = nil
+	for _, p := range cfg.ServiceCIDRs {
+		if !p.IsValid() || !w.sameFamily(p.Addr()) {
+			return nil, fmt.Errorf("nftables writer: service CIDR %s is not %s", p, cfg.IPFamily)
+		}
+		w.cfg.ServiceCIDRs = append(w.cfg.ServiceCIDRs, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
+	}
+	w.matchAllNP = len(cfg.NodePortAddresses) == 0
+	for _, p := range cfg.NodePortAddresses {
+		if !p.IsValid() || !w.sameFamily(p.Addr()) {
+			return nil, fmt.Errorf("nftables writer: node-port address %s is not %s", p, cfg.IPFamily)
+		}
+		if p.Bits() == 0 {
+			w.matchAllNP = true
+		}
+		w.nodePortNets = append(w.nodePortNets, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
+	}
+	if w.matchAllNP {
+		w.nodePortNets = nil
+	}
+	// An Interface made for a table puts it in every object that does not
+	// name one; one made for none ("", "") takes the writer's.
+	probe := nft.NewTransaction()
+	probe.Add(&knftables.Table{})
+	if f := strings.Fields(probe.String()); len(f) == 4 && (knftables.Family(f[2]) != w.family || f[3] != w.table) {
+		return nil, fmt.Errorf("nftables writer: the Interface is for table %s %s, not %s %s", f[2], f[3], w.family, w.table)
+	}
+	w.tables = [numTables]*elemTable{
+		tClusterIPs:          newElemTable(clusterIPsSet, false),
+		tServiceIPs:          newElemTable(serviceIPsMap, true),
+		tServiceNodePorts:    newElemTable(serviceNodePortsMap, true),
+		tNoEndpointServices:  newElemTable(noEndpointServicesMap, true),
+		tNoEndpointNodePorts: newElemTable(noEndpointNodePortsMap, true),
+		tFirewallIPs:         newElemTable(firewallIPsMap, true),
+	}
+	return w, nil
+}
+
+// isTableName reports whether s is a table name that needs no quoting in
+// an nft command.
+func isTableName(s string) bool {
+	if len(s) == 0 || len(s) > 64 || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *Writer) sameFamily(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	return ip.IsValid() && ip.Is6() == (w.family == knftables.IPv6Family)
+}
+
+// Family returns the nft family of the writer's table, "ip" or "ip6".
+func (w *Writer) Family() knftables.Family { return w.family }
+
+// Table returns the name of the writer's table.
+func (w *Writer) Table() string { return w.table }
+
+// RequestFullSync makes the next Sync full: call it when another program
+// may have changed the table. It is safe to call from any goroutine.
+func (w *Writer) RequestFullSync() { w.requestFull.Store(true) }
+
+// Applied reports the outcome of running the transaction of the last
+// Sync: nil if it succeeded. After an error the next sync is full and
+// lists the table first, since the writer's memory of it is then in
+// doubt. A Sync whose outcome is never reported counts as failed. Calling
+// Applied twice for one Sync, or before any Sync, does nothing.
+func (w *Writer) Applied(err error) {
+	if !w.unapplied {
+		return
+	}
+	w.unapplied = false
+	if err != nil {
+		w.failed()
+	}
+}
+
+func (w *Writer) failed() {
+	w.needFull = true
+	w.needList = true
+	// Recreate the base chains too: the transaction may have failed on
+	// one left by another version.
+	w.baseFresh = false
+}
+
+// Sync renders the transaction for in. The sync is full when one of these
+// holds: it is the first, the last one failed or was never reported to
+// Applied, RequestFullSync was called, the node labels changed, or
+// FullSyncPeriod has passed since the last full sync. Otherwise it is
+// partial and holds only the objects of the services named in the change
+// results.
+//
+// Bad input is logged through the logger in ctx and skipped for that
+// service port (or address, or endpoint) alone. ctx also bounds the one
+// listing a full sync may do.
+func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
+	logger := klog.FromContext(ctx)
+	if w.unapplied {
+		logger.V(2).Info("Previous nftables transaction was never reported applied; syncing everything")
+		w.failed()
+	}
+	full := w.needFull || w.requestFull.Swap(false)
+	if !maps.Equal(w.nodeLabels, in.NodeLabels) {
+		full = true
+		w.nodeLabels = maps.Clone(in.NodeLabels)
+	}
+	now := w.clock.Now()
+	if w.cfg.FullSyncPeriod > 0 && now.Sub(w.lastFull) >= w.cfg.FullSyncPeriod {
+		full = true
+	}
+	for _, p := range []*[]op{&w.elemDels, &w.chainOps, &w.setOps, &w.rules, &w.elemAdds, &w.finalDels} {
+		clear(*p)
+		*p = (*p)[:0]
+	}
+	w.chainsDeleted = 0
+	var written int
+	if full {
+		written = w.syncFull(ctx, logger, &in)
+		w.lastFull = now
+	} else {
+		written = w.syncPartial(logger, &in)
+	}
+	w.needFull = false
+	w.unapplied = true
+
+	tx := w.nft.NewTransaction()
+	for _, phase := range [][]op{w.elemDels, w.chainOps, w.setOps, w.rules, w.elemAdds, w.finalDels} {
+		for _, o := range phase {
+			switch o.verb {
+			case opAdd:
+				tx.Add(o.obj)
+			case opFlush:
+				tx.Flush(o.obj)
+			case opDelete:
+				tx.Delete(o.obj)
+			}
+		}
+	}
+	res := SyncResult{
+		Full:                     full,
+		Transaction:              tx,
+		ServicePortsWritten:      written,
+		ChainsDeleted:            w.chainsDeleted,
+		ServicePorts:             w.totalPorts,
+		Endpoints:                w.totalEndpoints,
+		NoLocalEndpointsInternal: w.noLocalInt,
+		NoLocalEndpointsExternal: w.noLocalExt,
+	}
+	logger.V(2).Info("Rendered nftables transaction", "ipFamily", w.cfg.IPFamily, "table", w.table, "full", full,
+		"servicePortsWritten", written, "operations", tx.NumOperations(), "chainsDeleted", res.ChainsDeleted,
+		"servicePorts", res.ServicePorts, "endpoints", res.Endpoints)
+	return res
+}
+
+// syncFull renders everything the writer owns and returns how many
+// service ports it wrote.
+//
+// The top-level chains, maps and sets are flushed and filled again, in one
+// atomic transaction, so whatever drifted (an element or a rule deleted by
+// hand) is repaired. Per-service chains are flushed and rewritten; those
+// no service needs are deleted. To know those, the writer trusts its
+// memory, except on the first full sync and the first after a failed
+// transaction: then it lists the table's chains and sets once (one nft
+// call, whose cost grows with the table), since chains left by a previous
+// run, or by a transaction whose outcome is unknown, are in no memory.
+func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput) int {
+	// listed, from a listing, holds the per-service chains (true) and
+	// sets (false) in the table; without one, each port's memory says
+	// what it has.
+	var listed map[string]bool
+	if w.needList {
+		listed = w.listServiceObjects(ctx, logger)
+	}
+	w.needList = false
+
+	w.gen++
+	w.names = w.names[:0]
+	total := 0
+	for name, svc := range in.Services {
+		if !w.usable(logger, name, svc) {
+			continue
+		}
+		w.names = append(w.names, name)
+		total += len(in.Endpoints[name])
+	}
+	slices.SortFunc(w.names, compareServicePortNames)
+	w.totalEndpoints = total
+	w.totalPorts = len(w.names)
+	w.noLocalInt, w.noLocalExt = 0, 0
+
+	w.writeStatic()
+	for _, t := range w.tables {
+		t.reset()
+	}
+	old := w.ports
+	w.ports = make(map[types.NamespacedName][]*portState, len(old))
+	for _, ports := range old {
+		for _, ps := range ports {
+			ps.claims = ps.claims[:0]
+		}
+	}
+	var desired map[string]bool
+	if listed != nil {
+		desired = make(map[string]bool, 4*len(w.names))
+	}
+	for _, name := range w.names {
+		var ps *portState
+		for _, p := range old[name.NamespacedName] {
+			if p.name == name {
+				ps = p
+			}
+		}
+		if ps == nil {
+			ps = newPortState(name)
+		}
+		prevChains, prevSets := ps.chains, ps.sets
+		ps.chains, ps.sets = nil, nil
+		ps.gen = w.gen
+		w.ports[name.NamespacedName] = append(w.ports[name.NamespacedName], ps)
+		w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], nil, prevSets, true, listed)
+		ps.endpoints = len(in.Endpoints[name])
+		w.countNoLocal(ps, +1)
+		if desired == nil {
+			w.dropStale(ps, prevChains, prevSets)
+			continue
+		}
+		for _, c := range ps.chains {
+			desired[c] = true
+		}
+		for _, s := range ps.sets {
+			desired[s.name] = true
+		}
+	}
+	// What nothing needs: chains are flushed first (a rule of one may
+	// jump to another, or use an affinity set) and deleted last.
+	if desired == nil {
+		var gone []*portState
+		for _, ports := range old {
+			for _, ps := range ports {
+				if ps.gen != w.gen {
+					gone = append(gone, ps)
+				}
+			}
+		}
+		slices.SortFunc(gone, func(a, b *portState) int { return compareServicePortNames(a.name, b.name) })
+		for _, ps := range gone {
+			w.dropStale(ps, ps.chains, ps.sets)
+		}
+	} else {
+		var stale []string
+		for name := range listed {
+			if !desired[name] {
+				stale = append(stale, name)
+			}
+		}
+		slices.Sort(stale)
+		for _, name := range stale {
+			if listed[name] {
+				w.deleteChain(name)
+			} else {
+				w.deleteSet(name)
+			}
+		}
+	}
+	for _, t := range w.tables {
+		t.diff(w, &w.elemDels, &w.elemAdds)
+	}
+	return len(w.names)
+}
+
+// listServiceObjects lists the per-service chains (true) and affinity sets
+// (false) in the table. A missing table holds nothing; another error is
+// logged, and the sync then deletes only what the writer remembers.
+func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) map[string]bool {
+	found := make(map[string]bool)
+	for _, kind := range []string{"chain", "set"} {
+		names, err := w.nft.List(ctx, kind)
+		if err != nil {
+			if !knftables.IsNotFound(err) {
+				logger.Error(err, "Listing the nftables table failed; objects left by an earlier run stay until a later full sync", "table", w.table, "ipFamily", w.cfg.IPFamily, "objectType", kind)
+			}
+			continue
+		}
+		for _, n := range names {
+			if isServiceObject(n) {
+				found[n] = kind == "chain"
+			}
+		}
+	}
+	return found
+}
+
+// deleteChain flushes a chain of the writer's early in the transaction
+// and deletes it at the end: by then the map elements and rules that
+// referred to it are gone (deleted, flushed or rewritten earlier in the
+// same transaction).
+//
+// kube-proxy defers such deletions to a later sync: on kernels before 6.2
+// (it says) a chain stayed referenced for a moment after the map element
+// that pointed at it was deleted, so deleting the chain in the same
+// transaction failed with EBUSY. Current kernels drop the reference when
+// the deletion is prepared, in transaction order (the fix that made
+// element and chain references transactional, around 6.4 and in the stable
+// branches), so one transaction is correct, atomic, and leaves no stale
+// chain behind. On a kernel without the fix the transaction fails and
+// says so; the writer does not work around it.
+func (w *Writer) deleteChain(name string) {
+	c := &knftables.Chain{Family: w.family, Table: w.table, Name: name}
+	w.chainOps = append(w.chainOps, op{opFlush, c})
+	w.finalDels = append(w.finalDels, op{opDelete, c})
+	w.chainsDeleted++
+}
+
+// syncPartial renders the service ports of the changed services and
+// returns how many it wrote.
+func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
+	svcChanged := in.ServiceChanges.UpdatedServices
+	w.changed = w.changed[:0]
+	for nn := range svcChanged {
+		w.changed = append(w.changed, nn)
+	}
+	for nn := range in.EndpointChanges.UpdatedServices {
+		if !svcChanged.Has(nn) {
+			w.changed = append(w.changed, nn)
+		}
+	}
+	if len(w.changed) == 0 {
+		return 0
+	}
+	slices.SortFunc(w.changed, compareNamespacedNames)
+
+	// The ports a changed service has now: those written last time when
+	// only its endpoints changed, otherwise found by one pass over the map.
+	var scanned map[types.NamespacedName][]changetracker.ServicePortName
+	for _, nn := range w.changed {
+		if svcChanged.Has(nn) || w.ports[nn] == nil {
+			if scanned == nil {
+				scanned = make(map[types.NamespacedName][]changetracker.ServicePortName)
+			}
+			scanned[nn] = nil
+		}
+	}
+	if scanned != nil {
+		for name := range in.Services {
+			if ports, ok := scanned[name.NamespacedName]; ok {
+				scanned[name.NamespacedName] = append(ports, name)
+			}
+		}
+	}
+
+	written := 0
+	for _, nn := range w.changed {
+		old := w.ports[nn]
+		w.names = w.names[:0]
+		if ports, ok := scanned[nn]; ok {
+			slices.SortFunc(ports, compareServicePortNames)
+			w.names = append(w.names, ports...)
+		} else {
+			for _, ps := range old {
+				w.names = append(w.names, ps.name)
+			}
+		}
+		for _, ps := range old {
+			w.totalEndpoints -= ps.endpoints
+			w.totalPorts--
+			w.countNoLocal(ps, -1)
+		}
+		w.gen++
+		var kept []*portState
+		for _, name := range w.names {
+			if !w.usable(logger, name, in.Services[name]) {
+				continue
+			}
+			var ps *portState
+			for _, p := range old {
+				if p.name == name {
+					ps = p
+				}
+			}
+			if ps == nil {
+				ps = newPortState(name)
+			}
+			ps.gen = w.gen
+			prevChains, prevSets := slices.Clone(ps.chains), slices.Clone(ps.sets)
+			ps.chains, ps.sets = ps.chains[:0], ps.sets[:0]
+			w.renderPort(logger, ps, in.Services[name], in.Endpoints[name], prevChains, prevSets, false, nil)
+			w.dropStale(ps, prevChains, prevSets)
+			ps.endpoints = len(in.Endpoints[name])
+			w.totalEndpoints += ps.endpoints
+			w.totalPorts++
+			w.countNoLocal(ps, +1)
+			kept = append(kept, ps)
+			written++
+		}
+		for _, ps := range old {
+			if ps.gen != w.gen {
+				w.dropStale(ps, ps.chains, ps.sets)
+				// No claim has a future generation: all go.
+				releaseStale(ps, w.gen+1)
+			}
+		}
+		if len(kept) == 0 {
+			delete(w.ports, nn)
+		} else {
+			w.ports[nn] = kept
+		}
+	}
+	for _, t := range w.tables {
+		t.diff(w, &w.elemDels, &w.elemAdds)
+	}
+	return written
+}
+
+// dropStale deletes the chains and sets of prev that ps no longer has
+// (all of them if ps was not rendered in this sync). Unless they are equal
+// it sorts ps.chains and prevChains, whose order means nothing, to compare
+// them in one pass.
+func (w *Writer) dropStale(ps *portState, prevChains []string, prevSets []affinitySet) {
+	if ps.gen != w.gen {
+		for _, c := range prevChains {
+			w.deleteChain(c)
+		}
+		for _, s := range prevSets {
+			w.deleteSet(s.name)
+		}
+		return
+	}
+	// The steady state writes the same chains in the same order.
+	if !slices.Equal(ps.chains, prevChains) {
+		slices.Sort(ps.chains)
+		slices.Sort(prevChains)
+		i := 0
+		for _, c := range prevChains {
+			for i < len(ps.chains) && ps.chains[i] < c {
+				i++
+			}
+			if i == len(ps.chains) || ps.chains[i] != c {
+				w.deleteChain(c)
+			}
+		}
+	}
+	for _, s := range prevSets {
+		if !slices.ContainsFunc(ps.sets, func(n affinitySet) bool { return n.name == s.name }) {
+			w.deleteSet(s.name)
+		}
+	}
+}
+
+func (w *Writer) deleteSet(name string) {
+	w.finalDels = append(w.finalDels, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: name}})
+}
+
+func newPortState(name changetracker.ServicePortName) *portState {
+	return &portState{name: name, base: portBase(name), comment: portComment(name)}
+}
+
+func (w *Writer) countNoLocal(ps *portState, sign int) {
+	if ps.noLocal&1 != 0 {
+		w.noLocalInt += sign
+	}
+	if ps.noLocal&2 != 0 {
+		w.noLocalExt += sign
+	}
+}
+
+// writeStatic queues the table and the objects that do not depend on
+// services: base chains, top-level chains and their rules, and the
+// (flushed) top-level maps and sets.
+func (w *Writer) writeStatic() {
+	w.add(&w.chainOps, &knftables.Table{Family: w.family, Name: w.table, Comment: ptr.To("service rules written by proxykit")})
+	if !w.baseFresh {
+		// A base chain's hook and priority cannot be changed by "add":
+		// chains left by another version are recreated once.
+		for _, bc := range baseChains {
+			c := &knftables.Chain{Family: w.family, Table: w.table, Name: bc.name}
+			w.add(&w.chainOps, c)
+			w.chainOps = append(w.chainOps, op{opFlush, c}, op{opDelete, c})
+		}
+		w.baseFresh = true
+	}
+	for _, bc := range baseChains {
+		c := &knftables.Chain{Family: w.family, Table: w.table, Name: bc.name,
+			Type: ptr.To(bc.chainType), Hook: ptr.To(bc.hook), Priority: ptr.To(bc.priority)}
+		w.add(&w.chainOps, c)
+		w.chainOps = append(w.chainOps, op{opFlush, c})
+	}
+	for _, name := range []string{servicesChain, serviceEndpointsCheckChain, nodePortEndpointsCheckChain,
+		firewallCheckChain, clusterIPsCheckChain, rejectChain, markMasqChain, masqueradingChain} {
+		c := &knftables.Chain{Family: w.family, Table: w.table, Name: name}
+		w.add(&w.chainOps, c)
+		w.chainOps = append(w.chainOps, op{opFlush, c})
+	}
+	vmapType := func(key string) string { return key + " : verdict" }
+	addrKey := w.addrType + " . inet_proto . inet_service"
+	for _, m := range []struct{ name, key, comment string }{
+		{serviceIPsMap, addrKey, "ClusterIP, ExternalIP and LoadBalancer IP traffic"},
+		{serviceNodePortsMap, "inet_proto . inet_service", "NodePort traffic"},
+		{noEndpointServicesMap, addrKey, "drop or reject traffic to services without usable endpoints"},
+		{noEndpointNodePortsMap, "inet_proto . inet_service", "drop or reject traffic to node ports without usable endpoints"},
+		{firewallIPsMap, addrKey, "destinations subject to loadBalancerSourceRanges"},
+	} {
+		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, Type: vmapType(m.key), Comment: ptr.To(m.comment)}
+		w.add(&w.chainOps, mp)
+		w.chainOps = append(w.chainOps, op{opFlush, mp})
+	}
+	cips := &knftables.Set{Family: w.family, Table: w.table, Name: clusterIPsSet, Type: w.addrType, Comment: ptr.To("cluster IPs of services")}
+	w.add(&w.chainOps, cips)
+	w.chainOps = append(w.chainOps, op{opFlush, cips})
+	npIPs := &knftables.Set{Family: w.family, Table: w.table, Name: nodePortIPsSet, Type: w.addrType,
+		Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: ptr.To("ranges of local addresses that accept node-port traffic")}
+	w.add(&w.chainOps, npIPs)
+	if w.matchAllNP {
+		// Added first so that the deletion cannot fail.
+		w.chainOps = append(w.chainOps, op{opDelete, npIPs})
+	} else {
+		w.chainOps = append(w.chainOps, op{opFlush, npIPs})
+		for _, p := range w.nodePortNets {
+			w.add(&w.elemAdds, &knftables.Element{Family: w.family, Table: w.table, Set: nodePortIPsSet, Key: []string{p.String()}})
+		}
+	}
+
+	rule := func(chain string, parts ...any) {
+		w.add(&w.rules, &knftables.Rule{Family: w.family, Table: w.table, Chain: chain, Rule: knftables.Concat(parts...)})
+	}
+	for _, j := range jumpRules {
+		rule(j.from, j.match, "jump", j.to)
+	}
+	rule(markMasqChain, "mark set mark or", w.mark)
+	rule(masqueradingChain, "mark and", w.mark, "== 0 return")
+	// Clear the mark, so that a packet that goes through the stack again is
+	// not masqueraded twice.
+	rule(masqueradingChain, "mark set mark xor", w.mark)
+	rule(masqueradingChain, "masquerade fully-random")
+	rule(rejectChain, "reject")
+
+	dst := w.ipX + " daddr"
+	rule(servicesChain, dst, ". meta l4proto . th dport vmap", "@", serviceIPsMap)
+	rule(serviceEndpointsCheckChain, dst, ". meta l4proto . th dport vmap", "@", noEndpointServicesMap)
+	rule(firewallCheckChain, dst, ". meta l4proto . th dport vmap", "@", firewallIPsMap)
+	npMatch := []any{dst, "!=", w.loopback}
+	if !w.matchAllNP {
+		npMatch = append(npMatch, dst, "@", nodePortIPsSet)
+	}
+	rule(servicesChain, append(append([]any{"fib daddr type local"}, npMatch...), "meta l4proto . th dport vmap", "@", serviceNodePortsMap)...)
+	// This chain runs at the input hook: the destination is local already.
+	rule(nodePortEndpointsCheckChain, append(npMatch, "meta l4proto . th dport vmap", "@", noEndpointNodePortsMap)...)
+	// Connections to a cluster IP that were not DNATed are to a port the
+	// service does not have; those to an address of a service CIDR that
+	// no service has are dropped.
+	rule(clusterIPsCheckChain, dst, "@", clusterIPsSet, "reject")
+	if len(w.cfg.ServiceCIDRs) > 0 {
+		cidrs := make([]string, 0, 2*len(w.cfg.ServiceCIDRs))
+		for i, p := range w.cfg.ServiceCIDRs {
+			if i > 0 {
+				cidrs = append(cidrs, ",")
+			}
+			cidrs = append(cidrs, p.String())
+		}
+		rule(clusterIPsCheckChain, dst, "{", cidrs, "} drop")
+	}
+}
+
+func (w *Writer) add(phase *[]op, obj knftables.Object) {
+	*phase = append(*phase, op{opAdd, obj})
+}
+
+type baseChain struct {
+	name      string
+	chainType knftables.BaseChainType
+	hook      knftables.BaseChainHook
+	priority  knftables.BaseChainPriority
+}
+
+// baseChains are kube-proxy's hooks and priorities. The filter chains run
+// before DNAT (dstnat-10), so that they see the service address; the
+// second output filter chain runs after it (dstnat+10), to catch what DNAT
+// left addressed to a cluster IP.
+var baseChains = []baseChain{
+	{filterPreroutingChain, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
+	{filterInputChain, knftables.FilterType, knftables.InputHook, knftables.DNATPriority + "-10"},
+	{filterForwardChain, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority + "-10"},
+	{filterOutputChain, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
+	{filterOutputPostDNATChain, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "+10"},
+	{natPreroutingChain, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
+	{natOutputChain, knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
+	{natPostroutingChain, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
+}
+
+// jumpRules are the base chains' rules. reject is allowed only at the
+// input, forward and output hooks on older kernels (before 5.9), so the
+// no-endpoint checks run there rather than at prerouting.
+var jumpRules = []struct{ from, match, to string }{
+	{filterInputChain, "ct state new", nodePortEndpointsCheckChain},
+	{filterInputChain, "ct state new", serviceEndpointsCheckChain},
+	{filterForwardChain, "ct state new", serviceEndpointsCheckChain},
+	{filterOutputChain, "ct state new", serviceEndpointsCheckChain},
+	{filterPreroutingChain, "ct state new", firewallCheckChain},
+	{filterOutputChain, "ct state new", firewallCheckChain},
+	{natOutputChain, "", servicesChain},
+	{natPreroutingChain, "", servicesChain},
+	{natPostroutingChain, "", masqueradingChain},
+	{filterForwardChain, "ct state new", clusterIPsCheckChain},
+	{filterOutputPostDNATChain, "ct state new", clusterIPsCheckChain},
+}
+
+func compareNamespacedNames(a, b types.NamespacedName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+func compareServicePortNames(a, b changetracker.ServicePortName) int {
+	if c := compareNamespacedNames(a.NamespacedName, b.NamespacedName); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Port, b.Port); c != 0 {
+		return c
+	}
+	return strings.Compare(string(a.Protocol), string(b.Protocol))
+}

@@ -1,0 +1,135 @@
+package nftables_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/nftables"
+)
+
+// Benchmarks on the input of iptables' benchmarks (services × endpoints per
+// service, ClusterIP services with one TCP port, endpoints over 100
+// nodes). Run them with:
+//
+//	go test -run '^$' -bench . -benchmem ./nftables/
+//
+// They measure the writer alone: rendering the transaction, not running
+// it. "ops" is the transaction's number of operations.
+
+type benchSize struct{ services, endpoints int }
+
+func (s benchSize) String() string { return fmt.Sprintf("%dx%d", s.services, s.endpoints) }
+
+// benchCluster loads a cluster like iptables' benchCluster.
+func benchCluster(size benchSize) (*cluster, map[string]*discoveryv1.EndpointSlice) {
+	c := newCluster(v1.IPv4Protocol, "node-1")
+	slices := map[string]*discoveryv1.EndpointSlice{}
+	n := 0
+	for i := range size.services {
+		name := fmt.Sprintf("svc-%d", i)
+		c.setService(makeService("bench", name, fmt.Sprintf("10.%d.%d.%d", 96+i>>16, i>>8&255, i&255)))
+		eps := make([]ep, 0, size.endpoints)
+		for range size.endpoints {
+			eps = append(eps, ep{ip: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), node: fmt.Sprintf("node-%d", n%100)})
+			n++
+		}
+		s := makeSlice(v1.IPv4Protocol, "bench", name, tcp8080, eps...)
+		c.epTracker.EndpointSliceUpdate(s, false)
+		slices[name] = s
+	}
+	return c, slices
+}
+
+func benchWriter(b *testing.B) *nftables.Writer {
+	w, err := nftables.NewWriter(knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName),
+		nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+// BenchmarkSyncFull measures a full sync of a loaded cluster by a writer
+// that synced it before (as periodic full syncs are).
+func BenchmarkSyncFull(b *testing.B) {
+	for _, size := range []benchSize{{1000, 10}, {10000, 10}} {
+		b.Run(size.String(), func(b *testing.B) {
+			c, _ := benchCluster(size)
+			in := c.input()
+			w := benchWriter(b)
+			ctx := context.Background()
+			w.Sync(ctx, in)
+			w.Applied(nil)
+			b.ReportAllocs()
+			var res nftables.SyncResult
+			for b.Loop() {
+				w.RequestFullSync()
+				res = w.Sync(ctx, in)
+				w.Applied(nil)
+			}
+			if !res.Full {
+				b.Fatal("sync was not full")
+			}
+			b.ReportMetric(float64(res.Transaction.NumOperations()), "ops")
+		})
+	}
+}
+
+// BenchmarkSyncPartial measures a partial sync after one endpoint of one
+// service turned not ready (or back), trackers' Update included, and
+// reports the writer's part alone as writer-ns/op and the transaction's
+// size in bytes of nft text.
+func BenchmarkSyncPartial(b *testing.B) {
+	for _, size := range []benchSize{{1000, 10}, {10000, 10}, {30000, 10}} {
+		b.Run(size.String(), func(b *testing.B) {
+			c, slices := benchCluster(size)
+			w := benchWriter(b)
+			ctx := context.Background()
+			w.Sync(ctx, c.input())
+			w.Applied(nil)
+			names := make([]string, 0, len(slices))
+			for name := range slices {
+				names = append(names, name)
+			}
+			changed := map[string]*discoveryv1.EndpointSlice{}
+			for name, s := range slices {
+				changed[name] = s.DeepCopy()
+				changed[name].Endpoints[0].Conditions.Ready = ptr.To(false)
+			}
+			b.ReportAllocs()
+			var ops, bytes, i int
+			var writerTime time.Duration
+			for b.Loop() {
+				name := names[(i/2)%len(names)]
+				s := slices[name]
+				if i%2 == 0 {
+					s = changed[name]
+				}
+				i++
+				c.epTracker.EndpointSliceUpdate(s, false)
+				in := c.input()
+				start := time.Now()
+				res := w.Sync(ctx, in)
+				writerTime += time.Since(start)
+				w.Applied(nil)
+				if res.Full || res.ServicePortsWritten != 1 {
+					b.Fatalf("full=%v, %d ports written; want a partial sync of 1", res.Full, res.ServicePortsWritten)
+				}
+				ops += res.Transaction.NumOperations()
+				if i <= 2 {
+					bytes = len(res.Transaction.String())
+				}
+			}
+			b.ReportMetric(float64(ops)/float64(i), "ops")
+			b.ReportMetric(float64(bytes), "tx-B")
+			b.ReportMetric(float64(writerTime.Nanoseconds())/float64(i), "writer-ns/op")
+		})
+	}
+}

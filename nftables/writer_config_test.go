@@ -1,0 +1,227 @@
+package nftables_test
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/nftables"
+	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+)
+
+// TestNewWriterRefuses checks every configuration NewWriter refuses, each
+// error naming the field's value.
+func TestNewWriterRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  nftables.WriterConfig
+		nft  knftables.Interface
+		want string
+	}{
+		{"unknown family", nftables.WriterConfig{IPFamily: "IPv5"}, nil, "IPv5"},
+		{"table name with a space", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, TableName: "kube proxy"}, nil, "kube proxy"},
+		{"table name with a quote", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, TableName: `a"b`}, nil, `a\"b`},
+		{"table name starting with a digit", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, TableName: "1table"}, nil, "1table"},
+		{"masquerade bit 32", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, MasqueradeBit: ptr.To(32)}, nil, "32"},
+		{"cluster CIDR of the other family", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, ClusterCIDR: prefix("fd00::/64")}, nil, "fd00::/64"},
+		{"node IP of the other family", nftables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{addr("10.0.0.1")}}, nil, "10.0.0.1"},
+		{"node-port address of the other family", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{prefix("fd00::/64")}}, nil, "fd00::/64"},
+		{"service CIDR of the other family", nftables.WriterConfig{IPFamily: v1.IPv6Protocol, ServiceCIDRs: []netip.Prefix{prefix("10.96.0.0/12")}}, nil, "10.96.0.0/12"},
+		{"Interface for another table", nftables.WriterConfig{IPFamily: v1.IPv4Protocol}, knftables.NewFake(knftables.IPv4Family, "other"), "other"},
+		{"Interface for another family", nftables.WriterConfig{IPFamily: v1.IPv6Protocol}, knftables.NewFake(knftables.IPv4Family, "kube-proxy"), "ip6"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nft := tc.nft
+			if nft == nil {
+				nft = knftables.NewFake("", "")
+			}
+			_, err := nftables.NewWriter(nft, tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWriterCoexists runs two writers with different tables on one Fake:
+// each one's syncs, full and partial, and its cleanup leave the other's
+// table as it was.
+func TestWriterCoexists(t *testing.T) {
+	fake := knftables.NewFake("", "")
+	mk := func(table, clusterIP string) (*nftables.Writer, *cluster) {
+		cfg := baseConfig()
+		cfg.TableName = table
+		w, err := nftables.NewWriter(fake, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCluster(v1.IPv4Protocol, node)
+		c.setService(makeService("ns", "web", clusterIP, withNodePort(30080)))
+		c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"))
+		return w, c
+	}
+	w1, c1 := mk("kube-proxy", "10.96.0.1")
+	w2, c2 := mk("proxykit", "10.96.0.2")
+	syncFake(t, w1, fake, c1.input())
+	syncFake(t, w2, fake, c2.input())
+	tableDump := func(table string) string {
+		single := knftables.NewFake(knftables.IPv4Family, table)
+		single.Tables = map[knftables.Family]map[string]*knftables.FakeTable{knftables.IPv4Family: {table: fake.Tables[knftables.IPv4Family][table]}}
+		return single.Dump()
+	}
+	before := tableDump("kube-proxy")
+	c2.setEndpoints("ns", "web", tcp8080, local("10.0.1.2"))
+	syncFake(t, w2, fake, c2.input())
+	w2.RequestFullSync()
+	syncFake(t, w2, fake, c2.input())
+	if diff := cmp.Diff(before, tableDump("kube-proxy")); diff != "" {
+		t.Errorf("the proxykit writer changed the kube-proxy table (-before +after):\n%s", diff)
+	}
+	tr := nftablestest.NewTracer(fake, knftables.IPv4Family, "proxykit")
+	outs, err := tr.Trace(nftablestest.Packet{Src: addr("10.0.9.9"), Dst: addr("10.96.0.2"), Protocol: v1.ProtocolTCP, DstPort: 80})
+	if err != nil || len(outs) != 1 || outs[0].DNAT.String() != "10.0.1.2:8080" {
+		t.Errorf("proxykit table's service: %+v, %v; want DNAT to 10.0.1.2:8080", outs, err)
+	}
+	if err := nftables.Cleanup(context.Background(), "proxykit", func(knftables.Family, string) (knftables.Interface, error) { return fake, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if fake.Tables[knftables.IPv4Family]["proxykit"] != nil || tableDump("kube-proxy") != before {
+		t.Errorf("cleanup of proxykit: tables now\n%s", fake.Dump())
+	}
+}
+
+// TestWriterSharedElement: two Services list the same external IP and
+// port. The first (by name) holds the element; when it goes, the other
+// takes over in the same partial sync, and the table equals a fresh full
+// sync's.
+func TestWriterSharedElement(t *testing.T) {
+	setup := func(c *cluster, withA bool) {
+		if withA {
+			c.setService(makeService("ns", "a", "10.96.0.1", withExternalIPs("192.0.2.1")))
+			c.setEndpoints("ns", "a", tcp8080, remote("10.0.2.1"))
+		}
+		c.setService(makeService("ns", "b", "10.96.0.2", withExternalIPs("192.0.2.1")))
+		c.setEndpoints("ns", "b", tcp8080, remote("10.0.2.2"))
+	}
+	c := newCluster(v1.IPv4Protocol, node)
+	setup(c, true)
+	fake, w := newFake(t, baseConfig())
+	syncFake(t, w, fake, c.input())
+	tr := nftablestest.NewTracer(fake, knftables.IPv4Family, nftables.DefaultTableName)
+	pkt := nftablestest.Packet{Src: addr("198.51.100.1"), Dst: addr("192.0.2.1"), Protocol: v1.ProtocolTCP, DstPort: 80}
+	trace := func() string {
+		outs, err := tr.Trace(pkt)
+		if err != nil || len(outs) != 1 {
+			t.Fatalf("trace: %+v, %v", outs, err)
+		}
+		return outs[0].DNAT.String()
+	}
+	if got := trace(); got != "10.0.2.1:8080" {
+		t.Errorf("external IP goes to %s, want ns/a's endpoint", got)
+	}
+	c.deleteService("ns", "a")
+	c.setEndpoints("ns", "a", tcp8080)
+	syncFake(t, w, fake, c.input())
+	if got := trace(); got != "10.0.2.2:8080" {
+		t.Errorf("after ns/a went, external IP goes to %s, want ns/b's endpoint", got)
+	}
+	freshC := newCluster(v1.IPv4Protocol, node)
+	setup(freshC, false)
+	freshFake, fresh := newFake(t, baseConfig())
+	syncFake(t, fresh, freshFake, freshC.input())
+	if diff := cmp.Diff(normalDump(freshFake), normalDump(fake)); diff != "" {
+		t.Errorf("(-fresh +partial):\n%s", diff)
+	}
+}
+
+// TestWriterNodePortAddresses: with NodePortAddresses, node ports answer
+// on local addresses inside the prefixes only, never on loopback.
+func TestWriterNodePortAddresses(t *testing.T) {
+	cfg := baseConfig()
+	cfg.NodeIPs = []netip.Addr{addr("192.168.0.10"), addr("172.16.0.10")}
+	cfg.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("127.0.0.0/8")}
+	c := newCluster(v1.IPv4Protocol, node)
+	c.setService(makeService("ns", "web", "10.96.0.1", withNodePort(30080)))
+	c.setEndpoints("ns", "web", tcp8080, remote("10.0.2.1"))
+	fake, w := newFake(t, cfg)
+	syncFake(t, w, fake, c.input())
+	tr := nftablestest.NewTracer(fake, knftables.IPv4Family, nftables.DefaultTableName, cfg.NodeIPs...)
+	for _, tc := range []struct {
+		dst  string
+		dnat bool
+	}{{"192.168.0.10", true}, {"172.16.0.10", false}, {"127.0.0.1", false}, {"192.168.0.99", false}} {
+		p := nftablestest.Packet{Src: addr("198.51.100.1"), Dst: addr(tc.dst), Protocol: v1.ProtocolTCP, DstPort: 30080}
+		if tc.dst == "127.0.0.1" {
+			p.Src, p.Output = addr("127.0.0.1"), true
+		}
+		outs, err := tr.Trace(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(outs) == 1 && outs[0].DNAT.IsValid(); got != tc.dnat {
+			t.Errorf("node port on %s: %+v, want DNAT %v", tc.dst, outs, tc.dnat)
+		}
+	}
+}
+
+// TestWriterFullSyncTriggers: node label changes, FullSyncPeriod and
+// RequestFullSync make a sync full; nothing else does.
+func TestWriterFullSyncTriggers(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	cfg := baseConfig()
+	cfg.FullSyncPeriod = time.Hour
+	cfg.Clock = clk
+	c := newCluster(v1.IPv4Protocol, node)
+	c.setService(makeService("ns", "web", "10.96.0.1"))
+	fake, w := newFake(t, cfg)
+	steps := []struct {
+		name string
+		do   func()
+		full bool
+	}{
+		{"first", func() {}, true},
+		{"nothing changed", func() {}, false},
+		{"node labels changed", func() { c.labels = map[string]string{v1.LabelTopologyZone: "z"} }, true},
+		{"half the period", func() { clk.SetTime(clk.Now().Add(30 * time.Minute)) }, false},
+		{"the period", func() { clk.SetTime(clk.Now().Add(30 * time.Minute)) }, true},
+		{"requested", w.RequestFullSync, true},
+		{"after the request", func() {}, false},
+	}
+	for _, s := range steps {
+		s.do()
+		if res := syncFake(t, w, fake, c.input()); res.Full != s.full {
+			t.Errorf("%s: full=%v, want %v", s.name, res.Full, s.full)
+		}
+	}
+}
+
+// TestWriterRecreatesBaseChains: a base chain left with another priority
+// (by another version) is recreated by the first sync, since "add" does
+// not change a base chain's hook or priority.
+func TestWriterRecreatesBaseChains(t *testing.T) {
+	fake, w := newFake(t, baseConfig())
+	tx := fake.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Add(&knftables.Chain{Name: "nat-prerouting", Type: ptr.To(knftables.NATType), Hook: ptr.To(knftables.PreroutingHook), Priority: ptr.To(knftables.BaseChainPriority("0"))})
+	tx.Add(&knftables.Rule{Chain: "nat-prerouting", Rule: "accept"})
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(v1.IPv4Protocol, node)
+	syncFake(t, w, fake, c.input())
+	ch := fake.Table.Chains["nat-prerouting"]
+	if got := *ch.Priority; got != knftables.DNATPriority {
+		t.Errorf("nat-prerouting priority %s, want %s", got, knftables.DNATPriority)
+	}
+	if len(ch.Rules) != 1 || ch.Rules[0].Rule != "jump services" {
+		t.Errorf("nat-prerouting rules %v, want only the jump to services", ch.Rules)
+	}
+}

@@ -1,0 +1,210 @@
+package nftables_test
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/nftables"
+)
+
+// skewedPort is a tracker-made service port with some fields replaced:
+// what a caller's own ServicePort implementation can hand the writer.
+type skewedPort struct {
+	changetracker.ServicePort
+	clusterIP *netip.Addr
+	port      *int
+	protocol  *v1.Protocol
+	age       *int
+}
+
+func (p *skewedPort) ClusterIP() netip.Addr {
+	if p.clusterIP != nil {
+		return *p.clusterIP
+	}
+	return p.ServicePort.ClusterIP()
+}
+
+func (p *skewedPort) Port() int {
+	if p.port != nil {
+		return *p.port
+	}
+	return p.ServicePort.Port()
+}
+
+func (p *skewedPort) Protocol() v1.Protocol {
+	if p.protocol != nil {
+		return *p.protocol
+	}
+	return p.ServicePort.Protocol()
+}
+
+func (p *skewedPort) StickyMaxAgeSeconds() int {
+	if p.age != nil {
+		return *p.age
+	}
+	return p.ServicePort.StickyMaxAgeSeconds()
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestWriterSkipsBadInput gives the writer, beside a good service, a port
+// with one field nft would refuse (or that would reach the transaction
+// unescaped); the bad port alone is left out, and the transaction runs.
+func TestWriterSkipsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		port changetracker.ServicePortName
+		mod  func(*skewedPort)
+	}{
+		{"namespace with a space", svcPortName("bad ns", "x", "p"), nil},
+		{"name with a quote", svcPortName("bad", `x"y`, "p"), nil},
+		{"port name with a brace", svcPortName("bad", "x", "p}"), nil},
+		{"uppercase name", svcPortName("bad", "X", "p"), nil},
+		{"cluster IP of the other family", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.clusterIP = ptrTo(addr("fd00::1")) }},
+		{"zoned cluster IP", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.clusterIP = ptrTo(addr("fe80::1%eth0")) }},
+		{"port 0", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.port = ptrTo(0) }},
+		{"unknown protocol", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.protocol = ptrTo(v1.Protocol("ICMP")) }},
+		{"protocol other than the name's", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.protocol = ptrTo(v1.ProtocolUDP) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(v1.IPv4Protocol, node)
+			c.setService(makeService("ns", "good", "10.96.0.1", withAffinity(100)))
+			c.setEndpoints("ns", "good", tcp8080, local("10.0.1.1"))
+			in := c.input()
+			good := svcPortName("ns", "good", "p")
+			sp := &skewedPort{ServicePort: c.svcs[good]}
+			if tc.mod != nil {
+				tc.mod(sp)
+			}
+			in.Services[tc.port] = sp
+			in.Endpoints[tc.port] = in.Endpoints[good]
+			fake, w := newFake(t, baseConfig())
+			res := syncFake(t, w, fake, in)
+			if res.ServicePorts != 1 {
+				t.Errorf("%d service ports programmed, want 1 (the good one)", res.ServicePorts)
+			}
+			if d := fake.Dump(); strings.Contains(d, "bad") {
+				t.Errorf("the bad port reached the table:\n%s", d)
+			}
+		})
+	}
+}
+
+func svcPortName(ns, name, port string) changetracker.ServicePortName {
+	return changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Port: port, Protocol: v1.ProtocolTCP}
+}
+
+// FuzzWriterNames gives the writer service ports with arbitrary names
+// and checks that whatever it writes parses back in the Fake (its Dump
+// read by ParseDump gives the same Dump), holds one line per operation
+// (nothing broke out of a name or comment), and touches only the
+// writer's table.
+func FuzzWriterNames(f *testing.F) {
+	for _, s := range [][3]string{
+		{"ns", "web", "http"},
+		{"ns", "web", ""},
+		{"a b", "c\nd", "e;f"},
+		{"ns", `x" ; flush ruleset ; "`, "p"},
+		{"ns", "x } ; delete table ip other ; {", "p"},
+		{strings.Repeat("a", 63), strings.Repeat("b", 63), strings.Repeat("c", 63)},
+		{"ns", "web", "@set"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, ns, name, port string) {
+		c := newCluster(v1.IPv4Protocol, node)
+		c.setService(makeService("ns", "good", "10.96.0.1"))
+		c.setEndpoints("ns", "good", tcp8080, local("10.0.1.1"))
+		in := c.input()
+		good := svcPortName("ns", "good", "p")
+		fuzzed := svcPortName(ns, name, port)
+		in.Services[fuzzed] = c.svcs[good]
+		in.Endpoints[fuzzed] = in.Endpoints[good]
+		in.ServiceChanges.UpdatedServices.Insert(fuzzed.NamespacedName)
+
+		fake := knftables.NewFake("", "")
+		// Another table, which the writer must leave alone.
+		tx := fake.NewTransaction()
+		tx.Add(&knftables.Table{Family: knftables.IPv4Family, Name: "other"})
+		tx.Add(&knftables.Chain{Family: knftables.IPv4Family, Table: "other", Name: "keep"})
+		if err := fake.Run(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+		w, err := nftables.NewWriter(fake, baseConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := klog.NewContext(context.Background(), klog.Background().V(10))
+		for range 2 { // a full sync, then a partial one
+			res := w.Sync(ctx, in)
+			text := res.Transaction.String()
+			if strings.Contains(text, "# ERROR") {
+				t.Fatalf("invalid transaction:\n%s", text)
+			}
+			if n := strings.Count(text, "\n"); n != res.Transaction.NumOperations() {
+				t.Fatalf("%d lines for %d operations:\n%s", n, res.Transaction.NumOperations(), text)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+				if !strings.Contains(line, " ip kube-proxy") {
+					t.Fatalf("operation outside the writer's table: %q", line)
+				}
+			}
+			err := fake.Run(ctx, res.Transaction)
+			w.Applied(err)
+			if err != nil {
+				t.Fatalf("transaction failed: %v\n%s", err, text)
+			}
+			in.ServiceChanges.UpdatedServices.Insert(fuzzed.NamespacedName)
+		}
+		if fake.Tables[knftables.IPv4Family]["other"].Chains["keep"] == nil {
+			t.Fatal("the other table's chain is gone")
+		}
+		dump := fake.Dump()
+		again := knftables.NewFake("", "")
+		if err := again.ParseDump(dump); err != nil {
+			t.Fatalf("the table does not parse back: %v\n%s", err, dump)
+		}
+		if got := again.Dump(); got != dump {
+			t.Fatalf("the table parses back differently:\n%s\nvs\n%s", dump, got)
+		}
+	})
+}
+
+// TestCleanup deletes the table of both families and leaves others.
+func TestCleanup(t *testing.T) {
+	fakes := map[knftables.Family]*knftables.Fake{}
+	for _, family := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		fake := knftables.NewFake("", "")
+		tx := fake.NewTransaction()
+		tx.Add(&knftables.Table{Family: family, Name: "kube-proxy"})
+		tx.Add(&knftables.Table{Family: family, Name: "other"})
+		if err := fake.Run(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+		fakes[family] = fake
+	}
+	newFake := func(f knftables.Family, _ string) (knftables.Interface, error) { return fakes[f], nil }
+	if err := nftables.Cleanup(context.Background(), "", newFake); err != nil {
+		t.Fatal(err)
+	}
+	for family, fake := range fakes {
+		if fake.Tables[family]["kube-proxy"] != nil || fake.Tables[family]["other"] == nil {
+			t.Errorf("%s: tables after cleanup:\n%s", family, fake.Dump())
+		}
+	}
+	// Nothing left to delete is not an error.
+	if err := nftables.Cleanup(context.Background(), "", newFake); err != nil {
+		t.Errorf("second cleanup: %v", err)
+	}
+	if err := nftables.Cleanup(context.Background(), "bad name", newFake); err == nil {
+		t.Error("cleanup accepted a table name with a space")
+	}
+}

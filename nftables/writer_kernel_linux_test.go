@@ -1,0 +1,185 @@
+package nftables_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/nftables"
+)
+
+// TestWriterKernel applies a full sync and partial syncs with the real nft
+// in a throwaway node namespace, for each family, and sends real
+// connections from a client namespace to a ClusterIP and a NodePort:
+// they reach the pods the rules say; after a partial sync that drops an
+// endpoint they reach only the other; after one that drops all, they are
+// refused; and no chain of the dropped endpoints or service is left (they
+// are deleted in the same transaction as the elements and rules that
+// referred to them). A table deleted by hand is repaired by the full sync
+// that follows the failed partial one, and Cleanup deletes the writer's
+// table and no other.
+func TestWriterKernel(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	nw := kerneltest.NewProxyNetwork(t, kerneltest.ProxyNetworkConfig{
+		ClientAddrs: []netip.Prefix{prefix("10.1.0.2/24"), prefix("fd01::2/64")},
+		NodeAddrs:   []netip.Prefix{prefix("10.1.0.1/24"), prefix("fd01::1/64")},
+		BridgeAddrs: []netip.Prefix{prefix("10.0.0.1/16"), prefix("fd00:10::1/64")},
+		Pods: []kerneltest.NetworkPod{
+			{Name: "pod-a", Addrs: []netip.Prefix{prefix("10.0.0.11/16"), prefix("fd00:10::11/64")}},
+			{Name: "pod-b", Addrs: []netip.Prefix{prefix("10.0.0.12/16"), prefix("fd00:10::12/64")}},
+		},
+		BackendPort: 8080,
+	})
+	for _, tc := range []struct {
+		family                  v1.IPFamily
+		nodeIP, clusterIP, cidr string
+		bridgeIP                string
+		podA, podB, serviceCIDR string
+		nftFamily               knftables.Family
+	}{
+		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.1", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family},
+		{v1.IPv6Protocol, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::1", "fd00:10::11", "fd00:10::12", "fd00:96::/64", knftables.IPv6Family},
+	} {
+		t.Run(string(tc.family), func(t *testing.T) {
+			var nft knftables.Interface
+			if err := nw.Node.Do(func() (err error) {
+				nft, err = knftables.New(tc.nftFamily, nftables.DefaultTableName)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
+				IPFamily:     tc.family,
+				NodeName:     "node-a",
+				NodeIPs:      []netip.Addr{addr(tc.nodeIP)},
+				ClusterCIDR:  prefix(tc.cidr),
+				ServiceCIDRs: []netip.Prefix{prefix(tc.serviceCIDR)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apply := func(in nftables.SyncInput, wantFull bool) {
+				t.Helper()
+				res := w.Sync(context.Background(), in)
+				err := nw.Node.Do(func() error { return nft.Run(context.Background(), res.Transaction) })
+				w.Applied(err)
+				if err != nil {
+					t.Fatalf("nft refused the transaction: %v\n%s", err, res.Transaction)
+				}
+				if res.Full != wantFull {
+					t.Fatalf("sync full=%v, want %v", res.Full, wantFull)
+				}
+			}
+			reach := func(dst netip.AddrPort) map[string]bool {
+				t.Helper()
+				seen := map[string]bool{}
+				for range 12 {
+					r, err := kerneltest.Dial(nw.Client, "tcp", dst, 3*time.Second)
+					if err != nil {
+						t.Fatalf("connecting to %s: %v", dst, err)
+					}
+					seen[r.Name] = true
+					// The client is outside the cluster CIDR: masqueraded
+					// to the node's address on the pods' bridge.
+					if r.Client != addr(tc.bridgeIP) {
+						t.Errorf("%s: backend saw client %s, want the masqueraded %s", dst, r.Client, tc.bridgeIP)
+					}
+				}
+				return seen
+			}
+			clusterIP := netip.AddrPortFrom(addr(tc.clusterIP), 80)
+			nodePort := netip.AddrPortFrom(addr(tc.nodeIP), 30080)
+
+			c := newCluster(tc.family, "node-a")
+			c.setService(makeService("ns", "web", tc.clusterIP, withNodePort(30080)))
+			c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
+			apply(c.input(), true)
+			for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
+				if got := reach(dst); !got["pod-a"] || !got["pod-b"] {
+					t.Errorf("%s reached %v, want both pods", dst, got)
+				}
+			}
+
+			c.setEndpoints("ns", "web", tcp8080, local(tc.podB))
+			apply(c.input(), false)
+			for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
+				if got := reach(dst); len(got) != 1 || !got["pod-b"] {
+					t.Errorf("after the partial sync %s reached %v, want pod-b only", dst, got)
+				}
+			}
+
+			c.setEndpoints("ns", "web", tcp8080)
+			apply(c.input(), false)
+			for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
+				if _, err := kerneltest.Dial(nw.Client, "tcp", dst, 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Errorf("%s without endpoints: %v, want connection refused", dst, err)
+				}
+			}
+			listing := nw.Node.MustExec(t, "nft", "list", "chains", string(tc.nftFamily))
+			if strings.Contains(listing, "ns/web") {
+				t.Errorf("chains of the service are left without endpoints:\n%s", listing)
+			}
+
+			// A full resync of the same state changes nothing that
+			// matters, and the service comes back with a partial sync.
+			w.RequestFullSync()
+			apply(c.input(), true)
+			c.setEndpoints("ns", "web", tcp8080, local(tc.podA))
+			apply(c.input(), false)
+			if got := reach(clusterIP); len(got) != 1 || !got["pod-a"] {
+				t.Errorf("after the service came back, %s reached %v, want pod-a", clusterIP, got)
+			}
+
+			// A table deleted by hand fails the next partial sync; the
+			// sync after it is full and brings everything back. Another
+			// program's table is left alone throughout.
+			nw.Node.MustExec(t, "nft", "add", "table", string(tc.nftFamily), "other")
+			nw.Node.MustExec(t, "nft", "add", "chain", string(tc.nftFamily), "other", "keep")
+			nw.Node.MustExec(t, "nft", "delete", "table", string(tc.nftFamily), nftables.DefaultTableName)
+			c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
+			res := w.Sync(context.Background(), c.input())
+			err = nw.Node.Do(func() error { return nft.Run(context.Background(), res.Transaction) })
+			w.Applied(err)
+			if res.Full || err == nil {
+				t.Fatalf("partial sync on a deleted table: full=%v, error %v; want a failed partial sync", res.Full, err)
+			}
+			apply(c.input(), true)
+			for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
+				if got := reach(dst); !got["pod-a"] || !got["pod-b"] {
+					t.Errorf("after the repair %s reached %v, want both pods", dst, got)
+				}
+			}
+
+			if err := nftables.Cleanup(context.Background(), "", func(f knftables.Family, table string) (knftables.Interface, error) {
+				var i knftables.Interface
+				err := nw.Node.Do(func() (err error) { i, err = knftables.New(f, table); return err })
+				return &nsInterface{Interface: i, ns: nw.Node}, err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			out := nw.Node.MustExec(t, "nft", "list", "tables")
+			if strings.Contains(out, string(tc.nftFamily)+" kube-proxy") || !strings.Contains(out, string(tc.nftFamily)+" other") {
+				t.Errorf("tables after cleanup, want other and not kube-proxy:\n%s", out)
+			}
+			nw.Node.MustExec(t, "nft", "delete", "table", string(tc.nftFamily), "other")
+		})
+	}
+}
+
+// nsInterface runs transactions inside a namespace.
+type nsInterface struct {
+	knftables.Interface
+	ns *kerneltest.NS
+}
+
+func (n *nsInterface) Run(ctx context.Context, tx *knftables.Transaction) error {
+	return n.ns.Do(func() error { return n.Interface.Run(ctx, tx) })
+}

@@ -1,0 +1,380 @@
+package nftables
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/changetracker"
+)
+
+// renderPort queues the chains, rules, affinity sets and element claims of
+// one service port, and records in ps what it wrote. ps.chains and ps.sets
+// are empty on entry; prevChains and prevSets are what it had, and listed,
+// on a full sync that listed the table, the objects found in the kernel
+// (nil otherwise). A partial sync leaves alone the endpoint chains whose
+// content cannot have changed: everything an endpoint chain holds is in
+// its name (service port, protocol, address and port) except whether it
+// records affinity, and for how long.
+func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker.ServicePort, rawEps []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool) {
+	eps := w.usableEndpoints(logger, ps.name, rawEps)
+	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.NodeName, w.nodeLabels)
+
+	clusterChain := clusterChainPrefix + ps.base
+	localChain := localChainPrefix + ps.base
+	extChain := externalChainPrefix + ps.base
+	fwChain := firewallChainPrefix + ps.base
+
+	usesCluster := len(cluster) > 0 && svc.UsesClusterEndpoints()
+	usesLocal := len(local) > 0 && svc.UsesLocalEndpoints()
+	internalChain, usesInternal := clusterChain, usesCluster
+	if svc.InternalPolicyLocal() {
+		internalChain, usesInternal = localChain, usesLocal
+	}
+	externalChain, usesExternal := clusterChain, usesCluster
+	if svc.ExternalPolicyLocal() {
+		externalChain, usesExternal = localChain, usesLocal
+	}
+	// A policy whose chain is not written has no endpoints for its
+	// traffic (for Local: none on this node).
+	hasInternal := hasEndpoints && usesInternal
+	hasExternal := hasEndpoints && usesExternal
+	usesExt := hasEndpoints && svc.ExternallyAccessible()
+	var vips []netip.Addr
+	for _, ip := range svc.LoadBalancerVIPs() {
+		if w.ownAddr(ip) {
+			vips = append(vips, ip)
+		}
+	}
+	usesFW := len(vips) > 0 && w.check.RestrictsSources(svc)
+	ps.noLocal = 0
+	if hasEndpoints && !hasInternal {
+		ps.noLocal |= 1
+	}
+	if hasEndpoints && !hasExternal && svc.ExternallyAccessible() {
+		ps.noLocal |= 2
+	}
+	affinity := svc.SessionAffinityType() == v1.ServiceAffinityClientIP
+	proto := protocolName(svc.Protocol())
+	port := strconv.Itoa(svc.Port())
+
+	// Endpoint chains and their affinity sets.
+	seconds := 0
+	if affinity {
+		seconds = svc.StickyMaxAgeSeconds()
+	}
+	if ps.eps == nil {
+		ps.eps = make(map[netip.AddrPort]*epObjects, len(all))
+	}
+	if ps.chains == nil {
+		ps.chains = make([]string, 0, len(all)+4)
+	}
+	for _, ep := range all {
+		key := netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))
+		o := ps.eps[key]
+		if o == nil {
+			o = w.newEPObjects(ps, key, proto)
+			ps.eps[key] = o
+		}
+		o.gen = w.gen
+		if affinity {
+			w.affinitySet(ps, o.setName, seconds, prevSets, full, listed)
+		}
+		if !full && o.seconds == seconds && o.rules != nil && slices.Contains(prevChains, o.chain) {
+			ps.chains = append(ps.chains, o.chain)
+			continue
+		}
+		if o.rules == nil || o.seconds != seconds {
+			// A new slice, not the old one changed: a transaction the
+			// caller still holds keeps what it had.
+			o.rules, o.seconds = w.endpointRules(o, key, proto, seconds), seconds
+		}
+		w.chainOps = append(w.chainOps, o.chainOps[:]...)
+		w.rules = append(w.rules, o.rules...)
+		ps.chains = append(ps.chains, o.chain)
+	}
+	for key, o := range ps.eps {
+		if o.gen != w.gen {
+			delete(ps.eps, key)
+		}
+	}
+	// The policy lists are subsets of all; an Endpoint implementation
+	// that answers differently from call to call gets a name, not a panic.
+	nameOf := func(ep changetracker.Endpoint) string {
+		if o := ps.eps[netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))]; o != nil {
+			return o.base
+		}
+		return endpointBase(ps.name, ep.IP(), ep.Port())
+	}
+
+	for _, pc := range []struct {
+		chain string
+		used  bool
+		eps   []changetracker.Endpoint
+	}{{clusterChain, usesCluster, cluster}, {localChain, usesLocal, local}} {
+		if !pc.used {
+			continue
+		}
+		w.newChain(ps, pc.chain)
+		if pc.chain == internalChain && hasInternal {
+			w.masqueradeRule(pc.chain, svc, proto, port)
+		}
+		names := make([]string, len(pc.eps))
+		for i, ep := range pc.eps {
+			names[i] = nameOf(ep)
+		}
+		w.writeEndpointSelection(pc.chain, names, affinity)
+	}
+
+	if usesExt {
+		w.newChain(ps, extChain)
+		if !svc.ExternalPolicyLocal() {
+			// Endpoints may be on other nodes: masquerade, so that
+			// replies come back through this node.
+			w.rule(extChain, "jump", markMasqChain)
+		} else if usesCluster {
+			// Pods reaching an external address of the service are not
+			// subject to the Local policy: they go to all endpoints, as
+			// if they had gone out to the load balancer and come back.
+			if w.cfg.ClusterCIDR.IsValid() {
+				w.commentedRule(extChain, "short-circuit pod traffic", w.ipX, "saddr", w.cfg.ClusterCIDR.String(), "goto", clusterChain)
+			}
+			// The node itself sends with a local source address, which
+			// endpoints elsewhere could not answer.
+			w.commentedRule(extChain, "masquerade local traffic", "fib saddr type local jump", markMasqChain)
+			w.commentedRule(extChain, "short-circuit local traffic", "fib saddr type local goto", clusterChain)
+		}
+		if hasExternal {
+			w.rule(extChain, "goto", externalChain)
+		}
+	}
+	if usesFW {
+		w.newChain(ps, fwChain)
+		var sources []string
+		allowFromNode := false
+		for _, p := range svc.LoadBalancerSourceRanges() {
+			if !w.ownRange(p) {
+				continue
+			}
+			sources = appendListItem(sources, p.Masked().String())
+			for _, ip := range w.cfg.NodeIPs {
+				allowFromNode = allowFromNode || p.Contains(ip)
+			}
+		}
+		// A node that has the VIP as a local address reaches it with the
+		// VIP as source.
+		if allowFromNode {
+			for _, ip := range vips {
+				sources = appendListItem(sources, ip.String())
+			}
+		}
+		w.rule(fwChain, w.ipX, "saddr != {", strings.Join(sources, " "), "} drop")
+	}
+
+	// Elements.
+	noEPVerdict := "drop"
+	if !hasEndpoints {
+		noEPVerdict = "goto " + rejectChain
+	}
+	w.claim(ps, tClusterIPs, []string{svc.ClusterIP().String()}, "", nil)
+	svcKey := func(ip netip.Addr) []string { return []string{ip.String(), proto, port} }
+	if hasInternal {
+		w.claim(ps, tServiceIPs, svcKey(svc.ClusterIP()), "goto "+internalChain, nil)
+	} else {
+		w.claim(ps, tNoEndpointServices, svcKey(svc.ClusterIP()), noEPVerdict, ps.comment)
+	}
+	external := func(ip netip.Addr) {
+		if hasEndpoints {
+			w.claim(ps, tServiceIPs, svcKey(ip), "goto "+extChain, nil)
+		}
+		if !hasExternal {
+			w.claim(ps, tNoEndpointServices, svcKey(ip), noEPVerdict, ps.comment)
+		}
+	}
+	for _, ip := range svc.ExternalIPs() {
+		if w.ownAddr(ip) {
+			external(ip)
+		}
+	}
+	for _, ip := range vips {
+		external(ip)
+		if usesFW {
+			w.claim(ps, tFirewallIPs, svcKey(ip), "goto "+fwChain, nil)
+		}
+	}
+	if np := svc.NodePort(); np != 0 {
+		key := []string{proto, strconv.Itoa(np)}
+		if hasEndpoints {
+			w.claim(ps, tServiceNodePorts, key, "goto "+extChain, nil)
+		}
+		if !hasExternal {
+			w.claim(ps, tNoEndpointNodePorts, key, noEPVerdict, ps.comment)
+		}
+	}
+	releaseStale(ps, w.gen)
+}
+
+// epObjects are the objects of one endpoint's chain, made once and
+// reused by every transaction that writes the chain. They are never
+// changed once made, so a transaction the caller still holds stays as it
+// was.
+type epObjects struct {
+	base     string // hashed name after the prefixes
+	chain    string
+	setName  string
+	chainOps [2]op // add, flush
+	seconds  int   // the affinity timeout the rules were made for; 0 for none
+	rules    []op
+	gen      uint64
+}
+
+func (w *Writer) newEPObjects(ps *portState, key netip.AddrPort, proto string) *epObjects {
+	base := endpointBase(ps.name, key.Addr(), int(key.Port()))
+	o := &epObjects{base: base, chain: endpointChainPrefix + base, setName: affinitySetPrefix + base}
+	c := &knftables.Chain{Family: w.family, Table: w.table, Name: o.chain}
+	o.chainOps = [2]op{{opAdd, c}, {opFlush, c}}
+	return o
+}
+
+// endpointRules makes the rules of an endpoint chain: masquerade hairpin
+// traffic (an endpoint reaching itself through the service), record
+// affinity, DNAT.
+func (w *Writer) endpointRules(o *epObjects, key netip.AddrPort, proto string, seconds int) []op {
+	rules := make([]op, 0, 3)
+	add := func(text string) {
+		rules = append(rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: o.chain, Rule: text}})
+	}
+	add(w.ipX + " saddr " + key.Addr().String() + " jump " + markMasqChain)
+	if seconds > 0 {
+		add("update @" + o.setName + " { " + w.ipX + " saddr }")
+	}
+	add("meta l4proto " + proto + " dnat to " + key.String())
+	return rules
+}
+
+// writeEndpointSelection writes the rules of a policy chain (service- or
+// local-) that send a new connection to one of the endpoint chains
+// endpoint-<name> for names: with ClientIP affinity, first to the
+// endpoint the client's address is recorded for, then at random with
+// kube-proxy's "numgen random mod N vmap { ... }".
+//
+// This is the only place that decides how a service chain picks an
+// endpoint. kube-proxy's anonymous vmap costs one kernel set per service,
+// which the kernel loads in time quadratic in the number of sets
+// (BENCHMARKS.md, "nftables: exec vs netlink"); a layout that loads 10,000
+// services faster (internal/nftmeasure) replaces this function alone, and
+// the packet tracer in nftables/testing with it.
+func (w *Writer) writeEndpointSelection(chain string, names []string, affinity bool) {
+	if affinity {
+		for _, n := range names {
+			w.rule(chain, w.ipX+" saddr @"+affinitySetPrefix+n+" goto "+endpointChainPrefix+n)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("numgen random mod ")
+	b.WriteString(strconv.Itoa(len(names)))
+	b.WriteString(" vmap {")
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(" ,")
+		}
+		b.WriteString(" ")
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(" : goto ")
+		b.WriteString(endpointChainPrefix)
+		b.WriteString(n)
+	}
+	b.WriteString(" }")
+	w.rule(chain, b.String())
+}
+
+// masqueradeRule marks cluster-IP traffic from outside the cluster (or
+// all of it, with MasqueradeAll) for masquerading.
+func (w *Writer) masqueradeRule(chain string, svc changetracker.ServicePort, proto, port string) {
+	match := []string{w.ipX, "daddr", svc.ClusterIP().String(), proto, "dport", port}
+	switch {
+	case w.cfg.MasqueradeAll:
+	case w.cfg.ClusterCIDR.IsValid():
+		match = append(match, w.ipX, "saddr !=", w.cfg.ClusterCIDR.String())
+	default:
+		return
+	}
+	w.rule(chain, append(match, "jump", markMasqChain)...)
+}
+
+func appendListItem(list []string, item string) []string {
+	if len(list) > 0 {
+		list = append(list, ",")
+	}
+	return append(list, item)
+}
+
+// newChain queues a chain of ps: added, and flushed in case it exists.
+func (w *Writer) newChain(ps *portState, name string) {
+	c := &knftables.Chain{Family: w.family, Table: w.table, Name: name}
+	w.chainOps = append(w.chainOps, op{opAdd, c}, op{opFlush, c})
+	ps.chains = append(ps.chains, name)
+}
+
+// affinitySet queues an affinity set of ps. "add" does not change the
+// timeout of an existing set, so a set that exists with another timeout
+// (or an unknown one: found by listing) is deleted and added again; its
+// rules were flushed with its chains before this. A full sync adds the
+// sets it believes exist too, which is a no-op in the kernel unless
+// someone deleted one.
+func (w *Writer) affinitySet(ps *portState, name string, seconds int, prevSets []affinitySet, full bool, listed map[string]bool) {
+	set := &knftables.Set{Family: w.family, Table: w.table, Name: name, Type: w.addrType,
+		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Timeout: ptr.To(time.Duration(seconds) * time.Second)}
+	i := slices.IndexFunc(prevSets, func(s affinitySet) bool { return s.name == name })
+	recreate, add := false, false
+	if listed != nil {
+		_, recreate = listed[name]
+		add = true
+	} else {
+		recreate = i >= 0 && prevSets[i].seconds != seconds
+		add = i < 0 || recreate || full
+	}
+	if recreate {
+		w.setOps = append(w.setOps, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: name}})
+	}
+	if add {
+		w.setOps = append(w.setOps, op{opAdd, set})
+	}
+	ps.sets = append(ps.sets, affinitySet{name: name, seconds: seconds})
+}
+
+// rule queues a rule of chain: parts joined by spaces. A set or map is
+// named "@name", one part.
+func (w *Writer) rule(chain string, parts ...string) {
+	w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: chain, Rule: strings.Join(parts, " ")}})
+}
+
+func (w *Writer) commentedRule(chain, comment string, parts ...string) {
+	w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: chain, Rule: strings.Join(parts, " "), Comment: &comment}})
+}
+
+func (w *Writer) claim(ps *portState, t tableID, key []string, value string, comment *string) {
+	w.tables[t].claim(ps, w.gen, key, value, comment)
+}
+
+// protocolName is p as nft writes it, or "" for a protocol the writer
+// does not know (which usable refuses).
+func protocolName(p v1.Protocol) string {
+	switch p {
+	case v1.ProtocolTCP:
+		return "tcp"
+	case v1.ProtocolUDP:
+		return "udp"
+	case v1.ProtocolSCTP:
+		return "sctp"
+	}
+	return ""
+}
