@@ -3,8 +3,8 @@ package nftmeasure
 import (
 	"errors"
 	"maps"
-	"slices"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
