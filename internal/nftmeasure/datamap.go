@@ -17,7 +17,7 @@ import (
 //     service IP . protocol . port . endpoint index to endpoint address .
 //     port;
 //   - one shared chain per endpoint count K (LBChain), whose rule is
-//     `dnat ip to ip daddr . meta l4proto . th dport . numgen random mod K
+//     `dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod K
 //     map @endpoints`: at most MaxEndpoints rules look the data map up, so
 //     the kernel's per-binding loops (every element added walks the map's
 //     bindings; every new binding walks the map's elements) stay short;
@@ -57,7 +57,12 @@ const (
 	FilterInputChain       = "filter-input"
 	rejectChain            = "reject-no-endpoints"
 	serviceKeyType         = "ipv4_addr . inet_proto . inet_service"
-	endpointsDataMapTypeOf = "ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport"
+	// tcp dport, not th dport: nft 1.0.6 cannot add a rule that looks up
+	// an existing map whose typeof holds th dport ("conflicting protocols
+	// specified: ip vs. th"), only one declared in the same transaction.
+	// So the shared chains need a lookup rule per protocol (the generated
+	// services are TCP only).
+	endpointsDataMapTypeOf = "ip daddr . meta l4proto . tcp dport . numgen random mod 1 : ip daddr . tcp dport"
 )
 
 // MasqueradeMark is the mark bit that makes nat-postrouting masquerade a
@@ -132,7 +137,7 @@ func dataMapSkeleton() Change {
 			Op{Add, &knftables.Chain{Name: LBChain(k)}},
 			Op{Add, masqueradeOffCluster(LBChain(k))},
 			Op{Add, &knftables.Rule{Chain: LBChain(k), Rule: fmt.Sprintf(
-				"dnat ip to ip daddr . meta l4proto . th dport . numgen random mod %d map @%s", k, EndpointsDataMap)}})
+				"dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod %d map @%s", k, EndpointsDataMap)}})
 	}
 	return c
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -348,4 +349,173 @@ func ipv4(s string) ([]byte, error) {
 	}
 	b := a.As4()
 	return b[:], nil
+}
+
+// Drift is what differs between a DataMap table in the kernel and the
+// table DataMapLoad describes.
+type Drift struct {
+	// Chains are the chains that are missing or hold another number of
+	// rules than wanted: a writer rewrites them (flush and add).
+	Chains []string
+	// Elements adds the wanted elements that are missing or map to
+	// another value (deleting the wrong value first).
+	Elements Change
+	// extra are the elements the kernel holds and nothing wants, by set.
+	extra map[*nftables.Set][]nftables.SetElement
+}
+
+// Empty reports whether d found nothing to repair.
+func (d Drift) Empty() bool { return len(d.Chains) == 0 && len(d.Elements) == 0 && len(d.extra) == 0 }
+
+// Extra is the number of unwanted elements found.
+func (d Drift) Extra() int {
+	n := 0
+	for _, e := range d.extra {
+		n += len(e)
+	}
+	return n
+}
+
+// DetectDrift reads the DataMap table over conn without listing it as nft
+// does: the names of its chains, the rules of the wanted chains only
+// (counted, not compared: a rule edited in place goes unseen), and the
+// elements of its sets and maps, which it compares with the wanted ones
+// byte for byte. FirewallAllowSet's intervals are not compared. It fails
+// if the table or one of its sets cannot be read.
+func DetectDrift(conn *nftables.Conn, skeleton, elements Change) (Drift, error) {
+	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
+	d := Drift{extra: map[*nftables.Set][]nftables.SetElement{}}
+	wantRules := map[string]int{}
+	var chainOrder []string
+	for _, op := range skeleton {
+		switch o := op.Object.(type) {
+		case *knftables.Chain:
+			wantRules[o.Name] = 0
+			chainOrder = append(chainOrder, o.Name)
+		case *knftables.Rule:
+			wantRules[o.Chain]++
+		}
+	}
+	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return d, fmt.Errorf("listing the chains of table %s: %w", Table, err)
+	}
+	have := map[string]bool{}
+	for _, ch := range chains {
+		if ch.Table.Name == Table {
+			have[ch.Name] = true
+		}
+	}
+	for _, name := range chainOrder {
+		if !have[name] {
+			d.Chains = append(d.Chains, name)
+			continue
+		}
+		rules, err := conn.GetRules(table, &nftables.Chain{Name: name, Table: table})
+		if err != nil {
+			return d, fmt.Errorf("listing the rules of chain %s: %w", name, err)
+		}
+		if len(rules) != wantRules[name] {
+			d.Chains = append(d.Chains, name)
+		}
+	}
+
+	sets := netlinkSets(table, &nftables.Set{Table: table, Name: ServiceIPsMap, IsMap: true})
+	type wanted struct {
+		value string
+		op    *knftables.Element
+	}
+	want := map[string]map[string]wanted{}
+	for name := range sets {
+		want[name] = map[string]wanted{}
+	}
+	for _, op := range elements {
+		e, ok := op.Object.(*knftables.Element)
+		if !ok || op.Verb != Add {
+			return d, fmt.Errorf("%s %T: want only added elements", op.Verb, op.Object)
+		}
+		name := e.Set + e.Map
+		if name == FirewallAllowSet {
+			continue
+		}
+		enc, err := encodeElement(name, e)
+		if err != nil {
+			return d, fmt.Errorf("element %v of %s: %w", e.Key, name, err)
+		}
+		want[name][string(enc.Key)] = wanted{elementValue(enc), e}
+	}
+	for _, name := range slices.Sorted(maps.Keys(sets)) {
+		set := sets[name]
+		got, err := conn.GetSetElements(set)
+		if err != nil {
+			return d, fmt.Errorf("listing the elements of %s: %w", name, err)
+		}
+		seen := make(map[string]bool, len(got))
+		for _, e := range got {
+			if name == ServiceIPsMap && e.VerdictData == nil {
+				// The library leaves a verdict undecoded unless the set
+				// was read with its type: it is NFTA_DATA_VERDICT's
+				// attributes.
+				v, err := decodeVerdict(e.Val)
+				if err != nil {
+					return d, fmt.Errorf("element %x of %s: %w", e.Key, name, err)
+				}
+				e.VerdictData = v
+			}
+			k := string(e.Key)
+			w, ok := want[name][k]
+			switch {
+			case !ok:
+				d.extra[set] = append(d.extra[set], nftables.SetElement{Key: e.Key})
+			case w.value != elementValue(e):
+				d.Elements = append(d.Elements, Op{Delete, w.op}, Op{Add, w.op})
+			}
+			seen[k] = true
+		}
+		for _, k := range slices.Sorted(maps.Keys(want[name])) {
+			if !seen[k] {
+				d.Elements = append(d.Elements, Op{Add, want[name][k].op})
+			}
+		}
+	}
+	return d, nil
+}
+
+func elementValue(e nftables.SetElement) string {
+	if e.VerdictData != nil {
+		return fmt.Sprintf("%d %s", e.VerdictData.Kind, e.VerdictData.Chain)
+	}
+	return string(e.Val)
+}
+
+// RepairElements queues on conn, as one batch for conn.Flush, the element
+// operations that undo d's element drift: the unwanted elements deleted,
+// the missing or wrong ones added. Chains are the writer's to rewrite.
+func RepairElements(conn *nftables.Conn, d Drift) error {
+	for set, elems := range d.extra {
+		for chunk := range slices.Chunk(elems, elementsPerMessage) {
+			if err := conn.SetDeleteElements(set, chunk); err != nil {
+				return err
+			}
+		}
+	}
+	return Netlink(conn, d.Elements)
+}
+
+func decodeVerdict(b []byte) (*expr.Verdict, error) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return nil, err
+	}
+	ad.ByteOrder = binary.BigEndian
+	v := &expr.Verdict{}
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_VERDICT_CODE:
+			v.Kind = expr.VerdictKind(int32(ad.Uint32()))
+		case unix.NFTA_VERDICT_CHAIN:
+			v.Chain = ad.String()
+		}
+	}
+	return v, ad.Err()
 }

@@ -1,0 +1,287 @@
+package nftmeasure
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/internal/kerneltest"
+)
+
+// nftRusage runs `nft -f -` (with -c if check) on c's text inside the
+// namespace and returns the wall, user and system time of the nft process:
+// user time is nft's parsing and evaluation, system time mostly the
+// kernel's work on the batch, which --check sends too (the kernel then
+// aborts it).
+func (n *nftTable) nftRusage(c Change, check bool) (wall, user, sys time.Duration, err error) {
+	tx := n.nft.NewTransaction()
+	if err := c.Transaction(tx); err != nil {
+		return 0, 0, 0, err
+	}
+	args := []string{"-f", "-"}
+	if check {
+		args = append([]string{"-c"}, args...)
+	}
+	err = n.ns.Do(func() error {
+		cmd := exec.Command("nft", args...)
+		cmd.Stdin = strings.NewReader(tx.String())
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("nft %v: %w: %s", args, err, stderr.String())
+		}
+		wall = time.Since(start)
+		user, sys = cmd.ProcessState.UserTime(), cmd.ProcessState.SystemTime()
+		return nil
+	})
+	return wall, user, sys, err
+}
+
+// rewriteChains is how a writer repairs drifted chains: each added (if
+// missing), flushed and given its rules from skeleton again.
+func rewriteChains(skeleton Change, names []string) Change {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var c Change
+	for _, op := range skeleton {
+		switch o := op.Object.(type) {
+		case *knftables.Chain:
+			if want[o.Name] {
+				c = append(c, op, Op{Flush, &knftables.Chain{Name: o.Name}})
+			}
+		case *knftables.Rule:
+			if want[o.Chain] {
+				c = append(c, op)
+			}
+		}
+	}
+	return c
+}
+
+func (n *nftTable) conn(t testing.TB) *nftables.Conn {
+	t.Helper()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Handle())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// TestDataMapDriftRepair deletes, by hand, an element of the endpoint map
+// and a shared chain's rules, adds an element nothing wants, and checks
+// that DetectDrift finds exactly those and that the repair (elements
+// through netlink, chains rewritten through nft) leaves a table that nft
+// lists as the freshly loaded one.
+func TestDataMapDriftRepair(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	svcs, err := Cluster(50, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNFTTable(t)
+	n.mustLoad(t, DataMap, svcs)
+	fresh := n.list(t)
+	skeleton, elements := DataMapLoad(svcs)
+	d, err := DetectDrift(n.conn(t), skeleton, elements)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Empty() {
+		t.Fatalf("drift on a freshly loaded table: %+v", d)
+	}
+	n.ns.MustExec(t, "nft", "delete", "element", "ip", Table, EndpointsDataMap, "{ 172.30.0.5 . tcp . 80 . 3 }")
+	n.ns.MustExec(t, "nft", "add", "element", "ip", Table, NoEndpointDropSet, "{ 172.30.9.9 . tcp . 80 }")
+	n.ns.MustExec(t, "nft", "flush", "chain", "ip", Table, LBChain(7))
+	d, err = DetectDrift(n.conn(t), skeleton, elements)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Chains) != 1 || d.Chains[0] != LBChain(7) || len(d.Elements) != 1 || d.Extra() != 1 {
+		t.Fatalf("drift: chains %v, elements %v, %d extra; want chain %s, one missing and one extra element", d.Chains, d.Elements, d.Extra(), LBChain(7))
+	}
+	if e := d.Elements[0].Object.(*knftables.Element); e.Map != EndpointsDataMap || strings.Join(e.Key, " ") != "172.30.0.5 tcp 80 3" {
+		t.Errorf("missing element found: %+v, want endpoint 3 of 172.30.0.5", e)
+	}
+	conn := n.conn(t)
+	if err := RepairElements(conn, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.execRun(rewriteChains(skeleton, d.Chains)); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.list(t); got != fresh {
+		t.Errorf("after the repair nft lists another table than the fresh load")
+	}
+}
+
+// TestLayoutTimes measures the DataMap layout against issue 15's kernel
+// targets at 1,000, 10,000 and 30,000 services of 10 endpoints: the full
+// load all through nft and split (rules through nft, elements through
+// netlink), a periodic resync that finds nothing changed, the detection
+// and repair of objects deleted by hand, and the one-endpoint changes both
+// ways; and, at 10,000, nft's own time (user) against the kernel's (sys)
+// for DataMap and for the cascade with and without endpoint chains. Figures
+// are logged (go test -v).
+func TestLayoutTimes(t *testing.T) {
+	if os.Getenv(benchEnv) != "1" {
+		t.Skipf("set %s=1 to measure (loads 30,000-service tables: minutes)", benchEnv)
+	}
+	kerneltest.Require(t, "nft")
+	const runs = 5
+	for _, size := range []int{1000, 10000, 30000} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			svcs, err := Cluster(size, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			skeleton, elements := DataMapLoad(svcs)
+			full := append(append(Change{}, skeleton...), elements...)
+
+			// All through nft, nft's and the kernel's parts apart.
+			viaNft := newNFTTable(t)
+			wall, user, sys, err := viaNft.nftRusage(full, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("data-map %d: full load nft -f: %v (nft user %v, sys %v), %d objects", size, wall.Round(time.Millisecond), user.Round(time.Millisecond), sys.Round(time.Millisecond), len(full))
+
+			// Split: skeleton through nft, elements through netlink.
+			n := newNFTTable(t)
+			sk, err := n.execRun(skeleton)
+			if err != nil {
+				t.Fatal(err)
+			}
+			el, err := n.netlinkRun(elements)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("data-map %d: full load split: %v (skeleton through nft %v, %d elements through netlink %v)", size, (sk + el).Round(time.Millisecond), sk.Round(time.Millisecond), len(elements), el.Round(time.Millisecond))
+
+			// Periodic resync, nothing changed: detect only.
+			var detect []time.Duration
+			for range 3 {
+				start := time.Now()
+				d, err := DetectDrift(n.conn(t), skeleton, elements)
+				detect = append(detect, time.Since(start))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Empty() {
+					t.Fatalf("drift on an unchanged table: %v %v %d", d.Chains, d.Elements, d.Extra())
+				}
+			}
+			t.Logf("data-map %d: resync with nothing changed (DetectDrift over netlink, dial included) median %v (%v)", size, median(detect), detect)
+
+			// One element and one chain's rules deleted by hand.
+			svc := svcs[size/3]
+			n.ns.MustExec(t, "nft", "delete", "element", "ip", Table, EndpointsDataMap,
+				fmt.Sprintf("{ %s . tcp . 80 . 3 }", svc.ClusterIP))
+			n.ns.MustExec(t, "nft", "flush", "chain", "ip", Table, LBChain(10))
+			start := time.Now()
+			d, err := DetectDrift(n.conn(t), skeleton, elements)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := time.Since(start)
+			if len(d.Chains) != 1 || len(d.Elements) != 1 {
+				t.Fatalf("drift after deleting by hand: chains %v, elements %v", d.Chains, d.Elements)
+			}
+			start = time.Now()
+			conn := n.conn(t)
+			if err := RepairElements(conn, d); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			repairEl := time.Since(start)
+			repairCh, err := n.execRun(rewriteChains(skeleton, d.Chains))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err := DetectDrift(n.conn(t), skeleton, elements); err != nil || !d.Empty() {
+				t.Fatalf("drift after the repair: %+v, %v", d, err)
+			}
+			t.Logf("data-map %d: one element and one chain deleted by hand: detected in %v, element repaired through netlink in %v, chain rewritten through nft in %v",
+				size, found.Round(time.Millisecond), repairEl.Round(100*time.Microsecond), repairCh.Round(100*time.Microsecond))
+
+			// One-endpoint changes, each run on another service.
+			type way struct {
+				name string
+				run  func(Change) (time.Duration, error)
+			}
+			next := size / 2
+			for _, w := range []way{{"knftables/exec", n.execRun}, {"netlink", n.netlinkRun}} {
+				var replace, remove []time.Duration
+				for i := range runs {
+					to := netip.AddrPortFrom(netip.MustParseAddr("10.250.0.1"), uint16(9000+i))
+					replace = append(replace, mustTime(t, w.run, DataMapReplaceEndpoint(svcs[next], 0, to)))
+					remove = append(remove, mustTime(t, w.run, DataMapRemoveEndpoint(svcs[next+1], 4)))
+					next += 2
+				}
+				t.Logf("data-map %d, %s: replace one endpoint median %v, remove one endpoint (count change, one verdict) median %v (%d runs each; all: %v %v)",
+					size, w.name, median(replace), median(remove), runs, replace, remove)
+			}
+
+			if size != 10000 {
+				return
+			}
+			for _, layout := range []Layout{NumgenCascade, cascadeNoEndpointChains} {
+				c, err := fullLoadOf(layout, svcs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, check := range []bool{true, false} {
+					wall, user, sys, err := newNFTTable(t).nftRusage(c, check)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s %d: nft -f (check only: %v): %v (nft user %v, sys %v), %d objects", layout, size, check, wall.Round(time.Millisecond), user.Round(time.Millisecond), sys.Round(time.Millisecond), len(c))
+				}
+			}
+		})
+	}
+}
+
+// cascadeNoEndpointChains is NumgenCascade with every endpoint chain
+// folded into its service chain (the numgen rule DNATs itself): a
+// measurement of what the chains cost, not a layout (it cannot mark
+// hairpin traffic per endpoint).
+const cascadeNoEndpointChains Layout = "numgen-cascade-without-endpoint-chains"
+
+func fullLoadOf(layout Layout, svcs []Service) (Change, error) {
+	if layout != cascadeNoEndpointChains {
+		return FullLoad(layout, svcs)
+	}
+	c, err := FullLoad(NumgenCascade, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, svc := range svcs {
+		c = append(c, Op{Add, &knftables.Chain{Name: ServiceChain(svc)}})
+		n := len(svc.Endpoints)
+		for j, ep := range svc.Endpoints {
+			rule := "meta l4proto tcp dnat to " + ep.String()
+			if k := n - j; k > 1 {
+				rule = fmt.Sprintf("numgen random mod %d 0 %s", k, rule)
+			}
+			c = append(c, Op{Add, &knftables.Rule{Chain: ServiceChain(svc), Rule: rule}})
+		}
+		c = append(c, AddServiceIP(svc)...)
+	}
+	return c, nil
+}
