@@ -44,19 +44,19 @@ const DataMap Layout = "data-map"
 
 // Names of the DataMap layout's objects (family ip, table Table).
 const (
-	EndpointsDataMap       = "endpoints"
-	HairpinSet             = "hairpin-endpoints"
-	NoEndpointRejectSet    = "no-endpoint-reject"
-	NoEndpointDropSet      = "no-endpoint-drop"
-	FirewallIPsSet         = "firewall-ips"
-	FirewallAllowSet       = "firewall-allow"
-	PostroutingChain       = "nat-postrouting"
-	FilterPreroutingChain  = "filter-prerouting"
-	FilterForwardChain     = "filter-forward"
-	FilterOutputChain      = "filter-output"
-	FilterInputChain       = "filter-input"
-	rejectChain            = "reject-no-endpoints"
-	serviceKeyType         = "ipv4_addr . inet_proto . inet_service"
+	EndpointsDataMap      = "endpoints"
+	HairpinSet            = "hairpin-endpoints"
+	NoEndpointRejectSet   = "no-endpoint-reject"
+	NoEndpointDropSet     = "no-endpoint-drop"
+	FirewallIPsSet        = "firewall-ips"
+	FirewallAllowSet      = "firewall-allow"
+	PostroutingChain      = "nat-postrouting"
+	FilterPreroutingChain = "filter-prerouting"
+	FilterForwardChain    = "filter-forward"
+	FilterOutputChain     = "filter-output"
+	FilterInputChain      = "filter-input"
+	rejectChain           = "reject-no-endpoints"
+	serviceKeyType        = "ipv4_addr . inet_proto . inet_service"
 	// tcp dport, not th dport: nft 1.0.6 cannot add a rule that looks up
 	// an existing map whose typeof holds th dport ("conflicting protocols
 	// specified: ip vs. th"), only one declared in the same transaction.
