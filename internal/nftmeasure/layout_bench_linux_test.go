@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/nftables"
 	"sigs.k8s.io/knftables"
 
@@ -69,6 +70,15 @@ func rewriteChains(skeleton Change, names []string) Change {
 	return c
 }
 
+func generation(t testing.TB, n *nftTable) uint32 {
+	t.Helper()
+	g, err := Generation(int(n.ns.Handle()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func (n *nftTable) conn(t testing.TB) *nftables.Conn {
 	t.Helper()
 	conn, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Handle())))
@@ -100,18 +110,37 @@ func TestDataMapDriftRepair(t *testing.T) {
 	if !d.Empty() {
 		t.Fatalf("drift on a freshly loaded table: %+v", d)
 	}
+	gen := generation(t, n)
+	if again := generation(t, n); again != gen {
+		t.Fatalf("generation moved from %d to %d with no commit", gen, again)
+	}
 	n.ns.MustExec(t, "nft", "delete", "element", "ip", Table, EndpointsDataMap, "{ 172.30.0.5 . tcp . 80 . 3 }")
+	n.ns.MustExec(t, "nft", "delete", "element", "ip", Table, EndpointsDataMap, "{ 172.30.0.6 . tcp . 80 . 2 }")
+	n.ns.MustExec(t, "nft", "add", "element", "ip", Table, EndpointsDataMap, "{ 172.30.0.6 . tcp . 80 . 2 : 10.99.0.1 . 1 }")
 	n.ns.MustExec(t, "nft", "add", "element", "ip", Table, NoEndpointDropSet, "{ 172.30.9.9 . tcp . 80 }")
 	n.ns.MustExec(t, "nft", "flush", "chain", "ip", Table, LBChain(7))
+	if after := generation(t, n); after == gen {
+		t.Errorf("generation still %d after commits by hand", after)
+	}
 	d, err = DetectDrift(n.conn(t), skeleton, elements)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Chains) != 1 || d.Chains[0] != LBChain(7) || len(d.Elements) != 1 || d.Extra() != 1 {
-		t.Fatalf("drift: chains %v, elements %v, %d extra; want chain %s, one missing and one extra element", d.Chains, d.Elements, d.Extra(), LBChain(7))
+	if len(d.Chains) != 1 || d.Chains[0] != LBChain(7) || d.Extra() != 1 {
+		t.Errorf("drift: chains %v, %d extra elements; want chain %s and one extra element", d.Chains, d.Extra(), LBChain(7))
 	}
-	if e := d.Elements[0].Object.(*knftables.Element); e.Map != EndpointsDataMap || strings.Join(e.Key, " ") != "172.30.0.5 tcp 80 3" {
-		t.Errorf("missing element found: %+v, want endpoint 3 of 172.30.0.5", e)
+	var ops []string
+	for _, op := range d.Elements {
+		e := op.Object.(*knftables.Element)
+		ops = append(ops, fmt.Sprintf("%s %s%s %s", op.Verb, e.Set, e.Map, strings.Join(e.Key, " ")))
+	}
+	wantOps := []string{
+		"add endpoints 172.30.0.5 tcp 80 3",
+		"delete endpoints 172.30.0.6 tcp 80 2",
+		"add endpoints 172.30.0.6 tcp 80 2",
+	}
+	if diff := cmp.Diff(wantOps, ops); diff != "" {
+		t.Errorf("element repairs (-want +got):\n%s", diff)
 	}
 	conn := n.conn(t)
 	if err := RepairElements(conn, d); err != nil {
@@ -171,7 +200,21 @@ func TestLayoutTimes(t *testing.T) {
 			}
 			t.Logf("data-map %d: full load split: %v (skeleton through nft %v, %d elements through netlink %v)", size, (sk + el).Round(time.Millisecond), sk.Round(time.Millisecond), len(elements), el.Round(time.Millisecond))
 
-			// Periodic resync, nothing changed: detect only.
+			// Periodic resync, nothing changed: the generation, recorded
+			// after the last commit, is unchanged.
+			gen := generation(t, n)
+			var fast []time.Duration
+			for range runs {
+				start := time.Now()
+				g := generation(t, n)
+				fast = append(fast, time.Since(start))
+				if g != gen {
+					t.Fatalf("generation moved from %d to %d with no commit", gen, g)
+				}
+			}
+			t.Logf("data-map %d: resync with nothing changed, generation check: median %v (%v)", size, median(fast), fast)
+
+			// Periodic resync after a commit by someone else: detect.
 			var detect []time.Duration
 			for range 3 {
 				start := time.Now()
@@ -184,7 +227,7 @@ func TestLayoutTimes(t *testing.T) {
 					t.Fatalf("drift on an unchanged table: %v %v %d", d.Chains, d.Elements, d.Extra())
 				}
 			}
-			t.Logf("data-map %d: resync with nothing changed (DetectDrift over netlink, dial included) median %v (%v)", size, median(detect), detect)
+			t.Logf("data-map %d: resync after another commit (DetectDrift over netlink, dial included), nothing drifted: median %v (%v)", size, median(detect), detect)
 
 			// One element and one chain's rules deleted by hand.
 			svc := svcs[size/3]
