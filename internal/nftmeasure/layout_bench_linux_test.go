@@ -262,7 +262,45 @@ func TestLayoutTimes(t *testing.T) {
 			t.Logf("data-map %d: one element and one chain deleted by hand: detected in %v, element repaired through netlink in %v, chain rewritten through nft in %v",
 				size, found.Round(time.Millisecond), repairEl.Round(100*time.Microsecond), repairCh.Round(100*time.Microsecond))
 
-			// One-endpoint changes, each run on another service.
+			// The same with a Watcher: only what others changed is read.
+			w, err := Watch(n.conn(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			n.ns.MustExec(t, "nft", "delete", "element", "ip", Table, EndpointsDataMap,
+				fmt.Sprintf("{ %s . tcp . 80 . 5 }", svcs[size/4].ClusterIP))
+			n.ns.MustExec(t, "nft", "flush", "chain", "ip", Table, LBChain(10))
+			start = time.Now()
+			scope, changed, err := w.Until(generation(t, n), 10*time.Second)
+			if err != nil || !changed || scope == nil {
+				t.Fatalf("Until: %+v, %v, %v", scope, changed, err)
+			}
+			d, err = DetectDriftIn(n.conn(t), skeleton, elements, scope)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = time.Since(start)
+			if len(d.Chains) != 1 || len(d.Elements) != 1 {
+				t.Fatalf("drift in scope after deleting by hand: chains %v, elements %v", d.Chains, d.Elements)
+			}
+			start = time.Now()
+			conn = n.conn(t)
+			if err := RepairElements(conn, d); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			repairEl = time.Since(start)
+			if _, err := n.execRun(rewriteChains(skeleton, d.Chains)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("data-map %d: the same with a Watcher: detected (generation, Until, DetectDriftIn) in %v, element repaired in %v",
+				size, found.Round(100*time.Microsecond), repairEl.Round(100*time.Microsecond))
+
+			// One-endpoint changes, each run on another service. (the Watcher attached: the
+			// kernel also sends it every change).
 			type way struct {
 				name string
 				run  func(Change) (time.Duration, error)
@@ -327,4 +365,67 @@ func fullLoadOf(layout Layout, svcs []Service) (Change, error) {
 		c = append(c, AddServiceIP(svc)...)
 	}
 	return c, nil
+}
+
+// ownRun applies c through netlink and tells w the batch was the
+// writer's, when no other commit came between.
+func (n *nftTable) ownRun(t testing.TB, w *Watcher, c Change) {
+	t.Helper()
+	before := generation(t, n)
+	if _, err := n.netlinkRun(c); err != nil {
+		t.Fatal(err)
+	}
+	if after := generation(t, n); after == before+1 {
+		w.Own(after)
+	}
+}
+
+// TestWatcherScopesDrift checks that a Watcher narrows a resync to what
+// others changed: the writer's own endpoint change is left out, an
+// endpoint element and a chain changed by hand are in, and the narrowed
+// DetectDriftIn finds exactly those.
+func TestWatcherScopesDrift(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	svcs, err := Cluster(50, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNFTTable(t)
+	n.mustLoad(t, DataMap, svcs)
+	w, err := Watch(n.conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	to := netip.MustParseAddrPort("10.250.0.1:9000")
+	n.ownRun(t, w, DataMapReplaceEndpoint(svcs[20], 0, to))
+	svcs[20].Endpoints[0] = to
+	n.ns.MustExec(t, "nft", "delete", "element", "ip", Table, EndpointsDataMap, "{ 172.30.0.5 . tcp . 80 . 3 }")
+	n.ns.MustExec(t, "nft", "flush", "chain", "ip", Table, LBChain(7))
+	scope, changed, err := w.Until(generation(t, n), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !changed || scope == nil {
+		t.Fatalf("Until: changed %v, scope %+v; want a narrow scope", changed, scope)
+	}
+	if diff := cmp.Diff(map[string]bool{LBChain(7): true}, scope.Chains); diff != "" {
+		t.Errorf("chains in scope (-want +got):\n%s", diff)
+	}
+	if len(scope.EndpointKeys) != 1 || scope.SmallSets {
+		t.Errorf("elements in scope: %d endpoint keys, small sets %v; want the one deleted key", len(scope.EndpointKeys), scope.SmallSets)
+	}
+	skeleton, elements := DataMapLoad(svcs)
+	d, err := DetectDriftIn(n.conn(t), skeleton, elements, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Chains) != 1 || d.Chains[0] != LBChain(7) || len(d.Elements) != 1 || d.Extra() != 0 {
+		t.Errorf("drift: chains %v, elements %d, extra %d; want %s and one missing element", d.Chains, len(d.Elements), d.Extra(), LBChain(7))
+	}
+
+	// Nothing since: Until finds no change.
+	if _, changed, err := w.Until(generation(t, n), 50*time.Millisecond); err == nil || changed {
+		t.Errorf("Until with no new batch: changed %v, err %v; want a timeout (the batch was already read)", changed, err)
+	}
 }

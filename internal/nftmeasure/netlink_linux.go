@@ -352,6 +352,13 @@ func ipv4(s string) ([]byte, error) {
 	return b[:], nil
 }
 
+// wanted is an element DataMapLoad wants: its value as the kernel encodes
+// it, and the element itself.
+type wanted struct {
+	value string
+	op    *knftables.Element
+}
+
 // Drift is what differs between a DataMap table in the kernel and the
 // table DataMapLoad describes.
 type Drift struct {
@@ -384,6 +391,25 @@ func (d Drift) Extra() int {
 // byte for byte. FirewallAllowSet's intervals are not compared. It fails
 // if the table or one of its sets cannot be read.
 func DetectDrift(conn *nftables.Conn, skeleton, elements Change) (Drift, error) {
+	return DetectDriftIn(conn, skeleton, elements, nil)
+}
+
+// Scope narrows DetectDriftIn to what a Watcher saw others change.
+type Scope struct {
+	// Chains are the chains to check.
+	Chains map[string]bool
+	// EndpointKeys are the keys of EndpointsDataMap to check, as the
+	// kernel encodes them.
+	EndpointKeys map[string]bool
+	// SmallSets asks for every set and map but EndpointsDataMap to be
+	// read and compared whole.
+	SmallSets bool
+}
+
+// DetectDriftIn is DetectDrift limited to scope; a nil scope is the whole
+// table. An element of EndpointsDataMap in scope that nothing wants is
+// found, and deleted by RepairElements.
+func DetectDriftIn(conn *nftables.Conn, skeleton, elements Change, scope *Scope) (Drift, error) {
 	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
 	d := Drift{extra: map[*nftables.Set][]nftables.SetElement{}}
 	wantRules := map[string]int{}
@@ -408,6 +434,9 @@ func DetectDrift(conn *nftables.Conn, skeleton, elements Change) (Drift, error) 
 		}
 	}
 	for _, name := range chainOrder {
+		if scope != nil && !scope.Chains[name] {
+			continue
+		}
 		if !have[name] {
 			d.Chains = append(d.Chains, name)
 			continue
@@ -422,10 +451,6 @@ func DetectDrift(conn *nftables.Conn, skeleton, elements Change) (Drift, error) 
 	}
 
 	sets := netlinkSets(table, &nftables.Set{Table: table, Name: ServiceIPsMap, IsMap: true})
-	type wanted struct {
-		value string
-		op    *knftables.Element
-	}
 	want := map[string]map[string]wanted{}
 	for name := range sets {
 		want[name] = map[string]wanted{}
@@ -447,6 +472,15 @@ func DetectDrift(conn *nftables.Conn, skeleton, elements Change) (Drift, error) 
 	}
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		set := sets[name]
+		if scope != nil && name == EndpointsDataMap {
+			if err := d.checkKeys(conn.NetNS, set, want[name], scope.EndpointKeys); err != nil {
+				return d, err
+			}
+			continue
+		}
+		if scope != nil && !scope.SmallSets {
+			continue
+		}
 		if name == EndpointsDataMap {
 			// A dump of a set costs the kernel quadratic time (every
 			// message of the dump walks the set from its start to skip
@@ -457,23 +491,12 @@ func DetectDrift(conn *nftables.Conn, skeleton, elements Change) (Drift, error) 
 			// chains look up only the indexes below a service's endpoint
 			// count, of services that ServiceIPsMap holds, and a wrong
 			// value under a wanted key is found.
-			keys := slices.Sorted(maps.Keys(want[name]))
-			wantElems := make([]nftables.SetElement, len(keys))
-			for i, k := range keys {
-				wantElems[i] = nftables.SetElement{Key: []byte(k)}
+			all := make(map[string]bool, len(want[name]))
+			for k := range want[name] {
+				all[k] = true
 			}
-			got, err := lookupElements(conn.NetNS, set, wantElems)
-			if err != nil {
-				return d, fmt.Errorf("looking up the elements of %s: %w", name, err)
-			}
-			for i, k := range keys {
-				w := want[name][k]
-				switch {
-				case got[i] == nil:
-					d.Elements = append(d.Elements, Op{Add, w.op})
-				case string(got[i]) != w.value:
-					d.Elements = append(d.Elements, Op{Delete, w.op}, Op{Add, w.op})
-				}
+			if err := d.checkKeys(conn.NetNS, set, want[name], all); err != nil {
+				return d, err
 			}
 			continue
 		}
@@ -510,6 +533,33 @@ func DetectDrift(conn *nftables.Conn, skeleton, elements Change) (Drift, error) 
 		}
 	}
 	return d, nil
+}
+
+// checkKeys looks the keys up in set and records in d those that differ
+// from want: missing, another value, or present and not wanted.
+func (d *Drift) checkKeys(netnsFD int, set *nftables.Set, want map[string]wanted, keys map[string]bool) error {
+	sorted := slices.Sorted(maps.Keys(keys))
+	elems := make([]nftables.SetElement, len(sorted))
+	for i, k := range sorted {
+		elems[i] = nftables.SetElement{Key: []byte(k)}
+	}
+	got, err := lookupElements(netnsFD, set, elems)
+	if err != nil {
+		return fmt.Errorf("looking up elements of %s: %w", set.Name, err)
+	}
+	for i, k := range sorted {
+		w, wanted := want[k]
+		switch {
+		case !wanted && got[i] != nil:
+			d.extra[set] = append(d.extra[set], elems[i])
+		case !wanted:
+		case got[i] == nil:
+			d.Elements = append(d.Elements, Op{Add, w.op})
+		case string(got[i]) != w.value:
+			d.Elements = append(d.Elements, Op{Delete, w.op}, Op{Add, w.op})
+		}
+	}
+	return nil
 }
 
 func elementValue(e nftables.SetElement) string {
