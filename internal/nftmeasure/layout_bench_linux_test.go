@@ -332,6 +332,24 @@ func TestLayoutTimes(t *testing.T) {
 					size, w.name, median(replace), median(remove), runs, replace, remove)
 			}
 
+			if size == 1000 {
+				// A lookup rule per service: quadratic, so only small sizes.
+				for _, m := range []int{1000, 2000, 4000} {
+					more, err := Cluster(m, 10)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := fullLoadOf(dataMapPerService, more)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wall, user, sys, err := newNFTTable(t).nftRusage(c, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s %d: nft -f %v (nft user %v, sys %v)", dataMapPerService, m, wall.Round(time.Millisecond), user.Round(time.Millisecond), sys.Round(time.Millisecond))
+				}
+			}
 			if size != 10000 {
 				return
 			}
@@ -358,7 +376,33 @@ func TestLayoutTimes(t *testing.T) {
 // hairpin traffic per endpoint).
 const cascadeNoEndpointChains Layout = "numgen-cascade-without-endpoint-chains"
 
+// dataMapPerService is the data map addressed from every service's own
+// chain (`dnat ip to numgen random mod N offset O map @endpoints`), the
+// first shape tried for the data-map idea: a measurement of what a lookup
+// rule per service costs, not a layout.
+const dataMapPerService Layout = "data-map-per-service-rule"
+
 func fullLoadOf(layout Layout, svcs []Service) (Change, error) {
+	if layout == dataMapPerService {
+		c, err := FullLoad(NumgenCascade, nil)
+		if err != nil {
+			return nil, err
+		}
+		c = append(c, Op{Add, &knftables.Map{Name: EndpointsMap, TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}})
+		for _, svc := range svcs {
+			base := svc.Index * MaxEndpoints
+			c = append(c,
+				Op{Add, &knftables.Chain{Name: ServiceChain(svc)}},
+				Op{Add, &knftables.Rule{Chain: ServiceChain(svc), Rule: fmt.Sprintf(
+					"meta l4proto tcp dnat ip to numgen random mod %d offset %d map @%s", len(svc.Endpoints), base, EndpointsMap)}})
+			for j, ep := range svc.Endpoints {
+				c = append(c, Op{Add, &knftables.Element{Map: EndpointsMap, Key: []string{fmt.Sprint(base + j)},
+					Value: []string{ep.Addr().String(), fmt.Sprint(ep.Port())}}})
+			}
+			c = append(c, AddServiceIP(svc)...)
+		}
+		return c, nil
+	}
 	if layout != cascadeNoEndpointChains {
 		return FullLoad(layout, svcs)
 	}
