@@ -332,6 +332,40 @@ func TestLayoutTimes(t *testing.T) {
 					size, w.name, median(replace), median(remove), runs, replace, remove)
 			}
 
+			// What an element delete costs against an add, alone.
+			var adds, dels []time.Duration
+			for i := range runs {
+				h := Change{{Add, hairpinElement(netip.AddrFrom4([4]byte{10, 251, 0, byte(i)}))}}
+				adds = append(adds, mustTime(t, n.netlinkRun, h))
+				h[0].Verb = Delete
+				dels = append(dels, mustTime(t, n.netlinkRun, h))
+			}
+			t.Logf("data-map %d, netlink: one element added alone median %v, deleted alone median %v (%v %v)", size, median(adds), median(dels), adds, dels)
+
+			// What a resync must not do: read the table as nft does, or
+			// dump the endpoint map (quadratic in the kernel: not at 30,000).
+			start = time.Now()
+			n.list(t)
+			t.Logf("data-map %d: nft list table %v", size, time.Since(start).Round(time.Millisecond))
+			if size <= 10000 {
+				table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
+				start = time.Now()
+				got, err := n.conn(t).GetSetElements(&nftables.Set{Table: table, Name: EndpointsDataMap, IsMap: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				dump := time.Since(start)
+				keys := make([]nftables.SetElement, len(got))
+				for i, e := range got {
+					keys[i] = nftables.SetElement{Key: e.Key}
+				}
+				start = time.Now()
+				if _, err := lookupElements(n.conn(t).NetNS, &nftables.Set{Table: table, Name: EndpointsDataMap, IsMap: true}, keys); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("data-map %d: the endpoint map's %d elements: dumped in %v, looked up by key in %v", size, len(got), dump.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+			}
+
 			if size == 1000 {
 				// A lookup rule per service: quadratic, so only small sizes.
 				for _, m := range []int{1000, 2000, 4000} {
