@@ -133,10 +133,11 @@ func TestDataMapPackets(t *testing.T) {
 	if _, err := d.tab.execRun(skeleton); err != nil {
 		t.Fatalf("skeleton through nft: %v", err)
 	}
-	if _, err := d.tab.netlinkRun(withoutIntervals(elements)); err != nil {
+	plain, intervals := splitIntervals(elements)
+	if _, err := d.tab.netlinkRun(plain); err != nil {
 		t.Fatalf("elements through netlink: %v", err)
 	}
-	if _, err := d.tab.execRun(onlyIntervals(elements)); err != nil {
+	if _, err := d.tab.execRun(intervals); err != nil {
 		t.Fatalf("interval elements through nft: %v", err)
 	}
 	client, podB := d.net.Client, d.net.Pods["pod-b"]
@@ -213,24 +214,31 @@ func TestDataMapPackets(t *testing.T) {
 	}
 }
 
-func withoutIntervals(c Change) Change {
-	var out Change
-	for _, op := range c {
-		if e, ok := op.Object.(*knftables.Element); !ok || e.Set != FirewallAllowSet {
-			out = append(out, op)
-		}
-	}
-	return out
-}
-
-func onlyIntervals(c Change) Change {
-	var out Change
+// splitIntervals splits c into the operations the netlink translator
+// takes and FirewallAllowSet's interval elements, which it refuses.
+func splitIntervals(c Change) (rest, intervals Change) {
 	for _, op := range c {
 		if e, ok := op.Object.(*knftables.Element); ok && e.Set == FirewallAllowSet {
-			out = append(out, op)
+			intervals = append(intervals, op)
+		} else {
+			rest = append(rest, op)
 		}
 	}
-	return out
+	return rest, intervals
+}
+
+// loadedDataMap loads n generated services in the DataMap layout into a
+// new namespace through nft.
+func loadedDataMap(t *testing.T, n int) ([]Service, *nftTable) {
+	t.Helper()
+	kerneltest.Require(t, "nft")
+	svcs, err := Cluster(n, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := newNFTTable(t)
+	tab.mustLoad(t, DataMap, svcs)
+	return svcs, tab
 }
 
 // TestDataMapNetlinkMatchesExec loads the DataMap layout of 100 services
@@ -251,10 +259,11 @@ func TestDataMapNetlinkMatchesExec(t *testing.T) {
 	viaExec, viaNetlink := newNFTTable(t), newNFTTable(t)
 	viaExec.mustLoad(t, DataMap, svcs)
 	skeleton, elements := DataMapLoad(svcs)
-	if _, err := viaNetlink.execRun(append(skeleton, onlyIntervals(elements)...)); err != nil {
+	plain, intervals := splitIntervals(elements)
+	if _, err := viaNetlink.execRun(append(skeleton, intervals...)); err != nil {
 		t.Fatalf("skeleton through nft: %v", err)
 	}
-	if _, err := viaNetlink.netlinkRun(withoutIntervals(elements)); err != nil {
+	if _, err := viaNetlink.netlinkRun(plain); err != nil {
 		t.Fatalf("elements through netlink: %v", err)
 	}
 	if diff := cmp.Diff(viaExec.list(t), viaNetlink.list(t)); diff != "" {
@@ -303,13 +312,7 @@ func TestDataMapNetlinkMatchesExec(t *testing.T) {
 // for: however many services, EndpointsDataMap is looked up by at most
 // MaxEndpoints rules and the table holds no set per service.
 func TestDataMapBindings(t *testing.T) {
-	kerneltest.Require(t, "nft")
-	svcs, err := Cluster(300, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNFTTable(t)
-	n.mustLoad(t, DataMap, svcs)
+	_, n := loadedDataMap(t, 300)
 	conn, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Handle())))
 	if err != nil {
 		t.Fatal(err)

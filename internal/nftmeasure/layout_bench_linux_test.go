@@ -103,13 +103,7 @@ func (n *nftTable) conn(t testing.TB) *nftables.Conn {
 // through netlink, chains rewritten through nft) leaves a table that nft
 // lists as the freshly loaded one.
 func TestDataMapDriftRepair(t *testing.T) {
-	kerneltest.Require(t, "nft")
-	svcs, err := Cluster(50, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNFTTable(t)
-	n.mustLoad(t, DataMap, svcs)
+	svcs, n := loadedDataMap(t, 50)
 	fresh := n.list(t)
 	skeleton, elements := DataMapLoad(svcs)
 	desired := mustDesired(t, skeleton, elements)
@@ -477,13 +471,7 @@ func (n *nftTable) ownRun(t testing.TB, w *Watcher, c Change) {
 // endpoint element and a chain changed by hand are in, and the narrowed
 // DetectDriftIn finds exactly those.
 func TestWatcherScopesDrift(t *testing.T) {
-	kerneltest.Require(t, "nft")
-	svcs, err := Cluster(50, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNFTTable(t)
-	n.mustLoad(t, DataMap, svcs)
+	svcs, n := loadedDataMap(t, 50)
 	w, err := Watch(n.conn(t))
 	if err != nil {
 		t.Fatal(err)
