@@ -453,8 +453,9 @@ type Scope struct {
 }
 
 // DetectDriftIn is DetectDrift limited to scope; a nil scope is the whole
-// table. An element of EndpointsDataMap in scope that nothing wants is
-// found, and deleted by RepairElements.
+// table. Every wanted chain in scope is returned for rewriting, unread. An
+// element of EndpointsDataMap in scope that nothing wants is found, and
+// deleted by RepairElements.
 func DetectDriftIn(conn *nftables.Conn, desired *Desired, scope *Scope) (Drift, error) {
 	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
 	d := Drift{extra: map[*nftables.Set][]nftables.SetElement{}}
@@ -472,7 +473,9 @@ func DetectDriftIn(conn *nftables.Conn, desired *Desired, scope *Scope) (Drift, 
 		if scope != nil && !scope.Chains[name] {
 			continue
 		}
-		if !have[name] {
+		if scope != nil || !have[name] {
+			// A chain another batch touched is rewritten whatever it
+			// holds now: a rule replaced in place keeps the count.
 			d.Chains = append(d.Chains, name)
 			continue
 		}
