@@ -201,6 +201,20 @@ func TestNetlinkRefuses(t *testing.T) {
 		{{Add, &knftables.Element{Map: ServiceIPsMap, Key: []string{"10.0.0.1", "udp", "53"}, Value: []string{"goto x"}}}},
 		{{Add, &knftables.Element{Map: ServiceIPsMap, Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"jump x"}}}},
 		{{Add, &knftables.Chain{Name: "ok"}}, {Add, &knftables.Rule{Chain: "ok", Rule: "counter"}}},
+		// The DataMap layout's elements: intervals, other protocols,
+		// malformed keys and values, a set named as a map.
+		{{Add, &knftables.Element{Set: FirewallAllowSet, Key: []string{"10.0.0.1", "tcp", "80", "10.1.0.0/16"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "udp", "53", "0"}, Value: []string{"10.1.0.1", "53"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "-1"}, Value: []string{"10.1.0.1", "80"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "0"}, Value: []string{"fd00::1", "80"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "0"}, Value: []string{"10.1.0.1", "65536"}}}},
+		{{Add, &knftables.Element{Set: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "0"}}}},
+		{{Add, &knftables.Element{Map: HairpinSet, Key: []string{"10.1.0.1", "10.1.0.1"}, Value: []string{"x"}}}},
+		{{Add, &knftables.Element{Set: HairpinSet, Key: []string{"10.1.0.1"}}}},
+		{{Add, &knftables.Element{Set: NoEndpointRejectSet, Key: []string{"10.0.0.1", "tcp", "http"}}}},
+		{{Flush, &knftables.Element{Set: NoEndpointDropSet, Key: []string{"10.0.0.1", "tcp", "80"}}}},
+		{{Add, &knftables.Element{Map: ServiceIPsMap, Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"goto a b"}}}},
 	} {
 		conn, err := nftables.New()
 		if err != nil {

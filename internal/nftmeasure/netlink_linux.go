@@ -459,33 +459,16 @@ type Scope struct {
 func DetectDriftIn(conn *nftables.Conn, desired *Desired, scope *Scope) (Drift, error) {
 	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
 	d := Drift{extra: map[*nftables.Set][]nftables.SetElement{}}
-	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
-	if err != nil {
-		return d, fmt.Errorf("listing the chains of table %s: %w", Table, err)
-	}
-	have := map[string]bool{}
-	for _, ch := range chains {
-		if ch.Table.Name == Table {
-			have[ch.Name] = true
+	if scope != nil {
+		// A chain another batch touched is rewritten whatever it holds
+		// now: a rule replaced in place keeps the count.
+		for _, name := range desired.chains {
+			if scope.Chains[name] {
+				d.Chains = append(d.Chains, name)
+			}
 		}
-	}
-	for _, name := range desired.chains {
-		if scope != nil && !scope.Chains[name] {
-			continue
-		}
-		if scope != nil || !have[name] {
-			// A chain another batch touched is rewritten whatever it
-			// holds now: a rule replaced in place keeps the count.
-			d.Chains = append(d.Chains, name)
-			continue
-		}
-		rules, err := conn.GetRules(table, &nftables.Chain{Name: name, Table: table})
-		if err != nil {
-			return d, fmt.Errorf("listing the rules of chain %s: %w", name, err)
-		}
-		if len(rules) != desired.rules[name] {
-			d.Chains = append(d.Chains, name)
-		}
+	} else if err := d.checkChains(conn, table, desired); err != nil {
+		return d, err
 	}
 
 	sets := netlinkSets(table, &nftables.Set{Table: table, Name: ServiceIPsMap, IsMap: true})
@@ -553,6 +536,35 @@ func DetectDriftIn(conn *nftables.Conn, desired *Desired, scope *Scope) (Drift, 
 		}
 	}
 	return d, nil
+}
+
+// checkChains records in d the wanted chains that are missing or hold
+// another number of rules.
+func (d *Drift) checkChains(conn *nftables.Conn, table *nftables.Table, desired *Desired) error {
+	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return fmt.Errorf("listing the chains of table %s: %w", Table, err)
+	}
+	have := map[string]bool{}
+	for _, ch := range chains {
+		if ch.Table.Name == Table {
+			have[ch.Name] = true
+		}
+	}
+	for _, name := range desired.chains {
+		if !have[name] {
+			d.Chains = append(d.Chains, name)
+			continue
+		}
+		rules, err := conn.GetRules(table, &nftables.Chain{Name: name, Table: table})
+		if err != nil {
+			return fmt.Errorf("listing the rules of chain %s: %w", name, err)
+		}
+		if len(rules) != desired.rules[name] {
+			d.Chains = append(d.Chains, name)
+		}
+	}
+	return nil
 }
 
 // checkKeys looks the keys up in set and records in d those that differ
