@@ -273,3 +273,42 @@ func DataMapRemoveEndpoint(svc Service, j int) Change {
 		Op{Delete, dataMapServiceIP(svc, n)},
 		Op{Add, dataMapServiceIP(svc, n-1)})
 }
+
+// AffinityReplaceEndpoint is the one-endpoint change of a service with
+// ClientIP affinity (svc.Affinity > 0), which keeps kube-proxy's shape:
+// the new endpoint's set and chain are added, the service chain is
+// rewritten to use them, and the old endpoint's chain and set are deleted.
+// Clients that the old endpoint had seen are picked afresh, as in
+// kube-proxy. Unlike the other services' changes it holds rules and jumps.
+func AffinityReplaceEndpoint(svc Service, j int, to netip.AddrPort) Change {
+	next := svc
+	next.Endpoints = append([]netip.AddrPort(nil), svc.Endpoints...)
+	next.Endpoints[j] = to
+	var c Change
+	for _, op := range affinityChains(next) {
+		switch o := op.Object.(type) {
+		case *knftables.Chain:
+			if o.Name == ServiceChain(next) {
+				c = append(c, op, Op{Flush, o})
+				continue
+			}
+			if o.Name != EndpointChain(next, j) {
+				continue
+			}
+		case *knftables.Set:
+			if o.Name != AffinitySet(next, j) {
+				continue
+			}
+		case *knftables.Rule:
+			if o.Chain != ServiceChain(next) && o.Chain != EndpointChain(next, j) {
+				continue
+			}
+		}
+		c = append(c, op)
+	}
+	old := &knftables.Chain{Name: EndpointChain(svc, j)}
+	return append(c,
+		Op{Flush, old},
+		Op{Delete, old},
+		Op{Delete, &knftables.Set{Name: AffinitySet(svc, j)}})
+}

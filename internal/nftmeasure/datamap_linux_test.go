@@ -17,8 +17,9 @@ import (
 	"github.com/proxykit/proxykit/internal/kerneltest"
 )
 
-// dataMapNetwork is a node with three pods on its bridge (all local, so
-// their addresses go to HairpinSet) and a client outside ClusterCIDR.
+// dataMapNetwork is a node with four pods on its bridge (all local, so
+// their addresses go to HairpinSet; pod-d serves only after a change) and
+// a client outside ClusterCIDR.
 type dataMapNetwork struct {
 	net      *kerneltest.ProxyNetwork
 	tab      *nftTable
@@ -44,7 +45,7 @@ func newDataMapNetwork(t *testing.T) *dataMapNetwork {
 		BridgeAddrs: []netip.Prefix{netip.PrefixFrom(d.bridge, 24)},
 		BackendPort: port,
 	}
-	for i, name := range []string{"pod-a", "pod-b", "pod-c"} {
+	for i, name := range []string{"pod-a", "pod-b", "pod-c", "pod-d"} {
 		a := netip.AddrFrom4([4]byte{10, 1, 0, byte(2 + i)})
 		cfg.Pods = append(cfg.Pods, kerneltest.NetworkPod{Name: name, Addrs: []netip.Prefix{netip.PrefixFrom(a, 24)}})
 		d.pods[name] = netip.AddrPortFrom(a, port)
@@ -175,9 +176,23 @@ func TestDataMapPackets(t *testing.T) {
 	if len(backends) != 1 {
 		t.Errorf("affinity: one client reached %v, want one backend", backends)
 	}
+	stuck := keys(backends)[0]
 	backends, _ = replies(t, client, d.allowed, d.addr("affinity"), 15)
 	if len(backends) != 1 {
 		t.Errorf("affinity: the second client reached %v, want one backend", backends)
+	}
+
+	// The affinity service's endpoint that the client sticks to becomes
+	// pod-d (through nft: the change holds rules): the client is picked
+	// afresh and sticks again, never to the old endpoint.
+	aff := d.services["affinity"]
+	j := slices.Index(aff.Endpoints, d.pods[stuck])
+	if _, err := d.tab.execRun(AffinityReplaceEndpoint(aff, j, d.pods["pod-d"])); err != nil {
+		t.Fatalf("replacing %s in the affinity service: %v", stuck, err)
+	}
+	backends, _ = replies(t, client, noSrc, d.addr("affinity"), 15)
+	if len(backends) != 1 || backends[stuck] != 0 {
+		t.Errorf("affinity after replacing %s: the client reached %v, want one backend, not %s", stuck, backends, stuck)
 	}
 
 	if _, err := kerneltest.Dial(client, "tcp", d.addr("reject"), 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
@@ -264,4 +265,38 @@ func TestDataMapOnFake(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("service 1 after replacing endpoint 2 and removing endpoint 1 (-want +got):\n%s", diff)
 	}
+}
+
+// TestAffinityReplaceEndpoint checks on the Fake that the affinity
+// service's change leaves it as a fresh load of the changed service
+// would: the same chains, sets and rules, the old endpoint's gone.
+func TestAffinityReplaceEndpoint(t *testing.T) {
+	ctx := context.Background()
+	svcs, err := Cluster(3, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs[1].Affinity = time.Hour
+	to := netip.MustParseAddrPort("10.9.9.9:9090")
+	fake := load(t, DataMap, svcs)
+	tx := fake.NewTransaction()
+	if err := AffinityReplaceEndpoint(svcs[1], 1, to).Transaction(tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	changed := append([]Service(nil), svcs...)
+	changed[1].Endpoints = append([]netip.AddrPort(nil), svcs[1].Endpoints...)
+	changed[1].Endpoints[1] = to
+	want := load(t, DataMap, changed)
+	if diff := cmp.Diff(sortedLines(want.Dump()), sortedLines(fake.Dump())); diff != "" {
+		t.Errorf("after the change (-fresh load +changed):\n%s", diff)
+	}
+}
+
+func sortedLines(s string) []string {
+	lines := strings.Split(s, "\n")
+	sort.Strings(lines)
+	return lines
 }
