@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -381,6 +382,34 @@ func TestLayoutTimes(t *testing.T) {
 			if size != 10000 {
 				return
 			}
+
+			// The rare case at scale: 1% of the services with ClientIP
+			// affinity, in kube-proxy's shape.
+			aff := slices.Clone(svcs)
+			for i := LocalEvery / 2; i < len(aff); i += LocalEvery {
+				aff[i].Affinity = 3 * time.Hour
+			}
+			skeleton, elements = DataMapLoad(aff)
+			na := newNFTTable(t)
+			sk, err = na.execRun(skeleton)
+			if err != nil {
+				t.Fatal(err)
+			}
+			el, err = na.netlinkRun(elements)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("data-map %d, 1%% with affinity: full load split: %v (skeleton with the affinity services' %d objects through nft %v, elements through netlink %v)",
+				size, (sk + el).Round(time.Millisecond), len(skeleton), sk.Round(time.Millisecond), el.Round(time.Millisecond))
+			var affChange, plain []time.Duration
+			for i := range runs {
+				svc := aff[LocalEvery/2+i*LocalEvery]
+				to := netip.AddrPortFrom(netip.MustParseAddr("10.252.0.1"), uint16(9000+i))
+				affChange = append(affChange, mustTime(t, na.execRun, AffinityReplaceEndpoint(svc, 0, to)))
+				plain = append(plain, mustTime(t, na.netlinkRun, DataMapReplaceEndpoint(aff[size/2+i], 0, to)))
+			}
+			t.Logf("data-map %d, 1%% with affinity: replace one endpoint of an affinity service (nft -f) median %v, of another service (netlink) median %v (%v %v)",
+				size, median(affChange), median(plain), affChange, plain)
 			for _, layout := range []Layout{NumgenCascade, cascadeNoEndpointChains} {
 				c, err := fullLoadOf(layout, svcs)
 				if err != nil {
