@@ -255,13 +255,20 @@ func DataMapReplaceEndpoint(svc Service, j int, to netip.AddrPort) Change {
 }
 
 // DataMapRemoveEndpoint is the DataMap layout's one-endpoint change that
-// lowers the endpoint count: svc (without affinity, at least two
-// endpoints) loses its endpoint j. The last endpoint takes index j, the
-// last index goes, and the service's ServiceIPsMap element is pointed at
-// the shared chain of one endpoint fewer: the one verdict of the change,
-// which makes the kernel validate the table's jumps on commit.
+// lowers the endpoint count: svc (without affinity) loses its endpoint j.
+// The last endpoint takes index j, the last index goes, and the service's
+// ServiceIPsMap element is pointed at the shared chain of one endpoint
+// fewer: the one verdict of the change, which makes the kernel validate
+// the table's jumps on commit. HairpinSet is left alone, in this change
+// and in DataMapReplaceEndpoint: an endpoint may serve other services, so a
+// writer counts its uses. When j is the only endpoint, the service's
+// ServiceIPsMap element goes and it joins NoEndpointRejectSet (or
+// NoEndpointDropSet). A j out of range is no change (nil).
 func DataMapRemoveEndpoint(svc Service, j int) Change {
 	n := len(svc.Endpoints)
+	if j < 0 || j >= n {
+		return nil
+	}
 	last := svc.Endpoints[n-1]
 	c := Change{{Delete, endpointElement(svc, n-1, last)}}
 	if j != n-1 {
@@ -269,9 +276,13 @@ func DataMapRemoveEndpoint(svc Service, j int) Change {
 			Op{Delete, endpointElement(svc, j, svc.Endpoints[j])},
 			Op{Add, endpointElement(svc, j, last)})
 	}
-	return append(c,
-		Op{Delete, dataMapServiceIP(svc, n)},
-		Op{Add, dataMapServiceIP(svc, n-1)})
+	c = append(c, Op{Delete, dataMapServiceIP(svc, n)})
+	if n == 1 {
+		empty := svc
+		empty.Endpoints = nil
+		return append(c, dataMapElements(empty)...)
+	}
+	return append(c, Op{Add, dataMapServiceIP(svc, n-1)})
 }
 
 // AffinityReplaceEndpoint is the one-endpoint change of a service with

@@ -41,6 +41,9 @@ const (
 	OutputChain     = "nat-output"
 )
 
+// serviceIPsType is the type of ServiceIPsMap in every layout.
+const serviceIPsType = "ipv4_addr . inet_proto . inet_service : verdict"
+
 // MaxEndpoints is the width of a service's range of offsets in the
 // SharedMap layout, and so the most endpoints a generated service may have.
 // The nftables writer would allocate ranges as services come and go; a
@@ -184,7 +187,7 @@ func FullLoad(layout Layout, svcs []Service) (Change, error) {
 	pre, out := knftables.PreroutingHook, knftables.OutputHook
 	c := Change{
 		{Add, &knftables.Table{}},
-		{Add, &knftables.Map{Name: ServiceIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict"}},
+		{Add, &knftables.Map{Name: ServiceIPsMap, Type: serviceIPsType}},
 		{Add, &knftables.Chain{Name: ServicesChain}},
 		{Add, &knftables.Rule{Chain: ServicesChain, Rule: "ip daddr . meta l4proto . th dport vmap @" + ServiceIPsMap}},
 	}

@@ -300,3 +300,49 @@ func sortedLines(s string) []string {
 	sort.Strings(lines)
 	return lines
 }
+
+// TestDataMapRemoveLastEndpoint checks that a service losing its only
+// endpoint leaves ServiceIPsMap for the no-endpoint set, and that an index
+// out of range is no change rather than a panic.
+func TestDataMapRemoveLastEndpoint(t *testing.T) {
+	ctx := context.Background()
+	svcs, err := Cluster(2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs[1].DropWithoutEndpoints = true
+	fake := load(t, DataMap, svcs)
+	for _, svc := range svcs {
+		if c := DataMapRemoveEndpoint(svc, 1); c != nil {
+			t.Errorf("removing endpoint 1 of a 1-endpoint service: %v, want no change", c)
+		}
+		tx := fake.NewTransaction()
+		if err := DataMapRemoveEndpoint(svc, 0).Transaction(tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fake.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		kind, name string
+		want       []string
+	}{
+		{"map", ServiceIPsMap, nil},
+		{"map", EndpointsDataMap, nil},
+		{"set", NoEndpointRejectSet, []string{"172.30.0.0 . tcp . 80"}},
+		{"set", NoEndpointDropSet, []string{"172.30.0.1 . tcp . 80"}},
+	} {
+		elems, err := fake.ListElements(ctx, tc.kind, tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range elems {
+			got = append(got, strings.Join(e.Key, " . "))
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s after removing every endpoint (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
