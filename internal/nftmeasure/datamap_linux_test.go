@@ -293,18 +293,7 @@ func TestDataMapNetlinkMatchesExec(t *testing.T) {
 		DataMapRemoveEndpoint(replaced, 0),
 		DataMapRemoveEndpoint(svcs[8], 9),
 	}
-	for i, c := range steps {
-		if _, err := viaExec.execRun(c); err != nil {
-			t.Fatalf("step %d through nft: %v", i, err)
-		}
-		if _, err := viaNetlink.netlinkRun(c); err != nil {
-			t.Fatalf("step %d through netlink: %v", i, err)
-		}
-	}
-	after := viaExec.list(t)
-	if diff := cmp.Diff(after, viaNetlink.list(t)); diff != "" {
-		t.Errorf("tables differ after the changes (-exec +netlink):\n%s", diff)
-	}
+	after := applyBoth(t, viaExec, viaNetlink, steps)
 	for _, want := range []string{
 		"172.30.0.7 . tcp . 80 . 0 : " + svcs[7].Endpoints[9].Addr().String() + " . 8080",
 		"172.30.0.7 . tcp . 80 . 3 : 10.200.0.1 . 9090",

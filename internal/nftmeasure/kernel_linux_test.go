@@ -155,18 +155,7 @@ func TestNetlinkMatchesExec(t *testing.T) {
 				DeleteServiceIP(svcs[9]),
 				AddServiceIP(svcs[9]),
 			}
-			for i, c := range steps {
-				if _, err := viaExec.execRun(c); err != nil {
-					t.Fatalf("step %d through nft: %v", i, err)
-				}
-				if _, err := viaNetlink.netlinkRun(c); err != nil {
-					t.Fatalf("step %d through netlink: %v", i, err)
-				}
-			}
-			after := viaExec.list(t)
-			if diff := cmp.Diff(after, viaNetlink.list(t)); diff != "" {
-				t.Errorf("tables differ after the changes (-exec +netlink):\n%s", diff)
-			}
+			after := applyBoth(t, viaExec, viaNetlink, steps)
 			for _, want := range []string{
 				"chain endpoint-extra {\n\t\tmeta l4proto tcp dnat to " + to.String() + "\n\t}",
 				"chain " + EndpointChain(svcs[7], 3) + " {\n\t\tmeta l4proto tcp dnat to " + to.String() + "\n\t}",
@@ -181,6 +170,26 @@ func TestNetlinkMatchesExec(t *testing.T) {
 			}
 		})
 	}
+}
+
+// applyBoth applies steps through nft to viaExec and through netlink to
+// viaNetlink, fails t unless nft then lists the same table in both, and
+// returns that listing.
+func applyBoth(t *testing.T, viaExec, viaNetlink *nftTable, steps []Change) string {
+	t.Helper()
+	for i, c := range steps {
+		if _, err := viaExec.execRun(c); err != nil {
+			t.Fatalf("step %d through nft: %v", i, err)
+		}
+		if _, err := viaNetlink.netlinkRun(c); err != nil {
+			t.Fatalf("step %d through netlink: %v", i, err)
+		}
+	}
+	after := viaExec.list(t)
+	if diff := cmp.Diff(after, viaNetlink.list(t)); diff != "" {
+		t.Errorf("tables differ after the changes (-exec +netlink):\n%s", diff)
+	}
+	return after
 }
 
 // TestNetlinkRefuses checks that the translator refuses, before queuing
