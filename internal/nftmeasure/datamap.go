@@ -114,10 +114,11 @@ func dataMapSkeleton() Change {
 		{Add, &knftables.Rule{Chain: PostroutingChain, Rule: fmt.Sprintf("meta mark set meta mark xor %#x", MasqueradeMark)}},
 		{Add, &knftables.Rule{Chain: PostroutingChain, Rule: "masquerade fully-random"}},
 		// Source ranges are checked before DNAT, on the address the client
-		// asked for.
+		// asked for, and on new connections only, as kube-proxy does:
+		// established ones are not looked up on every packet.
 		{Add, &knftables.Chain{Name: FilterPreroutingChain, Type: &filter, Hook: hook(knftables.PreroutingHook), Priority: &preDNAT}},
 		{Add, &knftables.Rule{Chain: FilterPreroutingChain, Rule: fmt.Sprintf(
-			"ip daddr . meta l4proto . th dport @%s ip daddr . meta l4proto . th dport . ip saddr != @%s drop", FirewallIPsSet, FirewallAllowSet)}},
+			"ct state new ip daddr . meta l4proto . th dport @%s ip daddr . meta l4proto . th dport . ip saddr != @%s drop", FirewallIPsSet, FirewallAllowSet)}},
 		{Add, &knftables.Chain{Name: rejectChain}},
 		{Add, &knftables.Rule{Chain: rejectChain, Rule: fmt.Sprintf("ip daddr . meta l4proto . th dport @%s reject", NoEndpointRejectSet)}},
 		{Add, &knftables.Rule{Chain: rejectChain, Rule: fmt.Sprintf("ip daddr . meta l4proto . th dport @%s drop", NoEndpointDropSet)}},
