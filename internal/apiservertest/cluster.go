@@ -156,6 +156,10 @@ func Start(t testing.TB, ns *kerneltest.NS, bin string, cfg Config) *Cluster {
 			// Only the test compacts, so that a fault test knows when a
 			// resource version expires.
 			"--etcd-compaction-interval=0",
+			// Close watches within 2s of SIGTERM, then stop; by default
+			// the server waits for them up to its request timeout (60s)
+			// and a restart takes a minute.
+			"--shutdown-watch-termination-grace-period=2s",
 			"--profiling=false",
 			"--watch-cache=" + strconv.FormatBool(!cfg.NoWatchCache),
 		}
@@ -299,7 +303,26 @@ func (s *APIServer) Stop(t testing.TB) {
 	if proc == nil || proc.exited() {
 		t.Fatalf("%s is not running", s.Name)
 	}
+	start := time.Now()
 	proc.stop()
+	t.Logf("%s stopped in %v", s.Name, time.Since(start).Round(time.Millisecond))
+}
+
+// Kill ends s with SIGKILL, as a crash or the OOM killer does, and waits
+// for it: its connections are reset, with no graceful end of their
+// watches.
+func (s *APIServer) Kill(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	proc := s.proc
+	s.mu.Unlock()
+	if proc == nil || proc.exited() {
+		t.Fatalf("%s is not running", s.Name)
+	}
+	if err := proc.cmd.Process.Kill(); err != nil {
+		t.Fatalf("%s: kill: %v", s.Name, err)
+	}
+	<-proc.done
 }
 
 // Restart stops s and starts it again: [APIServer.Stop] then
