@@ -297,12 +297,7 @@ func (s *APIServer) Start(t testing.TB) {
 // connections are closed; etcd and the other API servers keep running.
 func (s *APIServer) Stop(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	proc := s.proc
-	s.mu.Unlock()
-	if proc == nil || proc.exited() {
-		t.Fatalf("%s is not running", s.Name)
-	}
+	proc := s.running(t)
 	start := time.Now()
 	proc.stop()
 	t.Logf("%s stopped in %v", s.Name, time.Since(start).Round(time.Millisecond))
@@ -313,12 +308,7 @@ func (s *APIServer) Stop(t testing.TB) {
 // watches.
 func (s *APIServer) Kill(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	proc := s.proc
-	s.mu.Unlock()
-	if proc == nil || proc.exited() {
-		t.Fatalf("%s is not running", s.Name)
-	}
+	proc := s.running(t)
 	if err := proc.cmd.Process.Kill(); err != nil {
 		t.Fatalf("%s: kill: %v", s.Name, err)
 	}
@@ -349,15 +339,22 @@ func (s *APIServer) Resume(t testing.TB) {
 
 func (s *APIServer) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
+	proc := s.running(t)
+	if err := proc.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("%s: %v: %v", s.Name, sig, err)
+	}
+}
+
+// running returns the process of s, failing t if it is not running.
+func (s *APIServer) running(t testing.TB) *process {
+	t.Helper()
 	s.mu.Lock()
 	proc := s.proc
 	s.mu.Unlock()
 	if proc == nil || proc.exited() {
 		t.Fatalf("%s is not running", s.Name)
 	}
-	if err := proc.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("%s: %v: %v", s.Name, sig, err)
-	}
+	return proc
 }
 
 // dialContext makes a connection from inside the cluster's namespace,
