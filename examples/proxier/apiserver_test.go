@@ -566,12 +566,11 @@ func (k *apiNode) refuseProxier(t *testing.T, refuse bool) {
 
 // TestAPIServerStalledWatch cuts the proxier's connection to its API
 // server without closing it, as a lost NAT entry or a failed load balancer
-// does: the watch hangs, neither end knows (kubernetes/kubernetes#65012,
-// which client-go answered with this check). client-go's HTTP/2 health
-// check notices (a PING unanswered after the connection was idle): the
-// test shortens it to 5s+3s from its default 30s+15s through client-go's
-// own variables, or it would take 45s. The proxier must then reconnect
-// and catch up on what changed meanwhile.
+// does: the watch hangs and neither end knows (kubernetes/kubernetes#65012).
+// client-go's HTTP/2 health check notices, by a PING left unanswered after
+// the connection has been idle: the test shortens it to 5s+3s from its
+// default 30s+15s through client-go's own variables, or it would take 45s.
+// The proxier must then reconnect and catch up on what changed meanwhile.
 func TestAPIServerStalledWatch(t *testing.T) {
 	t.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "5")
 	t.Setenv("HTTP2_PING_TIMEOUT_SECONDS", "3")
