@@ -499,7 +499,10 @@ func (k *apiNode) caughtUp() error {
 // ready again its address refuses the proxier, as a load balancer with no
 // ready server behind it does. Without compaction the watches resume
 // where they were; after etcd compacted their resource versions away
-// they end with 410 Gone, and the proxier must relist to catch up.
+// they end with 410 Gone, and the proxier must relist to catch up. The
+// second crash comes within two minutes of the first, before client-go
+// resets its grown reconnection backoff, so the proxier takes longer to
+// come back then.
 func TestAPIServerCompaction(t *testing.T) {
 	k := newAPINode(t, 2, apiservertest.Config{NoWatchCache: true})
 	k.startProxier(t)
