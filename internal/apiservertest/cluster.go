@@ -31,8 +31,9 @@ import (
 // Port is the port every API server listens on, on its own address.
 const Port = 6443
 
-// ServiceCIDR is the cluster's service IP range: Services get their
-// cluster IPs from it, and its first address is the "kubernetes" Service's.
+// ServiceCIDR is the cluster's service IP range unless Config.ServiceCIDRs
+// says otherwise: Services get their cluster IPs from it, and its first
+// address is the "kubernetes" Service's.
 var ServiceCIDR = netip.MustParsePrefix("10.96.0.0/16")
 
 // etcdClientURL is where etcd serves its clients, on the loopback of the
@@ -61,6 +62,10 @@ type Config struct {
 	// Gone (Expired). With the watch cache (the default), the cache
 	// answers, and expires what is older than its window instead.
 	NoWatchCache bool
+	// ServiceCIDRs are the service IP ranges, the primary family's first,
+	// one or one of each family for a dual-stack cluster; empty means
+	// [ServiceCIDR]. An IPv6 range may have at most 20 host bits.
+	ServiceCIDRs []netip.Prefix
 }
 
 // Cluster is an etcd and one or more kube-apiservers running in a network
@@ -108,8 +113,16 @@ func Start(t testing.TB, ns *kerneltest.NS, bin string, cfg Config) *Cluster {
 	c.http = &http.Client{Transport: &http.Transport{DialContext: c.dialContext}, Timeout: 10 * time.Second}
 	t.Cleanup(c.stopAll)
 
+	cidrs := cfg.ServiceCIDRs
+	if len(cidrs) == 0 {
+		cidrs = []netip.Prefix{ServiceCIDR}
+	}
+	var cidrArg []string
+	for _, p := range cidrs {
+		cidrArg = append(cidrArg, p.String())
+	}
 	var err error
-	c.pki, err = newPKI(cfg.APIServers, ServiceCIDR.Addr().Next())
+	c.pki, err = newPKI(cfg.APIServers, cidrs[0].Addr().Next())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +164,7 @@ func Start(t testing.TB, ns *kerneltest.NS, bin string, cfg Config) *Cluster {
 			"--service-account-issuer=https://kubernetes.default.svc",
 			"--service-account-key-file=" + c.files["sa.pub"],
 			"--service-account-signing-key-file=" + c.files["sa.key"],
-			"--service-cluster-ip-range=" + ServiceCIDR.String(),
+			"--service-cluster-ip-range=" + strings.Join(cidrArg, ","),
 			"--authorization-mode=RBAC",
 			// Only the test compacts, so that a fault test knows when a
 			// resource version expires.
