@@ -44,6 +44,10 @@ import (
 // resource versions, watches that end, 410 Gone and relists.
 const (
 	apiNodeAddr = "10.2.0.1"
+	// apiNodeIP6 and apiClientIP6 are the node's and the client's IPv6
+	// addresses on a dual-stack e2eNode.
+	apiNodeIP6   = "fd00:1::1"
+	apiClientIP6 = "fd00:1::2"
 	// apiChange bounds the time from a write to traffic following it with
 	// a healthy API server; apiRecovery from the end of a fault to traffic
 	// following what changed during it, which includes client-go's
@@ -71,12 +75,16 @@ type apiNode struct {
 
 // newAPINode builds the network and the control plane, with servers API
 // servers, and writes the namespace and the Node (zone-a, address
-// 10.1.0.1). The proxier is not started.
-func newAPINode(t *testing.T, servers int, cfg apiservertest.Config) *apiNode {
+// 10.1.0.1, and fd00:1::1 with ipv6). The proxier is not started.
+func newAPINode(t *testing.T, servers int, cfg apiservertest.Config, ipv6 bool) *apiNode {
 	t.Helper()
 	backend := iptables.BackendNFT
-	bin := apiservertest.Require(t, append(e2eTools(backend), "ss")...)
-	k := &apiNode{e2eNode: newE2ENode(t, backend, &e2eCluster{}, false), ctx: context.Background()}
+	tools := append(e2eTools(backend), "ss")
+	if ipv6 {
+		tools = append(tools, "ip6tables-nft", "ip6tables-nft-save", "ip6tables-nft-restore")
+	}
+	bin := apiservertest.Require(t, tools...)
+	k := &apiNode{e2eNode: newE2ENode(t, backend, &e2eCluster{}, ipv6), ctx: context.Background()}
 	k.cp = kerneltest.NewNS(t)
 	v := kerneltest.Link(t, k.node, k.cp, prefix(apiNodeAddr+"/24"), netip.Prefix{})
 	for i := range servers {
@@ -94,6 +102,9 @@ func newAPINode(t *testing.T, servers int, cfg apiservertest.Config) *apiNode {
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{v1.LabelTopologyZone: "zone-a"}},
 		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: e2eNodeIP}}},
 	}
+	if ipv6 {
+		node.Status.Addresses = append(node.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: apiNodeIP6})
+	}
 	if _, err := k.kube.CoreV1().Nodes().Create(k.ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +114,11 @@ func newAPINode(t *testing.T, servers int, cfg apiservertest.Config) *apiNode {
 // startProxier runs the proxier against the first API server, as the
 // user system:kube-proxy, and waits for its first sync. At -v 4 its log
 // shows client-go's watch endings, which the fault tests look for.
-func (k *apiNode) startProxier(t *testing.T) {
+func (k *apiNode) startProxier(t *testing.T, extra ...string) {
 	t.Helper()
-	k.start("--kubeconfig", k.cluster.APIServer(0).Kubeconfig(t), "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
+	k.start(append([]string{"--kubeconfig", k.cluster.APIServer(0).Kubeconfig(t), "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
 		"--sync-period", e2eSyncPeriod.String(), "--min-sync-period", "100ms", "--iptables-drift-check-period", "0",
-		"--healthz-bind-address", e2eNodeIP+":10256", "--metrics-bind-address", e2eNodeIP+":10249", "-v", "4")
+		"--healthz-bind-address", e2eNodeIP + ":10256", "--metrics-bind-address", e2eNodeIP + ":10249", "-v", "4"}, extra...)...)
 }
 
 // converge waits until check passes, within timeout, and logs how long
@@ -125,9 +136,13 @@ func (k *apiNode) converge(t *testing.T, timeout time.Duration, what string, fro
 // sent before the rules were there stays untranslated for its whole
 // connection, so a long timeout would only blur the convergence times.
 func (k *apiNode) reach(network, to string, port, n int, want ...string) error {
+	from := e2eClientIP
+	if netip.MustParseAddr(to).Is6() {
+		from = apiClientIP6
+	}
 	got := map[string]int{}
 	for range n {
-		r, err := k.dial(network, e2eClientIP, to, port, 300*time.Millisecond)
+		r, err := k.dial(network, from, to, port, 300*time.Millisecond)
 		if err != nil {
 			return err
 		}
@@ -183,11 +198,29 @@ func apiSlice(service string, pods ...string) *discoveryv1.EndpointSlice {
 	return s
 }
 
-func (k *apiNode) createService(t *testing.T, svc *v1.Service) {
+// apiSlice6 is apiSlice's IPv6 twin, named service-6.
+func apiSlice6(service string, pods ...string) *discoveryv1.EndpointSlice {
+	s := apiSlice(service, pods...)
+	s.Name, s.AddressType = service+"-6", discoveryv1.AddressTypeIPv6
+	for i := range s.Endpoints {
+		for _, p := range e2ePods {
+			if p.ip == s.Endpoints[i].Addresses[0] {
+				s.Endpoints[i].Addresses = []string{p.ip6}
+			}
+		}
+	}
+	return s
+}
+
+// createService creates svc and returns it as the API server stored it,
+// with the addresses and ports it allocated.
+func (k *apiNode) createService(t *testing.T, svc *v1.Service) *v1.Service {
 	t.Helper()
-	if _, err := k.kube.CoreV1().Services(e2eNS).Create(k.ctx, svc, metav1.CreateOptions{}); err != nil {
+	created, err := k.kube.CoreV1().Services(e2eNS).Create(k.ctx, svc, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatalf("creating Service %s: %v", svc.Name, err)
 	}
+	return created
 }
 
 // putSlice creates the slice, or replaces the one of its name.
@@ -230,7 +263,7 @@ func (k *apiNode) hasRules(t *testing.T, svc string) bool {
 // TestAPIServerServices runs the proxier against a real API server through
 // every kind of object the server hands it, and the ones it refuses.
 func TestAPIServerServices(t *testing.T) {
-	k := newAPINode(t, 1, apiservertest.Config{})
+	k := newAPINode(t, 1, apiservertest.Config{}, false)
 	k.startProxier(t)
 
 	t.Run("kubernetes Service", func(t *testing.T) {
@@ -420,6 +453,41 @@ func TestAPIServerServices(t *testing.T) {
 	})
 }
 
+// TestAPIServerDualStack runs a dual-stack cluster: the API server
+// allocates a NodePort Service a cluster IP of each family and one node
+// port, and the proxier serves each family from the slice of that family.
+func TestAPIServerDualStack(t *testing.T) {
+	k := newAPINode(t, 1, apiservertest.Config{ServiceCIDRs: []netip.Prefix{prefix("10.96.0.0/16"), prefix("fd00:96::/112")}}, true)
+	k.startProxier(t, "--cluster-cidr", e2eClusterCIDR+",fd00:244::/64")
+	policy := v1.IPFamilyPolicyRequireDualStack
+	svc := k.createService(t, apiService("dual", "", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.IPFamilyPolicy = &policy
+		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+	}))
+	if len(svc.Spec.ClusterIPs) != 2 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Fatalf("the API server allocated cluster IPs %v and node port %d, want one IP of each family and a port", svc.Spec.ClusterIPs, svc.Spec.Ports[0].NodePort)
+	}
+	start := time.Now()
+	k.putSlice(t, apiSlice("dual", "pod-a", "pod-b"))
+	k.putSlice(t, apiSlice6("dual", "pod-b", "pod-c"))
+	nodePort := int(svc.Spec.Ports[0].NodePort)
+	for _, c := range []struct {
+		to   string
+		port int
+		want []string
+	}{
+		{svc.Spec.ClusterIPs[0], 80, []string{"pod-a", "pod-b"}},
+		{svc.Spec.ClusterIPs[1], 80, []string{"pod-b", "pod-c"}},
+		{e2eNodeIP, nodePort, []string{"pod-a", "pod-b"}},
+		{apiNodeIP6, nodePort, []string{"pod-b", "pod-c"}},
+	} {
+		k.converge(t, apiChange, fmt.Sprintf("dual-stack Service on %s", net.JoinHostPort(c.to, fmt.Sprint(c.port))), start, func() error {
+			return k.reach("tcp", c.to, c.port, 30, c.want...)
+		})
+	}
+}
+
 // grepLines returns the lines of s that contain sub.
 func grepLines(s, sub string) string {
 	var out []string
@@ -445,7 +513,7 @@ func (k *apiNode) healthy() error {
 // that met the new server before its authorizer had loaded RBAC
 // (Forbidden), relists at once. The test logs which it saw.
 func TestAPIServerRestart(t *testing.T) {
-	k := newAPINode(t, 2, apiservertest.Config{})
+	k := newAPINode(t, 2, apiservertest.Config{}, false)
 	k.startProxier(t)
 	k.createService(t, apiService("web", "10.96.0.10"))
 	k.putSlice(t, apiSlice("web", "pod-a", "pod-b"))
@@ -504,7 +572,7 @@ func (k *apiNode) caughtUp() error {
 // resets its grown reconnection backoff, so the proxier takes longer to
 // come back then.
 func TestAPIServerCompaction(t *testing.T) {
-	k := newAPINode(t, 2, apiservertest.Config{NoWatchCache: true})
+	k := newAPINode(t, 2, apiservertest.Config{NoWatchCache: true}, false)
 	k.startProxier(t)
 	k.createService(t, apiService("web", "10.96.0.10"))
 	k.putSlice(t, apiSlice("web", "pod-a", "pod-b"))
@@ -577,7 +645,7 @@ func (k *apiNode) refuseProxier(t *testing.T, refuse bool) {
 func TestAPIServerStalledWatch(t *testing.T) {
 	t.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "5")
 	t.Setenv("HTTP2_PING_TIMEOUT_SECONDS", "3")
-	k := newAPINode(t, 1, apiservertest.Config{})
+	k := newAPINode(t, 1, apiservertest.Config{}, false)
 	k.startProxier(t)
 	k.createService(t, apiService("web", "10.96.0.10"))
 	k.putSlice(t, apiSlice("web", "pod-a", "pod-b"))
