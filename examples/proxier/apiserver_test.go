@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/proxykit/proxykit/proxier/config"
 	"github.com/proxykit/proxykit/internal/apiservertest"
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/proxier/config"
 )
 
 // The API server tests run the built proxier with --kubeconfig against a
