@@ -32,7 +32,7 @@ test-tools:
 # before the tests, whose timeout could not hold the build.
 test: test-tools
 	bin=$$(./hack/apiserver/tier.sh) && \
-	PROXYKIT_APISERVER_BIN="$$bin" $(GO) test -race $(TESTFLAGS) ./...
+	PROXYKIT_APISERVER_BIN="$$bin" $(GO) test -race -timeout 25m $(TESTFLAGS) ./...
 	./hack/vmtest/tier.sh $(VMTESTFLAGS) $(VMTEST_PKGS)
 
 vmtest:
