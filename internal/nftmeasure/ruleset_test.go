@@ -179,3 +179,89 @@ func load(t *testing.T, layout Layout, svcs []Service) *knftables.Fake {
 	}
 	return fake
 }
+
+// TestDataMapOnFake loads the DataMap layout into knftables' Fake and
+// checks that its objects do not grow with the services (only elements
+// do), and that the one-endpoint changes leave the elements they promise.
+func TestDataMapOnFake(t *testing.T) {
+	ctx := context.Background()
+	var chains10 []string
+	for _, size := range []int{10, 200} {
+		svcs, err := Cluster(size, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake := load(t, DataMap, svcs)
+		chains, err := fake.List(ctx, "chain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(chains)
+		if chains10 == nil {
+			chains10 = chains
+		} else if diff := cmp.Diff(chains10, chains); diff != "" {
+			t.Errorf("chains at %d services differ from those at 10 (-10 +%d):\n%s", size, size, diff)
+		}
+		maps, err := fake.List(ctx, "map")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(maps)
+		if diff := cmp.Diff([]string{EndpointsDataMap, ServiceIPsMap}, maps); diff != "" {
+			t.Errorf("maps at %d services (-want +got):\n%s", size, diff)
+		}
+		for _, tc := range []struct {
+			kind, name string
+			want       int
+		}{
+			{"map", EndpointsDataMap, 10 * size},
+			{"map", ServiceIPsMap, size},
+			{"set", HairpinSet, (size + LocalEvery - 1) / LocalEvery},
+		} {
+			elems, err := fake.ListElements(ctx, tc.kind, tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(elems) != tc.want {
+				t.Errorf("%d services: %d elements of %s, want %d", size, len(elems), tc.name, tc.want)
+			}
+		}
+	}
+
+	svcs, err := Cluster(3, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := load(t, DataMap, svcs)
+	svc := svcs[1]
+	for _, c := range []Change{
+		DataMapReplaceEndpoint(svc, 2, netip.MustParseAddrPort("10.9.9.9:9090")),
+		DataMapRemoveEndpoint(Service{Index: 1, ClusterIP: svc.ClusterIP, Port: 80, Endpoints: []netip.AddrPort{
+			svc.Endpoints[0], svc.Endpoints[1], netip.MustParseAddrPort("10.9.9.9:9090"), svc.Endpoints[3],
+		}}, 1),
+	} {
+		tx := fake.NewTransaction()
+		if err := c.Transaction(tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fake.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, line := range strings.Split(fake.Dump(), "\n") {
+		if strings.Contains(line, "element") && strings.Contains(line, svc.ClusterIP.String()+" . tcp") {
+			got = append(got, line)
+		}
+	}
+	sort.Strings(got)
+	want := []string{
+		"add element ip proxykit endpoints { 172.30.0.1 . tcp . 80 . 0 : 10.0.0.5 . 8080 }",
+		"add element ip proxykit endpoints { 172.30.0.1 . tcp . 80 . 1 : 10.0.0.8 . 8080 }",
+		"add element ip proxykit endpoints { 172.30.0.1 . tcp . 80 . 2 : 10.9.9.9 . 9090 }",
+		"add element ip proxykit service-ips { 172.30.0.1 . tcp . 80 : goto lb-3 }",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("service 1 after replacing endpoint 2 and removing endpoint 1 (-want +got):\n%s", diff)
+	}
+}
