@@ -56,6 +56,13 @@ const (
 	firewallIPsMap         = "firewall-ips"
 	clusterIPsSet          = "cluster-ips"
 	nodePortIPsSet         = "nodeport-ips"
+
+	// The data-map layout's objects: endpoints by service key and index,
+	// endpoints by node port and index, and this node's endpoints as
+	// "ep . ep" for the hairpin masquerade.
+	endpointsMap         = "endpoints"
+	nodePortEndpointsMap = "nodeport-endpoints"
+	hairpinSet           = "hairpin-endpoints"
 )
 
 // WriterConfig configures a [Writer]. Only IPFamily is required.
@@ -215,6 +222,13 @@ type Writer struct {
 
 	names   []changetracker.ServicePortName
 	changed []types.NamespacedName
+
+	// sharedRefs counts, for each shared load-balancing chain, the
+	// service-ips and service-nodeports elements that will point at it
+	// once the transaction is applied; sharedWritten holds the shared
+	// chains the kernel has (as far as the writer knows).
+	sharedRefs    map[string]int
+	sharedWritten map[string]bool
 }
 
 type tableID uint8
@@ -226,6 +240,9 @@ const (
 	tNoEndpointServices
 	tNoEndpointNodePorts
 	tFirewallIPs
+	tEndpoints
+	tNodePortEndpoints
+	tHairpin
 	numTables
 )
 
@@ -255,6 +272,9 @@ type portState struct {
 
 	endpoints int
 	noLocal   uint8 // bit 0: internal, bit 1: external
+	// order is, for the data-map layout, the endpoints at each index of
+	// the endpoints maps: internal traffic's, then external traffic's.
+	order [2][]netip.AddrPort
 }
 
 type affinitySet struct {
@@ -278,6 +298,9 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 		needFull: true,
 		needList: true,
 		ports:    make(map[types.NamespacedName][]*portState),
+
+		sharedRefs:    make(map[string]int),
+		sharedWritten: make(map[string]bool),
 	}
 	switch cfg.IPFamily {
 	case v1.IPv4Protocol:
@@ -350,7 +373,12 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 		tNoEndpointServices:  newElemTable(noEndpointServicesMap, true),
 		tNoEndpointNodePorts: newElemTable(noEndpointNodePortsMap, true),
 		tFirewallIPs:         newElemTable(firewallIPsMap, true),
+		tEndpoints:           newElemTable(endpointsMap, true),
+		tNodePortEndpoints:   newElemTable(nodePortEndpointsMap, true),
+		tHairpin:             newElemTable(hairpinSet, false),
 	}
+	w.tables[tServiceIPs].counts = w.sharedRefs
+	w.tables[tServiceNodePorts].counts = w.sharedRefs
 	return w, nil
 }
 
@@ -555,6 +583,10 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 			desired[s.name] = true
 		}
 	}
+	for _, t := range w.tables {
+		t.diff(w, &w.elemDels, &w.elemAdds)
+	}
+	w.writeSharedChains(true, desired)
 	// What nothing needs: chains are flushed first (a rule of one may
 	// jump to another, or use an affinity set) and deleted last.
 	if desired == nil {
@@ -586,9 +618,6 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 			}
 		}
 	}
-	for _, t := range w.tables {
-		t.diff(w, &w.elemDels, &w.elemAdds)
-	}
 	return len(w.names)
 }
 
@@ -606,7 +635,7 @@ func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) map
 			continue
 		}
 		for _, n := range names {
-			if isServiceObject(n) {
+			if isServiceObject(n) || kind == "chain" && isSharedChain(n) {
 				found[n] = kind == "chain"
 			}
 		}
@@ -732,6 +761,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	for _, t := range w.tables {
 		t.diff(w, &w.elemDels, &w.elemAdds)
 	}
+	w.writeSharedChains(false, nil)
 	return written
 }
 
@@ -827,6 +857,23 @@ func (w *Writer) writeStatic() {
 		w.add(&w.chainOps, mp)
 		w.chainOps = append(w.chainOps, op{opFlush, mp})
 	}
+	for _, m := range []struct{ name, typeOf, comment string }{
+		{endpointsMap, w.ipX + " daddr . meta l4proto . tcp dport . numgen random mod 1 : " + w.ipX + " daddr . tcp dport",
+			"endpoints by service address, protocol, port and index"},
+		{nodePortEndpointsMap, "meta l4proto . tcp dport . numgen random mod 1 : " + w.ipX + " daddr . tcp dport",
+			"endpoints by node port and index"},
+	} {
+		// "tcp dport", not "th dport": nft 1.0.6 refuses a rule added
+		// later against a map whose typeof holds th dport, so the shared
+		// chains look the map up with one rule per protocol.
+		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, TypeOf: m.typeOf, Comment: ptr.To(m.comment)}
+		w.add(&w.chainOps, mp)
+		w.chainOps = append(w.chainOps, op{opFlush, mp})
+	}
+	hairpin := &knftables.Set{Family: w.family, Table: w.table, Name: hairpinSet, Type: w.addrType + " . " + w.addrType,
+		Comment: ptr.To("this node's endpoints, to masquerade one reaching itself through a service")}
+	w.add(&w.chainOps, hairpin)
+	w.chainOps = append(w.chainOps, op{opFlush, hairpin})
 	cips := &knftables.Set{Family: w.family, Table: w.table, Name: clusterIPsSet, Type: w.addrType, Comment: ptr.To("cluster IPs of services")}
 	w.add(&w.chainOps, cips)
 	w.chainOps = append(w.chainOps, op{opFlush, cips})
@@ -850,6 +897,7 @@ func (w *Writer) writeStatic() {
 		rule(j.from, j.match, "jump", j.to)
 	}
 	rule(markMasqChain, "mark set mark or", w.mark)
+	rule(masqueradingChain, "ct status dnat", w.ipX, "saddr .", w.ipX, "daddr", "@", hairpinSet, "jump", markMasqChain)
 	rule(masqueradingChain, "mark and", w.mark, "== 0 return")
 	// Clear the mark, so that a packet that goes through the stack again is
 	// not masqueraded twice.
@@ -881,6 +929,92 @@ func (w *Writer) writeStatic() {
 			cidrs = append(cidrs, p.String())
 		}
 		rule(clusterIPsCheckChain, dst, "{", cidrs, "} drop")
+	}
+}
+
+// writeSharedChains brings the shared load-balancing chains to what the
+// service-ips and service-nodeports elements will point at. It runs after
+// the elements' diff, which counted the references. A partial sync adds
+// those the kernel lacks and deletes none: a shared chain nothing points
+// at is harmless, and endpoint counts come and go, so keeping it spares
+// the next partial sync the chain and the kernel another binding of the
+// endpoints map. A full sync writes every used one and deletes the
+// others; desired, on a full sync that listed the table, gets the used
+// ones, so that the listing's others are deleted as stale.
+func (w *Writer) writeSharedChains(full bool, desired map[string]bool) {
+	var names []string
+	for name, n := range w.sharedRefs {
+		if n > 0 && (full || !w.sharedWritten[name]) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		w.sharedChain(name, full)
+	}
+	for name, n := range w.sharedRefs {
+		if n <= 0 {
+			delete(w.sharedRefs, name)
+		}
+	}
+	if !full {
+		for _, name := range names {
+			w.sharedWritten[name] = true
+		}
+		return
+	}
+	var gone []string
+	for name := range w.sharedWritten {
+		if w.sharedRefs[name] <= 0 {
+			gone = append(gone, name)
+		}
+	}
+	slices.Sort(gone)
+	for _, name := range gone {
+		delete(w.sharedWritten, name)
+		if desired == nil {
+			w.deleteChain(name)
+		}
+	}
+	for name := range w.sharedRefs {
+		w.sharedWritten[name] = true
+		if desired != nil {
+			desired[name] = true
+		}
+	}
+}
+
+// sharedChain queues a shared chain (added, and flushed by a full sync)
+// and its rules: the masquerade mark of its kind, then one DNAT per
+// protocol through the endpoints map, at index "numgen random mod K".
+func (w *Writer) sharedChain(name string, full bool) {
+	rest := strings.TrimPrefix(name, sharedChainPrefix)
+	kind, key, m := lbInternal, w.ipX+" daddr . meta l4proto . ", endpointsMap
+	switch {
+	case strings.HasPrefix(rest, lbExternal):
+		kind = lbExternal
+	case strings.HasPrefix(rest, lbNodePort):
+		kind, key, m = lbNodePort, "meta l4proto . ", nodePortEndpointsMap
+	}
+	k := strings.TrimPrefix(rest, kind)
+	c := &knftables.Chain{Family: w.family, Table: w.table, Name: name}
+	w.chainOps = append(w.chainOps, op{opAdd, c})
+	if full {
+		w.chainOps = append(w.chainOps, op{opFlush, c})
+	}
+	rule := func(text string) {
+		w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: name, Rule: text}})
+	}
+	switch {
+	case kind != lbInternal, w.cfg.MasqueradeAll:
+		// External traffic's endpoints may be on other nodes:
+		// masquerade, so that replies come back through this node.
+		rule("jump " + markMasqChain)
+	case w.cfg.ClusterCIDR.IsValid():
+		rule(w.ipX + " saddr != " + w.cfg.ClusterCIDR.String() + " jump " + markMasqChain)
+	}
+	for _, proto := range []string{"tcp", "udp", "sctp"} {
+		rule("dnat " + w.ipX + " to " + key + proto + " dport . numgen random mod " + k + " map @" + m)
 	}
 }
 

@@ -152,7 +152,11 @@ func FuzzWriterNames(f *testing.F) {
 			if n := strings.Count(text, "\n"); n != res.Transaction.NumOperations() {
 				t.Fatalf("%d lines for %d operations:\n%s", n, res.Transaction.NumOperations(), text)
 			}
-			for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+			lines := strings.Split(strings.TrimSpace(text), "\n")
+			if text == "" {
+				lines = nil // a partial sync of a port whose elements stand
+			}
+			for _, line := range lines {
 				if !strings.Contains(line, " ip kube-proxy") {
 					t.Fatalf("operation outside the writer's table: %q", line)
 				}

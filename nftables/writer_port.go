@@ -65,6 +65,136 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	proto := protocolName(svc.Protocol())
 	port := strconv.Itoa(svc.Port())
 
+	// Services with ClientIP affinity, or with a Local external policy
+	// that the service is reachable by, keep kube-proxy's per-service and
+	// per-endpoint chains; all others are elements of the data-map layout.
+	perService := affinity || (svc.ExternalPolicyLocal() && svc.ExternallyAccessible())
+	internalEps, externalEps := cluster, cluster
+	if svc.InternalPolicyLocal() {
+		internalEps = local
+	}
+	if perService {
+		w.renderPerService(ps, svc, proto, port, affinity, all, cluster, local, prevChains, prevSets, full, listed,
+			usesCluster, usesLocal, usesExt, hasInternal, hasExternal, clusterChain, localChain, extChain, internalChain, externalChain)
+		ps.order = [2][]netip.AddrPort{}
+	} else {
+		clear(ps.eps)
+		if hasInternal {
+			ps.order[0] = w.endpointOrder(ps.order[0], internalEps, full)
+		} else {
+			ps.order[0] = ps.order[0][:0]
+		}
+		if hasExternal && svc.ExternallyAccessible() {
+			ps.order[1] = w.endpointOrder(ps.order[1], externalEps, full)
+		} else {
+			ps.order[1] = ps.order[1][:0]
+		}
+		// A pod that reaches itself through the service must be
+		// masqueraded, or it would answer itself directly; only this
+		// node's endpoints can be reached so (nat-postrouting matches
+		// "saddr . daddr" of DNATed packets against these).
+		if hasEndpoints {
+			for _, ep := range all {
+				if ep.IsLocal() {
+					a := ep.IP().String()
+					w.claim(ps, tHairpin, []string{a, a}, "", nil)
+				}
+			}
+		}
+	}
+
+	if usesFW {
+		w.newChain(ps, fwChain)
+		var sources []string
+		allowFromNode := false
+		for _, p := range svc.LoadBalancerSourceRanges() {
+			if !w.ownRange(p) {
+				continue
+			}
+			sources = appendListItem(sources, p.Masked().String())
+			for _, ip := range w.cfg.NodeIPs {
+				allowFromNode = allowFromNode || p.Contains(ip)
+			}
+		}
+		// A node that has the VIP as a local address reaches it with the
+		// VIP as source.
+		if allowFromNode {
+			for _, ip := range vips {
+				sources = appendListItem(sources, ip.String())
+			}
+		}
+		w.rule(fwChain, w.ipX, "saddr != {", strings.Join(sources, " "), "} drop")
+	}
+
+	// Elements.
+	noEPVerdict := "drop"
+	if !hasEndpoints {
+		noEPVerdict = "goto " + rejectChain
+	}
+	w.claim(ps, tClusterIPs, []string{svc.ClusterIP().String()}, "", nil)
+	svcKey := func(ip netip.Addr) []string { return []string{ip.String(), proto, port} }
+	// The verdicts of the service-ips and service-nodeports elements; in
+	// the data-map layout each address also gets its endpoints' elements.
+	internalTo, externalTo, nodePortTo := "goto "+internalChain, "goto "+extChain, "goto "+extChain
+	if !perService {
+		internalTo = "goto " + sharedChain(lbInternal, len(ps.order[0]))
+		externalTo = "goto " + sharedChain(lbExternal, len(ps.order[1]))
+		nodePortTo = "goto " + sharedChain(lbNodePort, len(ps.order[1]))
+	}
+	if hasInternal {
+		w.claim(ps, tServiceIPs, svcKey(svc.ClusterIP()), internalTo, nil)
+		if !perService {
+			w.claimEndpoints(ps, tEndpoints, svc.ClusterIP().String(), proto, port, ps.order[0])
+		}
+	} else {
+		w.claim(ps, tNoEndpointServices, svcKey(svc.ClusterIP()), noEPVerdict, ps.comment)
+	}
+	external := func(ip netip.Addr) {
+		switch {
+		case perService && hasEndpoints:
+			w.claim(ps, tServiceIPs, svcKey(ip), externalTo, nil)
+		case !perService && hasExternal:
+			w.claim(ps, tServiceIPs, svcKey(ip), externalTo, nil)
+			w.claimEndpoints(ps, tEndpoints, ip.String(), proto, port, ps.order[1])
+		}
+		if !hasExternal {
+			w.claim(ps, tNoEndpointServices, svcKey(ip), noEPVerdict, ps.comment)
+		}
+	}
+	for _, ip := range svc.ExternalIPs() {
+		if w.ownAddr(ip) {
+			external(ip)
+		}
+	}
+	for _, ip := range vips {
+		external(ip)
+		if usesFW {
+			w.claim(ps, tFirewallIPs, svcKey(ip), "goto "+fwChain, nil)
+		}
+	}
+	if np := svc.NodePort(); np != 0 {
+		npPort := strconv.Itoa(np)
+		key := []string{proto, npPort}
+		switch {
+		case perService && hasEndpoints:
+			w.claim(ps, tServiceNodePorts, key, nodePortTo, nil)
+		case !perService && hasExternal:
+			w.claim(ps, tServiceNodePorts, key, nodePortTo, nil)
+			w.claimEndpoints(ps, tNodePortEndpoints, "", proto, npPort, ps.order[1])
+		}
+		if !hasExternal {
+			w.claim(ps, tNoEndpointNodePorts, key, noEPVerdict, ps.comment)
+		}
+	}
+	releaseStale(ps, w.gen)
+}
+
+// renderPerService queues kube-proxy's chains for one service port: an
+// endpoint chain per endpoint (hairpin masquerade, affinity, DNAT), the
+// policy chains that pick one, and the external chain.
+func (w *Writer) renderPerService(ps *portState, svc changetracker.ServicePort, proto, port string, affinity bool,
+	all, cluster, local []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool,
+	usesCluster, usesLocal, usesExt, hasInternal, hasExternal bool, clusterChain, localChain, extChain, internalChain, externalChain string) {
 	// Endpoint chains and their affinity sets.
 	seconds := 0
 	if affinity {
@@ -155,70 +285,77 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 			w.rule(extChain, "goto", externalChain)
 		}
 	}
-	if usesFW {
-		w.newChain(ps, fwChain)
-		var sources []string
-		allowFromNode := false
-		for _, p := range svc.LoadBalancerSourceRanges() {
-			if !w.ownRange(p) {
-				continue
-			}
-			sources = appendListItem(sources, p.Masked().String())
-			for _, ip := range w.cfg.NodeIPs {
-				allowFromNode = allowFromNode || p.Contains(ip)
-			}
-		}
-		// A node that has the VIP as a local address reaches it with the
-		// VIP as source.
-		if allowFromNode {
-			for _, ip := range vips {
-				sources = appendListItem(sources, ip.String())
-			}
-		}
-		w.rule(fwChain, w.ipX, "saddr != {", strings.Join(sources, " "), "} drop")
-	}
+}
 
-	// Elements.
-	noEPVerdict := "drop"
-	if !hasEndpoints {
-		noEPVerdict = "goto " + rejectChain
-	}
-	w.claim(ps, tClusterIPs, []string{svc.ClusterIP().String()}, "", nil)
-	svcKey := func(ip netip.Addr) []string { return []string{ip.String(), proto, port} }
-	if hasInternal {
-		w.claim(ps, tServiceIPs, svcKey(svc.ClusterIP()), "goto "+internalChain, nil)
-	} else {
-		w.claim(ps, tNoEndpointServices, svcKey(svc.ClusterIP()), noEPVerdict, ps.comment)
-	}
-	external := func(ip netip.Addr) {
-		if hasEndpoints {
-			w.claim(ps, tServiceIPs, svcKey(ip), "goto "+extChain, nil)
+// claimEndpoints claims the elements of the endpoints map t for eps, at
+// their indexes: keyed by addr, protocol, port and index, or, for the
+// node-port map (addr ""), protocol, port and index.
+func (w *Writer) claimEndpoints(ps *portState, t tableID, addr, proto, port string, eps []netip.AddrPort) {
+	for i, ep := range eps {
+		var key []string
+		if addr == "" {
+			key = []string{proto, port, strconv.Itoa(i)}
+		} else {
+			key = []string{addr, proto, port, strconv.Itoa(i)}
 		}
-		if !hasExternal {
-			w.claim(ps, tNoEndpointServices, svcKey(ip), noEPVerdict, ps.comment)
+		a, p := ep.Addr().String(), strconv.Itoa(int(ep.Port()))
+		w.tables[t].claim(ps, w.gen, key, a+" . "+p, []string{a, p}, nil)
+	}
+}
+
+// endpointOrder returns the endpoints of eps in the order of their
+// indexes in the endpoints maps. A full sync takes eps' order, so that its
+// outcome depends on its input alone. A partial sync keeps every endpoint
+// of prev at its index, puts new endpoints into the indexes of those that
+// went, moves the last ones into the holes left and appends the new ones
+// left: a one-endpoint change rewrites at most two elements, whatever the
+// count. prev's array is reused.
+func (w *Writer) endpointOrder(prev []netip.AddrPort, eps []changetracker.Endpoint, full bool) []netip.AddrPort {
+	if full {
+		prev = prev[:0]
+		for _, ep := range eps {
+			prev = append(prev, netip.AddrPortFrom(ep.IP(), uint16(ep.Port())))
+		}
+		return prev
+	}
+	want := make(map[netip.AddrPort]bool, len(eps))
+	for _, ep := range eps {
+		want[netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))] = true
+	}
+	var holes []int
+	for i, ap := range prev {
+		if want[ap] {
+			delete(want, ap) // what stays in want is new
+		} else {
+			holes = append(holes, i)
 		}
 	}
-	for _, ip := range svc.ExternalIPs() {
-		if w.ownAddr(ip) {
-			external(ip)
+	for _, ep := range eps {
+		ap := netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))
+		if !want[ap] {
+			continue
+		}
+		delete(want, ap)
+		if len(holes) > 0 {
+			prev[holes[0]] = ap
+			holes = holes[1:]
+		} else {
+			prev = append(prev, ap)
 		}
 	}
-	for _, ip := range vips {
-		external(ip)
-		if usesFW {
-			w.claim(ps, tFirewallIPs, svcKey(ip), "goto "+fwChain, nil)
+	// Fill the holes left, lowest first, with the last endpoints that
+	// are not holes themselves.
+	for len(holes) > 0 {
+		last := len(prev) - 1
+		if holes[len(holes)-1] == last {
+			holes = holes[:len(holes)-1]
+		} else {
+			prev[holes[0]] = prev[last]
+			holes = holes[1:]
 		}
+		prev = prev[:last]
 	}
-	if np := svc.NodePort(); np != 0 {
-		key := []string{proto, strconv.Itoa(np)}
-		if hasEndpoints {
-			w.claim(ps, tServiceNodePorts, key, "goto "+extChain, nil)
-		}
-		if !hasExternal {
-			w.claim(ps, tNoEndpointNodePorts, key, noEPVerdict, ps.comment)
-		}
-	}
-	releaseStale(ps, w.gen)
+	return prev
 }
 
 // epObjects are the objects of one endpoint's chain, made once and
@@ -362,7 +499,7 @@ func (w *Writer) commentedRule(chain, comment string, parts ...string) {
 }
 
 func (w *Writer) claim(ps *portState, t tableID, key []string, value string, comment *string) {
-	w.tables[t].claim(ps, w.gen, key, value, comment)
+	w.tables[t].claim(ps, w.gen, key, value, nil, comment)
 }
 
 // protocolName is p as nft writes it, or "" for a protocol the writer
