@@ -21,7 +21,9 @@ import (
 // connections from a client namespace to a ClusterIP and a NodePort:
 // they reach the pods the rules say; after a partial sync that drops an
 // endpoint they reach only the other; after one that drops all, they are
-// refused; and no chain of the dropped endpoints or service is left (they
+// refused; a pod that reaches itself through the service is masqueraded
+// (hairpin) and one that reaches another pod is not; and no chain of the
+// dropped endpoints or service is left (they
 // are deleted in the same transaction as the elements and rules that
 // referred to them). A table deleted by hand is repaired by the full sync
 // that follows the failed partial one, and Cleanup deletes the writer's
@@ -106,6 +108,29 @@ func TestWriterKernel(t *testing.T) {
 				if got := reach(dst); !got["pod-a"] || !got["pod-b"] {
 					t.Errorf("%s reached %v, want both pods", dst, got)
 				}
+			}
+
+			// Hairpin: a pod that reaches itself through the service is
+			// masqueraded (to the node's bridge address), or it would
+			// answer itself; one that reaches the other pod keeps its
+			// address, since it is inside the cluster CIDR.
+			seen := map[string]bool{}
+			for range 16 {
+				r, err := kerneltest.Dial(nw.Pods["pod-a"], "tcp", clusterIP, 3*time.Second)
+				if err != nil {
+					t.Fatalf("pod-a connecting to %s: %v", clusterIP, err)
+				}
+				seen[r.Name] = true
+				want := addr(tc.podA)
+				if r.Name == "pod-a" {
+					want = addr(tc.bridgeIP)
+				}
+				if r.Client != want {
+					t.Errorf("pod-a through %s reached %s, which saw client %s; want %s", clusterIP, r.Name, r.Client, want)
+				}
+			}
+			if !seen["pod-a"] || !seen["pod-b"] {
+				t.Errorf("pod-a through %s reached %v, want both pods", clusterIP, seen)
 			}
 
 			c.setEndpoints("ns", "web", tcp8080, local(tc.podB))
