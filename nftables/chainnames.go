@@ -19,7 +19,6 @@ const (
 	clusterChainPrefix  = "service-"
 	localChainPrefix    = "local-"
 	externalChainPrefix = "external-"
-	firewallChainPrefix = "firewall-"
 	endpointChainPrefix = "endpoint-"
 	affinitySetPrefix   = "affinity-"
 )

@@ -53,7 +53,8 @@ const (
 	serviceNodePortsMap    = "service-nodeports"
 	noEndpointServicesMap  = "no-endpoint-services"
 	noEndpointNodePortsMap = "no-endpoint-nodeports"
-	firewallIPsMap         = "firewall-ips"
+	firewallIPsSet         = "firewall-ips"
+	firewallAllowSet       = "firewall-allow"
 	clusterIPsSet          = "cluster-ips"
 	nodePortIPsSet         = "nodeport-ips"
 
@@ -240,6 +241,7 @@ const (
 	tNoEndpointServices
 	tNoEndpointNodePorts
 	tFirewallIPs
+	tFirewallAllow
 	tEndpoints
 	tNodePortEndpoints
 	tHairpin
@@ -372,7 +374,8 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 		tServiceNodePorts:    newElemTable(serviceNodePortsMap, true),
 		tNoEndpointServices:  newElemTable(noEndpointServicesMap, true),
 		tNoEndpointNodePorts: newElemTable(noEndpointNodePortsMap, true),
-		tFirewallIPs:         newElemTable(firewallIPsMap, true),
+		tFirewallIPs:         newElemTable(firewallIPsSet, false),
+		tFirewallAllow:       newElemTable(firewallAllowSet, false),
 		tEndpoints:           newElemTable(endpointsMap, true),
 		tNodePortEndpoints:   newElemTable(nodePortEndpointsMap, true),
 		tHairpin:             newElemTable(hairpinSet, false),
@@ -851,7 +854,6 @@ func (w *Writer) writeStatic() {
 		{serviceNodePortsMap, "inet_proto . inet_service", "NodePort traffic"},
 		{noEndpointServicesMap, addrKey, "drop or reject traffic to services without usable endpoints"},
 		{noEndpointNodePortsMap, "inet_proto . inet_service", "drop or reject traffic to node ports without usable endpoints"},
-		{firewallIPsMap, addrKey, "destinations subject to loadBalancerSourceRanges"},
 	} {
 		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, Type: vmapType(m.key), Comment: ptr.To(m.comment)}
 		w.add(&w.chainOps, mp)
@@ -869,6 +871,15 @@ func (w *Writer) writeStatic() {
 		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, TypeOf: m.typeOf, Comment: ptr.To(m.comment)}
 		w.add(&w.chainOps, mp)
 		w.chainOps = append(w.chainOps, op{opFlush, mp})
+	}
+	for _, st := range []*knftables.Set{
+		{Family: w.family, Table: w.table, Name: firewallIPsSet, Type: addrKey,
+			Comment: ptr.To("destinations subject to loadBalancerSourceRanges")},
+		{Family: w.family, Table: w.table, Name: firewallAllowSet, Type: addrKey + " . " + w.addrType,
+			Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: ptr.To("sources allowed by loadBalancerSourceRanges")},
+	} {
+		w.add(&w.chainOps, st)
+		w.chainOps = append(w.chainOps, op{opFlush, st})
 	}
 	hairpin := &knftables.Set{Family: w.family, Table: w.table, Name: hairpinSet, Type: w.addrType + " . " + w.addrType,
 		Comment: ptr.To("this node's endpoints, to masquerade one reaching itself through a service")}
@@ -908,7 +919,8 @@ func (w *Writer) writeStatic() {
 	dst := w.ipX + " daddr"
 	rule(servicesChain, dst, ". meta l4proto . th dport vmap", "@", serviceIPsMap)
 	rule(serviceEndpointsCheckChain, dst, ". meta l4proto . th dport vmap", "@", noEndpointServicesMap)
-	rule(firewallCheckChain, dst, ". meta l4proto . th dport vmap", "@", firewallIPsMap)
+	rule(firewallCheckChain, dst, ". meta l4proto . th dport", "@", firewallIPsSet,
+		dst, ". meta l4proto . th dport .", w.ipX, "saddr !=", "@", firewallAllowSet, "drop")
 	npMatch := []any{dst, "!=", w.loopback}
 	if !w.matchAllNP {
 		npMatch = append(npMatch, dst, "@", nodePortIPsSet)

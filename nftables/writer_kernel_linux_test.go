@@ -25,7 +25,8 @@ import (
 // (hairpin) and one that reaches another pod is not; and no chain of the
 // dropped endpoints or service is left (they
 // are deleted in the same transaction as the elements and rules that
-// referred to them). A table deleted by hand is repaired by the full sync
+// referred to them). A load balancer serves a client inside its source
+// ranges and drops it once they change. A table deleted by hand is repaired by the full sync
 // that follows the failed partial one, and Cleanup deletes the writer's
 // table and no other.
 func TestWriterKernel(t *testing.T) {
@@ -46,9 +47,12 @@ func TestWriterKernel(t *testing.T) {
 		bridgeIP                string
 		podA, podB, serviceCIDR string
 		nftFamily               knftables.Family
+		vip, clientNet, otherNet string
 	}{
-		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.1", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family},
-		{v1.IPv6Protocol, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::1", "fd00:10::11", "fd00:10::12", "fd00:96::/64", knftables.IPv6Family},
+		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.1", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family,
+			"203.0.113.5", "10.1.0.0/24", "192.0.2.0/24"},
+		{v1.IPv6Protocol, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::1", "fd00:10::11", "fd00:10::12", "fd00:96::/64", knftables.IPv6Family,
+			"2001:db8::5", "fd01::/64", "2001:db8:1::/64"},
 	} {
 		t.Run(string(tc.family), func(t *testing.T) {
 			var nft knftables.Interface
@@ -181,6 +185,22 @@ func TestWriterKernel(t *testing.T) {
 				if got := reach(dst); !got["pod-a"] || !got["pod-b"] {
 					t.Errorf("after the repair %s reached %v, want both pods", dst, got)
 				}
+			}
+
+			// A load balancer's source ranges: the client's range is
+			// served; after a partial sync that allows another range
+			// only, the client's connections are dropped.
+			vip := netip.AddrPortFrom(addr(tc.vip), 80)
+			c.setService(makeService("ns", "lb", tc.clusterIP[:len(tc.clusterIP)-2]+"20", withLoadBalancer(tc.vip, tc.clientNet, tc.otherNet)))
+			c.setEndpoints("ns", "lb", tcp8080, local(tc.podB))
+			apply(c.input(), false)
+			if got := reach(vip); len(got) != 1 || !got["pod-b"] {
+				t.Errorf("load balancer %s reached %v from an allowed source, want pod-b", vip, got)
+			}
+			c.setService(makeService("ns", "lb", tc.clusterIP[:len(tc.clusterIP)-2]+"20", withLoadBalancer(tc.vip, tc.otherNet)))
+			apply(c.input(), false)
+			if r, err := kerneltest.Dial(nw.Client, "tcp", vip, time.Second); !kerneltest.IsTimeout(err) {
+				t.Errorf("load balancer %s from a source outside its ranges: reply %+v, error %v; want a timeout (dropped)", vip, r, err)
 			}
 
 			if err := nftables.Cleanup(context.Background(), "", func(f knftables.Family, table string) (knftables.Interface, error) {

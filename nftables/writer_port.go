@@ -30,7 +30,6 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	clusterChain := clusterChainPrefix + ps.base
 	localChain := localChainPrefix + ps.base
 	extChain := externalChainPrefix + ps.base
-	fwChain := firewallChainPrefix + ps.base
 
 	usesCluster := len(cluster) > 0 && svc.UsesClusterEndpoints()
 	usesLocal := len(local) > 0 && svc.UsesLocalEndpoints()
@@ -103,29 +102,6 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 		}
 	}
 
-	if usesFW {
-		w.newChain(ps, fwChain)
-		var sources []string
-		allowFromNode := false
-		for _, p := range svc.LoadBalancerSourceRanges() {
-			if !w.ownRange(p) {
-				continue
-			}
-			sources = appendListItem(sources, p.Masked().String())
-			for _, ip := range w.cfg.NodeIPs {
-				allowFromNode = allowFromNode || p.Contains(ip)
-			}
-		}
-		// A node that has the VIP as a local address reaches it with the
-		// VIP as source.
-		if allowFromNode {
-			for _, ip := range vips {
-				sources = appendListItem(sources, ip.String())
-			}
-		}
-		w.rule(fwChain, w.ipX, "saddr != {", strings.Join(sources, " "), "} drop")
-	}
-
 	// Elements.
 	noEPVerdict := "drop"
 	if !hasEndpoints {
@@ -166,10 +142,17 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 			external(ip)
 		}
 	}
+	var sources []netip.Prefix
+	if usesFW {
+		sources = w.allowedSources(svc, vips)
+	}
 	for _, ip := range vips {
 		external(ip)
 		if usesFW {
-			w.claim(ps, tFirewallIPs, svcKey(ip), "goto "+fwChain, nil)
+			w.claim(ps, tFirewallIPs, svcKey(ip), "", nil)
+			for _, src := range sources {
+				w.claim(ps, tFirewallAllow, append(svcKey(ip), src.String()), "", nil)
+			}
 		}
 	}
 	if np := svc.NodePort(); np != 0 {
@@ -285,6 +268,46 @@ func (w *Writer) renderPerService(ps *portState, svc changetracker.ServicePort, 
 			w.rule(extChain, "goto", externalChain)
 		}
 	}
+}
+
+// allowedSources returns the sources a load balancer of svc with
+// loadBalancerSourceRanges accepts, as elements of the firewall-allow
+// interval set: its ranges of the writer's family and, when a range holds
+// one of the node's addresses, the VIPs themselves, since a node that has
+// a VIP as a local address reaches it from that address. A prefix inside
+// another is left out: the kernel refuses overlapping elements of a
+// concatenated interval set, and the larger one allows it anyway.
+func (w *Writer) allowedSources(svc changetracker.ServicePort, vips []netip.Addr) []netip.Prefix {
+	var srcs []netip.Prefix
+	allowFromNode := false
+	for _, p := range svc.LoadBalancerSourceRanges() {
+		if !w.ownRange(p) {
+			continue
+		}
+		srcs = append(srcs, p.Masked())
+		for _, ip := range w.cfg.NodeIPs {
+			allowFromNode = allowFromNode || p.Contains(ip)
+		}
+	}
+	if allowFromNode {
+		for _, ip := range vips {
+			srcs = append(srcs, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	// Widest first, so that one pass drops every prefix a kept one holds.
+	slices.SortFunc(srcs, func(a, b netip.Prefix) int {
+		if a.Bits() != b.Bits() {
+			return a.Bits() - b.Bits()
+		}
+		return a.Addr().Compare(b.Addr())
+	})
+	kept := srcs[:0]
+	for _, p := range srcs {
+		if !slices.ContainsFunc(kept, func(k netip.Prefix) bool { return k.Contains(p.Addr()) }) {
+			kept = append(kept, p)
+		}
+	}
+	return kept
 }
 
 // claimEndpoints claims the elements of the endpoints map t for eps, at
@@ -444,13 +467,6 @@ func (w *Writer) masqueradeRule(chain string, svc changetracker.ServicePort, pro
 		return
 	}
 	w.rule(chain, append(match, "jump", markMasqChain)...)
-}
-
-func appendListItem(list []string, item string) []string {
-	if len(list) > 0 {
-		list = append(list, ",")
-	}
-	return append(list, item)
 }
 
 // newChain queues a chain of ps: added, and flushed in case it exists.
