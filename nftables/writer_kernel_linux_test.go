@@ -42,11 +42,11 @@ func TestWriterKernel(t *testing.T) {
 		BackendPort: 8080,
 	})
 	for _, tc := range []struct {
-		family                  v1.IPFamily
-		nodeIP, clusterIP, cidr string
-		bridgeIP                string
-		podA, podB, serviceCIDR string
-		nftFamily               knftables.Family
+		family                   v1.IPFamily
+		nodeIP, clusterIP, cidr  string
+		bridgeIP                 string
+		podA, podB, serviceCIDR  string
+		nftFamily                knftables.Family
 		vip, clientNet, otherNet string
 	}{
 		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.1", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family,
