@@ -420,17 +420,12 @@ func (w *Writer) endpointRules(o *epObjects, key netip.AddrPort, proto string, s
 }
 
 // writeEndpointSelection writes the rules of a policy chain (service- or
-// local-) that send a new connection to one of the endpoint chains
-// endpoint-<name> for names: with ClientIP affinity, first to the
-// endpoint the client's address is recorded for, then at random with
-// kube-proxy's "numgen random mod N vmap { ... }".
-//
-// This is the only place that decides how a service chain picks an
-// endpoint. kube-proxy's anonymous vmap costs one kernel set per service,
-// which the kernel loads in time quadratic in the number of sets
-// (BENCHMARKS.md, "nftables: exec vs netlink"); a layout that loads 10,000
-// services faster (internal/nftmeasure) replaces this function alone, and
-// the packet tracer in nftables/testing with it.
+// local-) of a per-service port that send a new connection to one of the
+// endpoint chains endpoint-<name> for names: with ClientIP affinity, first
+// to the endpoint the client's address is recorded for, then at random
+// with kube-proxy's "numgen random mod N vmap { ... }". Its anonymous set
+// costs the kernel one set per such port, which is why only the ports the
+// data map cannot express (see the package doc) have these chains.
 func (w *Writer) writeEndpointSelection(chain string, names []string, affinity bool) {
 	if affinity {
 		for _, n := range names {
