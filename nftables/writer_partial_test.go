@@ -58,6 +58,12 @@ func TestWriterPartialSync(t *testing.T) {
 			c.setService(makeService("ns", "b", "10.96.0.2", withAffinity(200)))
 		}, "ns/b", 30, nil},
 		{"affinity dropped", func(c *cluster) { c.setService(makeService("ns", "b", "10.96.0.2")) }, "ns/b", 30, nil},
+		{"affinity added", func(c *cluster) {
+			c.setService(makeService("ns", "a", "10.96.0.1", withNodePort(30001), withExternalIPs("192.0.2.1"), withAffinity(60)))
+		}, "ns/a", 40, nil}, // every element of the port goes, its chains come
+		{"external policy becomes Local", func(c *cluster) {
+			c.setService(makeService("ns", "a", "10.96.0.1", withNodePort(30001), withExternalIPs("192.0.2.1"), withExternalLocal()))
+		}, "ns/a", 40, nil},
 		{"source ranges dropped", func(c *cluster) {
 			c.setService(makeService("ns", "c", "10.96.0.3", withLoadBalancer("203.0.113.3"), withExternalLocal()))
 		}, "ns/c", 30, nil},
