@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
@@ -26,7 +27,8 @@ import (
 // dropped endpoints or service is left (they
 // are deleted in the same transaction as the elements and rules that
 // referred to them). A load balancer serves a client inside its source
-// ranges and drops it once they change. A table deleted by hand is repaired by the full sync
+// ranges and drops it once they change, and a UDP service answers at its
+// cluster IP and node port. A table deleted by hand is repaired by the full sync
 // that follows the failed partial one, and Cleanup deletes the writer's
 // table and no other.
 func TestWriterKernel(t *testing.T) {
@@ -201,6 +203,20 @@ func TestWriterKernel(t *testing.T) {
 			apply(c.input(), false)
 			if r, err := kerneltest.Dial(nw.Client, "tcp", vip, time.Second); !kerneltest.IsTimeout(err) {
 				t.Errorf("load balancer %s from a source outside its ranges: reply %+v, error %v; want a timeout (dropped)", vip, r, err)
+			}
+
+			// UDP, through the shared chains' "udp dport" lookup of the
+			// endpoints maps (declared with tcp dport), at a cluster IP
+			// and a node port.
+			c.setService(makeService("ns", "dns", tc.clusterIP[:len(tc.clusterIP)-2]+"30",
+				withPorts(v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP}), withNodePort(30053)))
+			c.setEndpoints("ns", "dns", []discoveryv1.EndpointPort{slicePort("dns", 8080, v1.ProtocolUDP)}, local(tc.podA))
+			apply(c.input(), false)
+			for _, dst := range []netip.AddrPort{netip.AddrPortFrom(addr(tc.clusterIP[:len(tc.clusterIP)-2]+"30"), 53), netip.AddrPortFrom(addr(tc.nodeIP), 30053)} {
+				r, err := kerneltest.Dial(nw.Client, "udp", dst, 3*time.Second)
+				if err != nil || r.Name != "pod-a" {
+					t.Errorf("UDP to %s: reply %+v, error %v; want pod-a", dst, r, err)
+				}
 			}
 
 			if err := nftables.Cleanup(context.Background(), "", func(f knftables.Family, table string) (knftables.Interface, error) {
