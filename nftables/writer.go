@@ -120,6 +120,18 @@ type WriterConfig struct {
 
 	// Clock is read for FullSyncPeriod; nil means the real clock.
 	Clock clock.PassiveClock
+
+	// SplitFirstLoad, when true, makes a full sync that finds no table
+	// (the first on a node, or the first after Cleanup or after the table
+	// was deleted) leave the additions of the elements that ApplyElements
+	// can send out of the Transaction and return them in
+	// SyncResult.Elements, so that the bulk of a large table reaches the
+	// kernel through netlink instead of nft's parser (BENCHMARKS.md). The
+	// two steps are not one atomic transaction, which is why only a load
+	// into a missing table is split: until the elements arrive, the
+	// services are unreachable, as they were before. Every other sync is
+	// one transaction, as without it.
+	SplitFirstLoad bool
 }
 
 // SyncInput is what [Writer.Sync] renders.
@@ -160,6 +172,11 @@ type SyncResult struct {
 	ChainsDeleted int
 	// ServicePorts and Endpoints count what the writer now programs.
 	ServicePorts, Endpoints int
+	// Elements, for a full sync split by WriterConfig.SplitFirstLoad,
+	// are element additions left out of Transaction: run Transaction
+	// first, then ApplyElements with these, and report the first error of
+	// the two (or nil) to Writer.Applied. Nil otherwise.
+	Elements []*knftables.Element
 	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
 	// service ports whose internal (external) traffic policy is Local and
 	// whose traffic is dropped because this node has no endpoint for them,
@@ -197,7 +214,10 @@ type Writer struct {
 	// needList says the next full sync must list the table, because the
 	// writer does not know what it holds: at the start, and after a
 	// transaction that may not have been applied.
-	needList   bool
+	needList bool
+	// split says this sync's element additions that ApplyElements can
+	// send go to SyncResult.Elements (SplitFirstLoad, table missing).
+	split      bool
 	baseFresh  bool // the base chains were recreated once
 	lastFull   time.Time
 	nodeLabels map[string]string
@@ -479,10 +499,15 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	w.unapplied = true
 
 	tx := w.nft.NewTransaction()
+	var split []*knftables.Element
 	for _, phase := range [][]op{w.elemDels, w.chainOps, w.setOps, w.rules, w.elemAdds, w.finalDels} {
 		for _, o := range phase {
 			switch o.verb {
 			case opAdd:
+				if el, ok := o.obj.(*knftables.Element); ok && w.split && netlinkElement(el) {
+					split = append(split, el)
+					continue
+				}
 				tx.Add(o.obj)
 			case opFlush:
 				tx.Flush(o.obj)
@@ -491,9 +516,11 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 			}
 		}
 	}
+	w.split = false
 	res := SyncResult{
 		Full:                     full,
 		Transaction:              tx,
+		Elements:                 split,
 		ServicePortsWritten:      written,
 		ChainsDeleted:            w.chainsDeleted,
 		ServicePorts:             w.totalPorts,
@@ -524,7 +551,9 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 	// what it has.
 	var listed map[string]bool
 	if w.needList {
-		listed = w.listServiceObjects(ctx, logger)
+		var absent bool
+		listed, absent = w.listServiceObjects(ctx, logger)
+		w.split = absent && w.cfg.SplitFirstLoad
 	}
 	w.needList = false
 
@@ -627,12 +656,14 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 // listServiceObjects lists the per-service chains (true) and affinity sets
 // (false) in the table. A missing table holds nothing; another error is
 // logged, and the sync then deletes only what the writer remembers.
-func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) map[string]bool {
-	found := make(map[string]bool)
+func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) (found map[string]bool, absent bool) {
+	found = make(map[string]bool)
 	for _, kind := range []string{"chain", "set"} {
 		names, err := w.nft.List(ctx, kind)
 		if err != nil {
-			if !knftables.IsNotFound(err) {
+			if knftables.IsNotFound(err) {
+				absent = true
+			} else {
 				logger.Error(err, "Listing the nftables table failed; objects left by an earlier run stay until a later full sync", "table", w.table, "ipFamily", w.cfg.IPFamily, "objectType", kind)
 			}
 			continue
@@ -643,7 +674,7 @@ func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) map
 			}
 		}
 	}
-	return found
+	return found, absent
 }
 
 // deleteChain flushes a chain of the writer's early in the transaction
