@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
 
@@ -55,7 +57,7 @@ func ApplyElements(elements []*knftables.Element) error {
 		}
 		byset[id] = append(byset[id], se)
 	}
-	conn, err := nftables.New()
+	conn, err := nftables.New(nftables.WithSockOptions(bigBuffers))
 	if err != nil {
 		return fmt.Errorf("nftables netlink: %w", err)
 	}
@@ -71,6 +73,34 @@ func ApplyElements(elements []*knftables.Element) error {
 	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables netlink: adding %d elements: %w", len(elements), err)
+	}
+	return nil
+}
+
+// bigBuffers lets one batch carry a whole table's elements: google/nftables
+// sends a batch in one sendmsg, which the kernel refuses (EMSGSIZE) beyond
+// the socket's send buffer, and reads an acknowledgement per message, which
+// the kernel queues at once and drops (ENOBUFS) beyond the receive buffer.
+// The FORCE options pass the sysctl caps, for a process with
+// CAP_NET_ADMIN, which changing nf_tables needs anyway. Buffers are
+// accounted as used, not reserved.
+func bigBuffers(c *netlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var sockErr error
+	if err := raw.Control(func(fd uintptr) {
+		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
+			if sockErr == nil {
+				sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, 1<<30)
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if sockErr != nil {
+		return fmt.Errorf("nftables netlink: socket buffers: %w", sockErr)
 	}
 	return nil
 }

@@ -23,7 +23,9 @@ import (
 // transactions on the benchmarks' clusters (1,000, 10,000 and 30,000
 // services × 10 endpoints): the first full sync through `nft -f -` (wall,
 // and nft's user and system time: user is nft's parsing, system mostly
-// the kernel's work), a forced full resync of the unchanged cluster, and
+// the kernel's work), the same load split (WriterConfig.SplitFirstLoad:
+// the skeleton through nft, the elements through ApplyElements), a forced
+// full resync of the unchanged cluster, and
 // ten one-endpoint partial syncs through knftables (median and range). It runs
 // only with PROXYKIT_NFT_BENCH=1, in a throwaway namespace, and logs the
 // figures (go test -v):
@@ -77,6 +79,42 @@ func TestWriterKernelLoad(t *testing.T) {
 			nftFile("full sync, empty table")
 			w.RequestFullSync()
 			nftFile("full resync, nothing changed")
+
+			// The same first load split: the skeleton through nft, the
+			// elements through ApplyElements, in another namespace.
+			splitNS := kerneltest.NewNS(t)
+			var splitNFT knftables.Interface
+			if err := splitNS.Do(func() (err error) {
+				splitNFT, err = knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			sw, err := nftables.NewWriter(splitNFT, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1",
+				ClusterCIDR: prefix("10.128.0.0/10"), SplitFirstLoad: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := sw.Sync(ctx, c.input())
+			var skel, elems time.Duration
+			err = splitNS.Do(func() error {
+				start := time.Now()
+				if err := splitNFT.Run(ctx, res.Transaction); err != nil {
+					return err
+				}
+				skel = time.Since(start)
+				start = time.Now()
+				err := nftables.ApplyElements(res.Elements)
+				elems = time.Since(start)
+				return err
+			})
+			sw.Applied(err)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s full sync split, empty table: %d operations through nft %v, %d elements through netlink %v: %v in all",
+				size, res.Transaction.NumOperations(), skel.Round(time.Millisecond), len(res.Elements), elems.Round(time.Millisecond),
+				(skel + elems).Round(time.Millisecond))
 
 			var times []time.Duration
 			ops := 0
