@@ -130,15 +130,24 @@
 //
 // # Transport
 //
-// Everything goes through knftables, one "nft -f" per transaction. With
-// this layout nft's cache stays small (a few dozen chains whatever the
+// Every transaction goes through knftables, one "nft -f" each. With this
+// layout nft's cache stays small (a few dozen chains whatever the
 // services), so a partial sync costs the same through nft as through
-// netlink (BENCHMARKS.md, "nftables: a kernel layout that meets issue 15's
-// targets"); the full load of a large table is dominated by nft parsing
-// the elements, which a netlink element transport for the full load would
-// remove (internal/nftmeasure measured 0.5–0.85 s against 1.9–3.3 s at
-// 10,000 services). That transport is the next step, not part of this
-// package yet.
+// netlink (BENCHMARKS.md, "nftables: a kernel layout that meets issue
+// 15's targets"): 16 ms for a one-endpoint change at 10,000 services. A
+// full load through nft is dominated by nft parsing the elements (1.7 s
+// at 10,000 services). WriterConfig.SplitFirstLoad splits a full sync into
+// a missing table: the skeleton (about a hundred objects) through nft, and
+// the elements of the big maps and sets through nf_tables netlink with
+// ApplyElements (github.com/google/nftables), 0.36 s at 10,000 services.
+// Only a load into a missing table is split, because the two steps are
+// not one transaction: a full resync of an existing table flushes and
+// refills its maps, which split would leave empty in between. Elements
+// with comments and interval sets stay with nft. ApplyElements encodes
+// elements as internal/nftmeasure's translator found nft does (fields in
+// whole 32-bit registers, host-order numgen index), for both families and
+// TCP, UDP and SCTP; TestWriterSplitFirstLoadKernel checks that the kernel
+// then holds the same elements as after one nft transaction.
 //
 // Tests use knftables.Fake; nftables/testing (package nftablestest) adds a
 // packet tracer over the Fake's state, which follows the data-map lookups,
