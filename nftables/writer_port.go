@@ -19,10 +19,10 @@ import (
 // one service port, and records in ps what it wrote. ps.chains and ps.sets
 // are empty on entry; prevChains and prevSets are what it had, and listed,
 // on a full sync that listed the table, the objects found in the kernel
-// (nil otherwise). A partial sync leaves alone the endpoint chains whose
-// content cannot have changed: everything an endpoint chain holds is in
-// its name (service port, protocol, address and port) except whether it
-// records affinity, and for how long.
+// (nil otherwise). For a port in kube-proxy's shape, a partial sync leaves
+// alone the endpoint chains whose content cannot have changed: everything
+// an endpoint chain holds is in its name (service port, protocol, address
+// and port) except whether it records affinity, and for how long.
 func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker.ServicePort, rawEps []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool) {
 	eps := w.usableEndpoints(logger, ps.name, rawEps)
 	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.NodeName, w.nodeLabels)
@@ -335,9 +335,24 @@ func (w *Writer) claimEndpoints(ps *portState, t tableID, addr, proto, port stri
 // count. prev's array is reused.
 func (w *Writer) endpointOrder(prev []netip.AddrPort, eps []changetracker.Endpoint, full bool) []netip.AddrPort {
 	if full {
+		// An endpoint listed twice (by a caller's own EndpointsMap) gets
+		// one index, as in a partial sync.
 		prev = prev[:0]
+		var seen map[netip.AddrPort]bool
+		if len(eps) > 32 {
+			seen = make(map[netip.AddrPort]bool, len(eps))
+		}
 		for _, ep := range eps {
-			prev = append(prev, netip.AddrPortFrom(ep.IP(), uint16(ep.Port())))
+			ap := netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))
+			if seen != nil {
+				if seen[ap] {
+					continue
+				}
+				seen[ap] = true
+			} else if slices.Contains(prev, ap) {
+				continue
+			}
+			prev = append(prev, ap)
 		}
 		return prev
 	}
