@@ -297,6 +297,8 @@ type portState struct {
 	// order is, for the data-map layout, the endpoints at each index of
 	// the endpoints maps: internal traffic's, then external traffic's.
 	order [2][]netip.AddrPort
+	// epValues are the endpoints' element values, kept between syncs.
+	epValues map[netip.AddrPort]*epValue
 }
 
 type affinitySet struct {

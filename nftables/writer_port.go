@@ -73,6 +73,7 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 		internalEps = local
 	}
 	if perService {
+		ps.epValues = nil
 		w.renderPerService(ps, svc, proto, port, affinity, all, cluster, local, prevChains, prevSets, full, listed,
 			usesCluster, usesLocal, usesExt, hasInternal, hasExternal, clusterChain, localChain, extChain, internalChain, externalChain)
 		ps.order = [2][]netip.AddrPort{}
@@ -88,6 +89,13 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 		} else {
 			ps.order[1] = ps.order[1][:0]
 		}
+		defer func() {
+			for ep, v := range ps.epValues {
+				if v.gen != w.gen {
+					delete(ps.epValues, ep)
+				}
+			}
+		}()
 		// A pod that reaches itself through the service must be
 		// masqueraded, or it would answer itself directly; only this
 		// node's endpoints can be reached so (nat-postrouting matches
@@ -321,9 +329,27 @@ func (w *Writer) claimEndpoints(ps *portState, t tableID, addr, proto, port stri
 		} else {
 			key = []string{addr, proto, port, strconv.Itoa(i)}
 		}
-		a, p := ep.Addr().String(), strconv.Itoa(int(ep.Port()))
-		w.tables[t].claim(ps, w.gen, key, a+" . "+p, []string{a, p}, nil)
+		v := ps.epValues[ep]
+		if v == nil {
+			if ps.epValues == nil {
+				ps.epValues = make(map[netip.AddrPort]*epValue, len(eps))
+			}
+			a, p := ep.Addr().String(), strconv.Itoa(int(ep.Port()))
+			v = &epValue{text: a + " . " + p, parts: []string{a, p}}
+			ps.epValues[ep] = v
+		}
+		v.gen = w.gen
+		w.tables[t].claim(ps, w.gen, key, v.text, v.parts, nil)
 	}
+}
+
+// epValue is an endpoint as the value of an endpoints map element, made
+// once per endpoint of a port and reused by every sync that claims it
+// (elements hold parts; nothing changes them).
+type epValue struct {
+	text  string   // "addr . port"
+	parts []string // addr, port
+	gen   uint64   // the last sync that claimed it
 }
 
 // endpointOrder returns the endpoints of eps in the order of their
