@@ -114,9 +114,21 @@ type WriterConfig struct {
 	// dropped, as kube-proxy does; empty means none are.
 	ServiceCIDRs []netip.Prefix
 
-	// FullSyncPeriod, when positive, makes a sync full if the last full
-	// sync is at least that old.
+	// FullSyncPeriod, when positive, makes a sync a periodic resync if
+	// the last resync is at least that old. Without KernelState the
+	// resync is a full sync. With it, the writer first reads the
+	// namespace's nf_tables generation: unchanged since its own last
+	// transaction, the resync is skipped (the sync is partial); moved,
+	// the writer compares the table with its memory and repairs what
+	// differs in a partial sync, and only when that cannot be done
+	// (SyncResult.Resync) is the sync full.
 	FullSyncPeriod time.Duration
+
+	// KernelState, when not nil, makes the periodic resync check the
+	// kernel instead of rewriting the table (FullSyncPeriod). It must
+	// read the network namespace that the Interface's transactions go
+	// to; NewKernelState gives one.
+	KernelState KernelState
 
 	// Clock is read for FullSyncPeriod; nil means the real clock.
 	Clock clock.PassiveClock
@@ -177,6 +189,11 @@ type SyncResult struct {
 	// first, then ApplyElements with these, and report the first error of
 	// the two (or nil) to Writer.Applied. Nil otherwise.
 	Elements []*knftables.Element
+	// Resync says what the sync did about a periodic resync that was due.
+	Resync Resync
+	// Drifted counts the elements and chains that a ResyncChecked sync
+	// found changed behind the writer and repairs.
+	Drifted int
 	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
 	// service ports whose internal (external) traffic policy is Local and
 	// whose traffic is dropped because this node has no endpoint for them,
@@ -250,6 +267,13 @@ type Writer struct {
 	// chains the kernel has (as far as the writer knows).
 	sharedRefs    map[string]int
 	sharedWritten map[string]bool
+
+	// kernel, gt and ruleCounts serve the periodic resync: see KernelState
+	// and genTrack. ruleCounts holds the number of rules the writer left
+	// in each of its chains.
+	kernel     KernelState
+	gt         genTrack
+	ruleCounts map[string]int
 }
 
 type tableID uint8
@@ -325,6 +349,8 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 
 		sharedRefs:    make(map[string]int),
 		sharedWritten: make(map[string]bool),
+		kernel:        cfg.KernelState,
+		ruleCounts:    make(map[string]int),
 	}
 	switch cfg.IPFamily {
 	case v1.IPv4Protocol:
@@ -447,12 +473,14 @@ func (w *Writer) Applied(err error) {
 		return
 	}
 	w.unapplied = false
+	w.appliedGen(err)
 	if err != nil {
 		w.failed()
 	}
 }
 
 func (w *Writer) failed() {
+	w.gt.valid = false
 	w.needFull = true
 	w.needList = true
 	// Recreate the base chains too: the transaction may have failed on
@@ -463,9 +491,10 @@ func (w *Writer) failed() {
 // Sync renders the transaction for in. The sync is full when one of these
 // holds: it is the first, the last one failed or was never reported to
 // Applied, RequestFullSync was called, the node labels changed, or
-// FullSyncPeriod has passed since the last full sync. Otherwise it is
-// partial and holds only the objects of the services named in the change
-// results.
+// FullSyncPeriod has passed since the last resync and the resync could
+// not be done otherwise (see FullSyncPeriod and KernelState). Otherwise it
+// is partial and holds only the objects of the services named in the
+// change results, and what a periodic resync found drifted.
 //
 // Bad input is logged through the logger in ctx and skipped for that
 // service port (or address, or endpoint) alone. ctx also bounds the one
@@ -481,13 +510,31 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)
 	}
-	now := w.clock.Now()
-	if w.cfg.FullSyncPeriod > 0 && now.Sub(w.lastFull) >= w.cfg.FullSyncPeriod {
-		full = true
-	}
 	for _, p := range []*[]op{&w.elemDels, &w.chainOps, &w.setOps, &w.rules, &w.elemAdds, &w.finalDels} {
 		clear(*p)
 		*p = (*p)[:0]
+	}
+	// Read before anything is rendered or run: see genTrack.
+	unchanged := w.readGen(logger)
+	now := w.clock.Now()
+	resync, drifted := ResyncNone, 0
+	if !full && w.cfg.FullSyncPeriod > 0 && now.Sub(w.lastFull) >= w.cfg.FullSyncPeriod {
+		switch {
+		case w.kernel == nil:
+			full, resync = true, ResyncRewrite
+		case unchanged:
+			resync = ResyncSkipped
+			w.lastFull = now
+		default:
+			var ok bool
+			if drifted, ok = w.checkDrift(ctx, logger); ok {
+				resync = ResyncChecked
+				w.lastFull = now
+				unchanged = true
+			} else {
+				full, resync = true, ResyncRewrite
+			}
+		}
 	}
 	w.chainsDeleted = 0
 	var written int
@@ -496,9 +543,18 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		w.lastFull = now
 	} else {
 		written = w.syncPartial(logger, &in)
+		if drifted > 0 {
+			for _, t := range w.tables {
+				t.diff(w, &w.elemDels, &w.elemAdds)
+			}
+		}
 	}
 	w.needFull = false
 	w.unapplied = true
+	w.countRules(full)
+	// A full sync rewrites everything the writer owns, so the kernel
+	// after it is what memory says whatever it held before.
+	w.gt.vouch = full || unchanged
 
 	tx := w.nft.NewTransaction()
 	var split []*knftables.Element
@@ -519,8 +575,17 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		}
 	}
 	w.split = false
+	w.gt.batches = 0
+	if tx.NumOperations() > 0 {
+		w.gt.batches++
+	}
+	if len(split) > 0 {
+		w.gt.batches++
+	}
 	res := SyncResult{
 		Full:                     full,
+		Resync:                   resync,
+		Drifted:                  drifted,
 		Transaction:              tx,
 		Elements:                 split,
 		ServicePortsWritten:      written,
@@ -531,7 +596,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		NoLocalEndpointsExternal: w.noLocalExt,
 	}
 	logger.V(2).Info("Rendered nftables transaction", "ipFamily", w.cfg.IPFamily, "table", w.table, "full", full,
-		"servicePortsWritten", written, "operations", tx.NumOperations(), "chainsDeleted", res.ChainsDeleted,
+		"servicePortsWritten", written, "operations", tx.NumOperations(), "chainsDeleted", res.ChainsDeleted, "resync", resync, "drifted", drifted,
 		"servicePorts", res.ServicePorts, "endpoints", res.Endpoints)
 	return res
 }

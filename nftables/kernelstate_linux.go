@@ -1,0 +1,447 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+)
+
+// NewKernelState returns a KernelState that reads nf_tables over netlink
+// in the network namespace netnsFD names (an open /run/netns/NAME or
+// /proc/PID/ns/net; 0 for the namespace of the thread that calls each
+// method). It never lists a set by dumping it, which costs the kernel
+// time quadratic in the set's size: CheckElements looks each key up
+// (BENCHMARKS.md, "nftables: a kernel layout that meets issue 15's
+// targets"). The caller keeps netnsFD open while the KernelState is used.
+func NewKernelState(netnsFD int) KernelState { return &netlinkState{netns: netnsFD} }
+
+type netlinkState struct{ netns int }
+
+func (s *netlinkState) dial() (*netlink.Conn, error) {
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: s.netns})
+	if err != nil {
+		return nil, fmt.Errorf("nftables netlink: dialing nf_tables: %w", err)
+	}
+	return conn, nil
+}
+
+func nftMsg(msg int, flags netlink.HeaderFlags, family byte, attrs *netlink.AttributeEncoder) (netlink.Message, error) {
+	// struct nfgenmsg: family, version, resource id.
+	data := []byte{family, unix.NFNETLINK_V0, 0, 0}
+	if attrs != nil {
+		b, err := attrs.Encode()
+		if err != nil {
+			return netlink.Message{}, err
+		}
+		data = append(data, b...)
+	}
+	return netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | msg), Flags: netlink.Request | flags},
+		Data:   data,
+	}, nil
+}
+
+func nfproto(f knftables.Family) (byte, error) {
+	switch f {
+	case knftables.IPv4Family:
+		return unix.NFPROTO_IPV4, nil
+	case knftables.IPv6Family:
+		return unix.NFPROTO_IPV6, nil
+	}
+	return 0, fmt.Errorf("nftables netlink: family %q", f)
+}
+
+// Generation reads NFT_MSG_GETGEN: about 100 µs.
+func (s *netlinkState) Generation() (uint32, error) {
+	conn, err := s.dial()
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	req, err := nftMsg(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil)
+	if err != nil {
+		return 0, err
+	}
+	msgs, err := conn.Execute(req)
+	if err != nil {
+		return 0, fmt.Errorf("nftables netlink: reading the generation: %w", err)
+	}
+	for _, m := range msgs {
+		if v, ok := attr(m.Data, unix.NFTA_GEN_ID); ok && len(v) == 4 {
+			return binary.BigEndian.Uint32(v), nil
+		}
+	}
+	return 0, errors.New("nftables netlink: reading the generation: no NFTA_GEN_ID in the reply")
+}
+
+// attr returns the first top-level attribute of type typ of a nf_tables
+// message's payload (after its nfgenmsg).
+func attr(data []byte, typ uint16) ([]byte, bool) {
+	if len(data) < 4 {
+		return nil, false
+	}
+	ad, err := netlink.NewAttributeDecoder(data[4:])
+	if err != nil {
+		return nil, false
+	}
+	for ad.Next() {
+		if ad.Type() == typ {
+			return ad.Bytes(), true
+		}
+	}
+	return nil, false
+}
+
+func attrString(data []byte, typ uint16) string {
+	v, _ := attr(data, typ)
+	return strings.TrimRight(string(v), "\x00")
+}
+
+// RuleCounts asks for the table, then dumps its chains and its rules
+// (counted by chain, not decoded).
+func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[string]int, error) {
+	fam, err := nfproto(family)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := s.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	named := func(typ uint16) *netlink.AttributeEncoder {
+		ae := netlink.NewAttributeEncoder()
+		ae.String(typ, table)
+		return ae
+	}
+	req, err := nftMsg(unix.NFT_MSG_GETTABLE, netlink.Acknowledge, fam, named(unix.NFTA_TABLE_NAME))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Execute(req); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("table %s %s: %w", family, table, ErrTableNotFound)
+		}
+		return nil, fmt.Errorf("nftables netlink: reading table %s %s: %w", family, table, err)
+	}
+	counts := map[string]int{}
+	req, err = nftMsg(unix.NFT_MSG_GETCHAIN, netlink.Dump, fam, named(unix.NFTA_CHAIN_TABLE))
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := conn.Execute(req)
+	if err != nil {
+		return nil, fmt.Errorf("nftables netlink: listing the chains of %s %s: %w", family, table, err)
+	}
+	for _, m := range msgs {
+		if attrString(m.Data, unix.NFTA_CHAIN_TABLE) == table {
+			counts[attrString(m.Data, unix.NFTA_CHAIN_NAME)] = 0
+		}
+	}
+	req, err = nftMsg(unix.NFT_MSG_GETRULE, netlink.Dump, fam, named(unix.NFTA_RULE_TABLE))
+	if err != nil {
+		return nil, err
+	}
+	msgs, err = conn.Execute(req)
+	if err != nil {
+		return nil, fmt.Errorf("nftables netlink: listing the rules of %s %s: %w", family, table, err)
+	}
+	for _, m := range msgs {
+		if attrString(m.Data, unix.NFTA_RULE_TABLE) == table {
+			counts[attrString(m.Data, unix.NFTA_RULE_CHAIN)]++
+		}
+	}
+	return counts, nil
+}
+
+// checkSets are the sets and maps CheckElements reads: those ApplyElements
+// writes, and the no-endpoint verdict maps (whose comments are not
+// compared).
+var checkSets = func() map[string]struct {
+	key, value []field
+	verdict    bool
+} {
+	m := map[string]struct {
+		key, value []field
+		verdict    bool
+	}{}
+	for name, spec := range netlinkSets {
+		m[name] = spec
+	}
+	m[noEndpointServicesMap] = netlinkSets[serviceIPsMap]
+	m[noEndpointNodePortsMap] = netlinkSets[serviceNodePortsMap]
+	return m
+}()
+
+// lookupBatch is how many keys one GETSETELEM request asks for.
+const lookupBatch = 256
+
+// CheckElements looks every element's key up, lookupBatch keys per
+// request, and compares the value the kernel returns with the element's
+// (as the kernel encodes it).
+func (s *netlinkState) CheckElements(elements []*knftables.Element) ([]ElementState, error) {
+	type setID struct {
+		family knftables.Family
+		table  string
+		name   string
+	}
+	type item struct {
+		i          int
+		key, value []byte
+	}
+	bySet := map[setID][]item{}
+	var order []setID
+	for i, el := range elements {
+		name := el.Set + el.Map
+		spec, ok := checkSets[name]
+		if !ok {
+			return nil, fmt.Errorf("nftables netlink: elements of %s cannot be checked", name)
+		}
+		v6 := el.Family == knftables.IPv6Family
+		key, err := encodeFields(spec.key, el.Key, v6)
+		if err != nil {
+			return nil, fmt.Errorf("element %v of %s: key: %w", el.Key, name, err)
+		}
+		var value []byte
+		switch {
+		case spec.verdict:
+			if value, err = encodeVerdict(el.Value); err != nil {
+				return nil, fmt.Errorf("element %v of %s: %w", el.Key, name, err)
+			}
+		case spec.value != nil:
+			if value, err = encodeFields(spec.value, el.Value, v6); err != nil {
+				return nil, fmt.Errorf("element %v of %s: value: %w", el.Key, name, err)
+			}
+		}
+		id := setID{el.Family, el.Table, name}
+		if bySet[id] == nil {
+			order = append(order, id)
+		}
+		bySet[id] = append(bySet[id], item{i, key, value})
+	}
+	out := make([]ElementState, len(elements))
+	if len(elements) == 0 {
+		return out, nil
+	}
+	conn, err := s.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	// The kernel answers every key with its own message, queued at once:
+	// a request's answers (about 2 KB each in the receive buffer's
+	// accounting) must fit, past the rmem_max cap (root only).
+	if err := forceReadBuffer(conn, 4<<20); err != nil {
+		return nil, err
+	}
+	for _, id := range order {
+		fam, err := nfproto(id.family)
+		if err != nil {
+			return nil, err
+		}
+		items := bySet[id]
+		keys := make([][]byte, len(items))
+		for i, it := range items {
+			keys[i] = it.key
+		}
+		got, err := lookupKeys(conn, fam, id.table, id.name, keys)
+		if err != nil {
+			return nil, fmt.Errorf("nftables netlink: looking up elements of %s %s %s: %w", id.family, id.table, id.name, err)
+		}
+		for i, it := range items {
+			switch {
+			case got[i] == nil:
+				out[it.i] = ElementMissing
+			case string(got[i]) != string(it.value):
+				out[it.i] = ElementDiffers
+			}
+		}
+	}
+	return out, nil
+}
+
+// encodeVerdict encodes a verdict map's value as elementData returns the
+// kernel's: "V" and the verdict code, then the chain for a jump or goto.
+func encodeVerdict(value []string) ([]byte, error) {
+	v := strings.Join(value, " ")
+	// NF_DROP and NF_ACCEPT, from linux/netfilter.h.
+	const nfDrop, nfAccept = 0, 1
+	var code int32
+	chain := ""
+	switch {
+	case v == "drop":
+		code = nfDrop
+	case v == "accept":
+		code = nfAccept
+	case strings.HasPrefix(v, "goto "):
+		code, chain = unix.NFT_GOTO, strings.TrimPrefix(v, "goto ")
+	case strings.HasPrefix(v, "jump "):
+		code, chain = unix.NFT_JUMP, strings.TrimPrefix(v, "jump ")
+	default:
+		return nil, fmt.Errorf("verdict %q", v)
+	}
+	return verdictBytes(uint32(code), chain), nil
+}
+
+func verdictBytes(code uint32, chain string) []byte {
+	return append(binary.BigEndian.AppendUint32([]byte{'V'}, code), chain...)
+}
+
+// lookupKeys asks the kernel for each key of set, lookupBatch per
+// request, and returns what elementData makes of each answer: nil for a
+// key the set does not hold, an empty value for a set's element. The
+// kernel answers a request key by key and stops at the first it does not
+// find, so a request that fails so is asked again key by key.
+func lookupKeys(conn *netlink.Conn, family byte, table, set string, keys [][]byte) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	for start := 0; start < len(keys); start += lookupBatch {
+		chunk := keys[start:min(start+lookupBatch, len(keys))]
+		vals, err := getElements(conn, family, table, set, chunk)
+		if errors.Is(err, unix.ENOENT) {
+			for i := range chunk {
+				v, err := getElements(conn, family, table, set, chunk[i:i+1])
+				if errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				out[start+i] = v[0]
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		copy(out[start:], vals)
+	}
+	return out, nil
+}
+
+func getElements(conn *netlink.Conn, family byte, table, set string, keys [][]byte) ([][]byte, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
+	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {
+		for _, k := range keys {
+			list.Nested(unix.NFTA_LIST_ELEM, func(elem *netlink.AttributeEncoder) error {
+				elem.Nested(unix.NFTA_SET_ELEM_KEY, func(key *netlink.AttributeEncoder) error {
+					key.Bytes(unix.NFTA_DATA_VALUE, k)
+					return nil
+				})
+				return nil
+			})
+		}
+		return nil
+	})
+	req, err := nftMsg(unix.NFT_MSG_GETSETELEM, netlink.Acknowledge, family, ae)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Send(req); err != nil {
+		return nil, err
+	}
+	var vals [][]byte
+	for {
+		msgs, err := conn.Receive()
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if m.Header.Type == netlink.Error {
+				if len(vals) != len(keys) {
+					return nil, fmt.Errorf("%d answers to %d keys", len(vals), len(keys))
+				}
+				return vals, nil
+			}
+			v, err := elementData(m.Data)
+			if err != nil {
+				return nil, err
+			}
+			vals = append(vals, v)
+		}
+	}
+}
+
+// elementData extracts the data of the one element of a NEWSETELEM
+// message: its NFTA_DATA_VALUE, a verdict as verdictBytes encodes it, or
+// an empty (non-nil) value for a set's element.
+func elementData(b []byte) ([]byte, error) {
+	if len(b) < 4 {
+		return nil, errors.New("short set element message")
+	}
+	data := []byte{}
+	ad, err := netlink.NewAttributeDecoder(b[4:])
+	if err != nil {
+		return nil, err
+	}
+	for ad.Next() {
+		if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+			continue
+		}
+		ad.Nested(func(list *netlink.AttributeDecoder) error {
+			for list.Next() {
+				list.Nested(func(elem *netlink.AttributeDecoder) error {
+					for elem.Next() {
+						if elem.Type() != unix.NFTA_SET_ELEM_DATA {
+							continue
+						}
+						elem.Nested(func(v *netlink.AttributeDecoder) error {
+							for v.Next() {
+								switch v.Type() {
+								case unix.NFTA_DATA_VALUE:
+									data = v.Bytes()
+								case unix.NFTA_DATA_VERDICT:
+									var code uint32
+									var chain string
+									v.Nested(func(vd *netlink.AttributeDecoder) error {
+										vd.ByteOrder = binary.BigEndian
+										for vd.Next() {
+											switch vd.Type() {
+											case unix.NFTA_VERDICT_CODE:
+												code = vd.Uint32()
+											case unix.NFTA_VERDICT_CHAIN:
+												chain = vd.String()
+											}
+										}
+										return nil
+									})
+									data = verdictBytes(code, chain)
+								}
+							}
+							return nil
+						})
+					}
+					return nil
+				})
+			}
+			return nil
+		})
+	}
+	if err := ad.Err(); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+func forceReadBuffer(conn *netlink.Conn, size int) error {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var sockErr error
+	if err := raw.Control(func(fd uintptr) {
+		sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
+	}); err != nil {
+		return err
+	}
+	if sockErr != nil {
+		return fmt.Errorf("nftables netlink: setting the receive buffer: %w", sockErr)
+	}
+	return nil
+}

@@ -1,0 +1,28 @@
+//go:build !linux
+
+package nftables
+
+import (
+	"errors"
+
+	"sigs.k8s.io/knftables"
+)
+
+// NewKernelState returns a KernelState whose methods fail: nf_tables
+// exists on Linux only. A Writer given it rewrites its table at every
+// periodic resync, as without one.
+func NewKernelState(netnsFD int) KernelState { return unsupportedState{} }
+
+type unsupportedState struct{}
+
+var errUnsupported = errors.New("nftables netlink: not supported on this platform")
+
+func (unsupportedState) Generation() (uint32, error) { return 0, errUnsupported }
+
+func (unsupportedState) RuleCounts(knftables.Family, string) (map[string]int, error) {
+	return nil, errUnsupported
+}
+
+func (unsupportedState) CheckElements([]*knftables.Element) ([]ElementState, error) {
+	return nil, errUnsupported
+}

@@ -1,0 +1,330 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+)
+
+// KernelState reads from the kernel what a Writer's periodic resync needs
+// to find out, without listing its table through nft, whether the table
+// still holds what the writer wrote. NewKernelState returns the nf_tables
+// netlink implementation; tests may give a fake that reads a
+// knftables.Fake.
+type KernelState interface {
+	// Generation returns the nf_tables generation of the namespace the
+	// writer's table is in: a counter the kernel bumps once for every
+	// committed batch (transaction) of any table, and never for a batch
+	// it refused.
+	Generation() (uint32, error)
+	// RuleCounts returns the chains of the table and the number of rules
+	// each holds. It fails with an error wrapping ErrTableNotFound when
+	// the table does not exist.
+	RuleCounts(family knftables.Family, table string) (map[string]int, error)
+	// CheckElements reports, for each element, whether its set or map
+	// holds its key (ElementMissing if not) and, for a map, with its
+	// value (ElementDiffers if not). Comments are not compared. It fails
+	// if a set cannot be read or an element is of a set it cannot check.
+	CheckElements(elements []*knftables.Element) ([]ElementState, error)
+}
+
+// ErrTableNotFound is wrapped by KernelState.RuleCounts's error when the
+// table does not exist.
+var ErrTableNotFound = errors.New("nftables table not found")
+
+// ElementState is what KernelState.CheckElements found for one element.
+type ElementState uint8
+
+const (
+	// ElementPresent: the kernel holds the element, with its value.
+	ElementPresent ElementState = iota
+	// ElementMissing: the kernel does not hold the element's key.
+	ElementMissing
+	// ElementDiffers: the kernel holds the key with another value.
+	ElementDiffers
+)
+
+// Resync says what a sync did about the periodic resync
+// (WriterConfig.FullSyncPeriod).
+type Resync uint8
+
+const (
+	// ResyncNone: no periodic resync was due, or the sync was full for
+	// another reason.
+	ResyncNone Resync = iota
+	// ResyncSkipped: the namespace's nf_tables generation was still the
+	// one after the writer's last transaction, so nothing can have
+	// changed the table: the sync is partial.
+	ResyncSkipped
+	// ResyncChecked: others committed since, so the writer compared the
+	// table with its memory (WriterConfig.KernelState) and the partial
+	// sync's transaction repairs what differed (SyncResult.Drifted, maybe
+	// nothing).
+	ResyncChecked
+	// ResyncRewrite: the resync is a full sync, because the writer has no
+	// KernelState, the comparison failed, the table is missing, or a
+	// per-service chain drifted.
+	ResyncRewrite
+)
+
+// String returns the outcome's name, for logs and metrics.
+func (r Resync) String() string {
+	switch r {
+	case ResyncSkipped:
+		return "skipped"
+	case ResyncChecked:
+		return "checked"
+	case ResyncRewrite:
+		return "rewrite"
+	}
+	return "none"
+}
+
+// genTrack is the writer's knowledge of the nf_tables generation.
+//
+// base, when valid, is a generation at which the kernel held exactly what
+// the writer's memory says. A sync reads the generation g0 before its
+// transaction is run (in Sync) and g1 after (in Applied). The kernel bumps
+// the generation once per committed batch, so g1 == g0 + the number of
+// batches the caller ran (one; two for a split load; none for an empty
+// transaction) means no one else committed between the two reads, and
+// then the kernel at g1 is the kernel at g0 plus our transaction: if the
+// kernel at g0 was what memory said (g0 == base, or a full sync that
+// rewrote everything, or a drift check that read the kernel after g0 and
+// whose repair is in the transaction), so is the kernel at g1, which
+// becomes base. Any other commit, before or after ours, makes the gap
+// larger (or g0 differ from base) and leaves base invalid, so it is never
+// mistaken for ours; a commit by another between g0 and the run of our
+// transaction is counted the same way. An invalid base makes the next
+// periodic resync compare the table instead of skipping it.
+type genTrack struct {
+	base  uint32
+	valid bool
+	// The sync awaiting Applied: its g0 (if read), whether the kernel at
+	// g0 plus its transaction is known to be what memory says, and how
+	// many batches running it commits.
+	g0      uint32
+	g0ok    bool
+	vouch   bool
+	batches uint32
+}
+
+// nextGen returns the generation n batches after g: the kernel skips 0
+// when the counter wraps.
+func nextGen(g, n uint32) uint32 {
+	for range n {
+		g++
+		if g == 0 {
+			g = 1
+		}
+	}
+	return g
+}
+
+// readGen reads g0 for the sync being rendered and reports whether the
+// kernel is known to be unchanged since the writer's last transaction.
+func (w *Writer) readGen(logger klog.Logger) (unchanged bool) {
+	w.gt.g0ok, w.gt.vouch = false, false
+	if w.kernel == nil {
+		return false
+	}
+	g, err := w.kernel.Generation()
+	if err != nil {
+		logger.Error(err, "Reading the nf_tables generation failed; the next periodic resync compares the table", "table", w.table, "ipFamily", w.cfg.IPFamily)
+		w.gt.valid = false
+		return false
+	}
+	w.gt.g0, w.gt.g0ok = g, true
+	return w.gt.valid && g == w.gt.base
+}
+
+// appliedGen records the generation after a transaction applied without
+// error (see genTrack).
+func (w *Writer) appliedGen(err error) {
+	if w.kernel == nil {
+		return
+	}
+	ok := err == nil && w.gt.g0ok && w.gt.vouch
+	if ok {
+		g1, gerr := w.kernel.Generation()
+		ok = gerr == nil && g1 == nextGen(w.gt.g0, w.gt.batches)
+		w.gt.base = g1
+	}
+	w.gt.valid = ok
+	w.gt.g0ok = false
+}
+
+// errCheckCount is checkDrift's error when a KernelState answers for
+// another number of elements than it was asked about.
+var errCheckCount = errors.New("nftables: KernelState.CheckElements answered for another number of elements")
+
+// staticChains are the chains writeStatic writes, whatever the services.
+var staticChains = func() map[string]bool {
+	m := map[string]bool{servicesChain: true, serviceEndpointsCheckChain: true, nodePortEndpointsCheckChain: true,
+		firewallCheckChain: true, clusterIPsCheckChain: true, rejectChain: true, markMasqChain: true, masqueradingChain: true}
+	for _, bc := range baseChains {
+		m[bc.name] = true
+	}
+	return m
+}()
+
+// checkDrift compares the table with the writer's memory and queues, in
+// the phases of the sync being rendered, what repairs the difference: the
+// elements that are missing or hold another value (deleted first, then
+// added again by the tables' diff), and the static and shared chains that
+// are missing or hold another number of rules (added, flushed and filled
+// again). It returns false, and queues nothing, when the comparison is
+// not possible or not enough: the table is missing, reading failed, or a
+// per-service chain drifted; the sync must then be full.
+//
+// It does not see a rule changed in place (same count), an element added
+// by hand that nothing wants, elements of the interval sets
+// (firewall-allow, nodeport-ips), or chains added by hand that nothing
+// jumps to: none of these can be told from the counts and keys it reads
+// without listing the table.
+func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger) (drifted int, ok bool) {
+	counts, err := w.kernel.RuleCounts(w.family, w.table)
+	if err != nil {
+		if errors.Is(err, ErrTableNotFound) {
+			logger.Info("The nftables table is missing; rewriting it", "table", w.table, "ipFamily", w.cfg.IPFamily)
+			w.needList = true
+		} else {
+			logger.Error(err, "Reading the nftables table's chains failed; rewriting it", "table", w.table, "ipFamily", w.cfg.IPFamily)
+		}
+		return 0, false
+	}
+	var chains []string
+	for _, name := range slices.Sorted(maps.Keys(w.ruleCounts)) {
+		if n, found := counts[name]; found && n == w.ruleCounts[name] {
+			continue
+		}
+		if !staticChains[name] && !isSharedChain(name) {
+			logger.Info("A per-service nftables chain drifted; rewriting the table", "table", w.table, "chain", name)
+			return 0, false
+		}
+		chains = append(chains, name)
+	}
+
+	var elems []*knftables.Element
+	var entries []*elemEntry
+	var tabs []*elemTable
+	for _, t := range w.tables {
+		if t.name == firewallAllowSet {
+			continue
+		}
+		for _, e := range t.entries {
+			if e.inKernel {
+				elems = append(elems, t.element(w, e, &e.written))
+				entries = append(entries, e)
+				tabs = append(tabs, t)
+			}
+		}
+	}
+	states, err := w.kernel.CheckElements(elems)
+	if err == nil && len(states) != len(elems) {
+		err = errCheckCount
+	}
+	if err != nil {
+		logger.Error(err, "Comparing the nftables table's elements failed; rewriting it", "table", w.table, "ipFamily", w.cfg.IPFamily)
+		return 0, false
+	}
+	if ctx.Err() != nil {
+		return 0, false
+	}
+
+	for i, st := range states {
+		if st == ElementPresent {
+			continue
+		}
+		t, e := tabs[i], entries[i]
+		if st == ElementDiffers {
+			w.elemDels = append(w.elemDels, op{opDelete, elems[i]})
+		}
+		// Not in the kernel: the tables' diff adds the first claim again.
+		e.inKernel = false
+		t.count(e.written.value, -1)
+		t.markDirty(e)
+		drifted++
+	}
+	if len(chains) > 0 {
+		w.rewriteChains(chains)
+		drifted += len(chains)
+	}
+	if drifted > 0 {
+		logger.Info("Repairing nftables objects that changed behind the writer", "table", w.table, "ipFamily", w.cfg.IPFamily,
+			"objects", drifted, "chains", chains)
+	}
+	return drifted, true
+}
+
+// rewriteChains queues the static and shared chains named (added,
+// flushed, and their rules added again). writeStatic is rendered aside and
+// only those chains' objects are kept, so that the static chains' rules
+// have one source.
+func (w *Writer) rewriteChains(chains []string) {
+	want := make(map[string]bool, len(chains))
+	for _, c := range chains {
+		want[c] = true
+	}
+	nChain, nRules, nAdds := len(w.chainOps), len(w.rules), len(w.elemAdds)
+	w.writeStatic()
+	keep := func(ops []op, from int) []op {
+		kept := ops[:from]
+		for _, o := range ops[from:] {
+			switch obj := o.obj.(type) {
+			case *knftables.Chain:
+				if want[obj.Name] && o.verb != opDelete {
+					kept = append(kept, o)
+				}
+			case *knftables.Rule:
+				if want[obj.Chain] {
+					kept = append(kept, o)
+				}
+			}
+		}
+		clear(ops[len(kept):])
+		return kept
+	}
+	w.chainOps = keep(w.chainOps, nChain)
+	w.rules = keep(w.rules, nRules)
+	clear(w.elemAdds[nAdds:])
+	w.elemAdds = w.elemAdds[:nAdds]
+	for _, c := range chains {
+		if isSharedChain(c) {
+			w.sharedChain(c, true)
+		}
+	}
+}
+
+// countRules updates the writer's count of the rules of each chain from
+// the transaction being rendered: a chain added starts empty unless
+// known, a flush empties it, a rule adds one, a deletion forgets it. A
+// full sync starts from nothing, since it flushes every chain it writes.
+func (w *Writer) countRules(full bool) {
+	if full {
+		clear(w.ruleCounts)
+	}
+	for _, phase := range [][]op{w.chainOps, w.rules, w.finalDels} {
+		for _, o := range phase {
+			switch obj := o.obj.(type) {
+			case *knftables.Chain:
+				switch o.verb {
+				case opAdd:
+					if _, ok := w.ruleCounts[obj.Name]; !ok {
+						w.ruleCounts[obj.Name] = 0
+					}
+				case opFlush:
+					w.ruleCounts[obj.Name] = 0
+				case opDelete:
+					delete(w.ruleCounts, obj.Name)
+				}
+			case *knftables.Rule:
+				w.ruleCounts[obj.Chain]++
+			}
+		}
+	}
+}
