@@ -119,7 +119,9 @@ func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[st
 		ae.String(typ, table)
 		return ae
 	}
-	req, err := nftMsg(unix.NFT_MSG_GETTABLE, netlink.Acknowledge, fam, named(unix.NFTA_TABLE_NAME))
+	// No acknowledgement asked: the reply is the table or an error, and
+	// an acknowledgement left behind would answer the next request.
+	req, err := nftMsg(unix.NFT_MSG_GETTABLE, 0, fam, named(unix.NFTA_TABLE_NAME))
 	if err != nil {
 		return nil, err
 	}
