@@ -83,6 +83,52 @@
 // and the first after a failure list the table's chains and sets once, to
 // find objects no memory holds.
 //
+// # Periodic resync
+//
+// A resync (WriterConfig.FullSyncPeriod) exists to repair what others
+// changed in the table. Rewriting the table for that costs 1.7–1.8 s at
+// 10,000 services, so with WriterConfig.KernelState (NewKernelState: nf_tables
+// netlink, no nft) the writer finds out first, and rewrites only what
+// drifted:
+//
+//  1. Generation. The kernel bumps a namespace-wide counter on every
+//     committed batch of any table. The writer reads it in Sync, before
+//     its transaction runs (g0), and in Applied, after (g1). If g1 is g0
+//     plus the batches it ran (one, two for a split load, none for an
+//     empty transaction), no one else committed between the two reads, so
+//     the kernel at g1 holds what the writer's memory says — provided it
+//     did at g0: g0 was the last such g1, or the sync was full, or a
+//     drift check ran after g0 and its repair is in the transaction. A
+//     commit by another at any moment, between the writer's transactions
+//     or between its render and its run, leaves a larger gap (or a g0 that
+//     is not the recorded one), so it is never taken for the writer's own;
+//     the gap is checked, not assumed. A resync that finds the recorded
+//     generation skips the rewrite: a partial sync, about 100 µs of
+//     kernel reads.
+//  2. Drift check. When the generation moved (another program committed,
+//     to this table or any other, or it could not be read), the writer
+//     compares the kernel with its memory: the table exists, each chain it
+//     wrote holds the number of rules it wrote (one dump of the table's
+//     chains and one of its rules, counted, not decoded), and each element
+//     it wrote is there with its value (looked up by key, 256 keys a
+//     request: a dump of a set costs the kernel quadratic time). What
+//     differs is repaired in the partial sync's transaction: a missing
+//     element added, one with another value deleted and added, a drifted
+//     base, top-level or shared chain added, flushed and filled again.
+//     SyncResult.Resync and Drifted say what happened.
+//  3. Rewrite. When the table is missing (it is loaded again, split with
+//     SplitFirstLoad), a per-service chain drifted (those of affinity and
+//     Local-external services, which only a full render writes), or the
+//     check failed, the resync is a full sync as without KernelState.
+//
+// The check does not see a rule changed in place (the count is the
+// same), an element added by hand that the writer never wrote, the
+// interval sets' elements (firewall-allow, nodeport-ips), or a chain added
+// by hand that nothing jumps to; RequestFullSync still rewrites the table
+// whole, for callers that suspect more. Its cost grows with the elements
+// (about 0.1 s per 1,000 services × 10 endpoints, BENCHMARKS.md, "nftables
+// writer"), not with what drifted; the repair is O(what drifted).
+//
 // # What differs from kube-proxy, and why
 //
 //   - Services are elements: no service-/endpoint- chains for services

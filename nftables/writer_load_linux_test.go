@@ -12,6 +12,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 
@@ -25,8 +26,11 @@ import (
 // and nft's user and system time: user is nft's parsing, system mostly
 // the kernel's work), the same load split (WriterConfig.SplitFirstLoad:
 // the skeleton through nft, the elements through ApplyElements), a forced
-// full resync of the unchanged cluster, and
-// ten one-endpoint partial syncs through knftables (median and range). It runs
+// full resync of the unchanged cluster,
+// ten one-endpoint partial syncs through knftables (median and range), and
+// the periodic resync through a netlink KernelState with nothing changed,
+// after another program's commit and after an element deleted by hand
+// (three each, range). It runs
 // only with PROXYKIT_NFT_BENCH=1, in a throwaway namespace, and logs the
 // figures (go test -v):
 //
@@ -46,7 +50,9 @@ func TestWriterKernelLoad(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10")})
+			clock := clocktesting.NewFakeClock(time.Now())
+			w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"),
+				FullSyncPeriod: time.Hour, Clock: clock, KernelState: nsKernelState(t, ns)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,6 +147,55 @@ func TestWriterKernelLoad(t *testing.T) {
 			sortDurations(times)
 			t.Logf("%s one endpoint going and coming back (10 partial syncs, %.1f operations each): median %v, range %v–%v",
 				size, float64(ops)/10, times[len(times)/2].Round(100*time.Microsecond), times[0].Round(100*time.Microsecond), times[len(times)-1].Round(100*time.Microsecond))
+
+			// The periodic resync (WriterConfig.KernelState), three times
+			// each: with nothing changed, after another program's
+			// commit to a table of its own, and after one element of the
+			// endpoints map deleted by hand. "in the writer" is Sync,
+			// which reads the kernel; "applied" is running what it sent.
+			for _, rc := range []struct {
+				what    string
+				before  func(i int)
+				want    nftables.Resync
+				wantOps int
+			}{
+				{"nothing changed", func(int) {}, nftables.ResyncSkipped, 0},
+				{"after an unrelated commit", func(i int) {
+					ns.MustExec(t, "nft", "add", "table", "ip", fmt.Sprintf("other%d", i))
+				}, nftables.ResyncChecked, 0},
+				{"after one element deleted by hand", func(i int) {
+					ns.MustExec(t, "nft", "delete", "element", "ip", nftables.DefaultTableName, "endpoints",
+						fmt.Sprintf("{ 10.96.0.%d . tcp . 80 . 0 }", i+1))
+				}, nftables.ResyncChecked, 1},
+			} {
+				var inWriter, applied []time.Duration
+				for i := range 3 {
+					rc.before(i)
+					clock.Step(time.Hour)
+					start := time.Now()
+					res := w.Sync(ctx, c.input())
+					inWriter = append(inWriter, time.Since(start))
+					var err error
+					if res.Transaction.NumOperations() > 0 {
+						start = time.Now()
+						err = ns.Do(func() error { return nft.Run(ctx, res.Transaction) })
+						applied = append(applied, time.Since(start))
+					}
+					w.Applied(err)
+					if err != nil || res.Resync != rc.want || res.Transaction.NumOperations() != rc.wantOps {
+						t.Fatalf("resync %s: %v with %d operations, error %v; want %v with %d:\n%s", rc.what, res.Resync,
+							res.Transaction.NumOperations(), err, rc.want, rc.wantOps, res.Transaction)
+					}
+				}
+				sortDurations(inWriter)
+				line := fmt.Sprintf("%s periodic resync, %s: %v, %d operations: in the writer %v–%v", size, rc.what, rc.want,
+					rc.wantOps, inWriter[0].Round(10*time.Microsecond), inWriter[len(inWriter)-1].Round(10*time.Microsecond))
+				if len(applied) > 0 {
+					sortDurations(applied)
+					line += fmt.Sprintf(", applied %v–%v", applied[0].Round(100*time.Microsecond), applied[len(applied)-1].Round(100*time.Microsecond))
+				}
+				t.Log(line)
+			}
 		})
 	}
 }
