@@ -32,6 +32,18 @@ type KernelState interface {
 	CheckElements(elements []*knftables.Element) ([]ElementState, error)
 }
 
+// TableWatcher is implemented by a KernelState that follows the batches
+// committed in the namespace (KernelWatcher). A writer whose KernelState
+// implements it asks, when the generation moved, whether the batches of
+// others touched its table at all, and compares the table only if they
+// did or if the watcher does not know.
+type TableWatcher interface {
+	// Untouched reports whether every batch committed after generation
+	// after, up to and including upTo, is known, and none of them changed
+	// anything in the table. False means "changed or unknown".
+	Untouched(family knftables.Family, table string, after, upTo uint32) bool
+}
+
 // ErrTableNotFound is wrapped by KernelState.RuleCounts's error when the
 // table does not exist.
 var ErrTableNotFound = errors.New("nftables table not found")
@@ -139,7 +151,17 @@ func (w *Writer) readGen(logger klog.Logger) (unchanged bool) {
 		return false
 	}
 	w.gt.g0, w.gt.g0ok = g, true
-	return w.gt.valid && g == w.gt.base
+	if !w.gt.valid {
+		return false
+	}
+	if g == w.gt.base {
+		return true
+	}
+	// While base is valid, every batch after it is another's (the
+	// writer's own vouched ones moved base): if none touched the table,
+	// the table at g is still what memory says.
+	tw, ok := w.kernel.(TableWatcher)
+	return ok && tw.Untouched(w.family, w.table, w.gt.base, g)
 }
 
 // appliedGen records the generation after a transaction applied without

@@ -17,24 +17,39 @@ import (
 	"github.com/proxykit/proxykit/nftables"
 )
 
-// nsKernelState returns NewKernelState for ns, with the namespace's file
-// open until t ends.
-func nsKernelState(t testing.TB, ns *kerneltest.NS) nftables.KernelState {
+// nsKernelState returns NewKernelState for ns, or with watch a
+// KernelWatcher, with the namespace's file open (and the watcher running)
+// until t ends.
+func nsKernelState(t testing.TB, ns *kerneltest.NS, watch bool) nftables.KernelState {
 	t.Helper()
 	f, err := os.Open("/run/netns/" + ns.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return nftables.NewKernelState(int(f.Fd()))
+	if !watch {
+		return nftables.NewKernelState(int(f.Fd()))
+	}
+	kw, err := nftables.WatchKernel(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kw.Close(); err != nil {
+			t.Errorf("closing the watcher: %v", err)
+		}
+	})
+	return kw
 }
 
 // TestWriterResyncKernel runs the periodic resync with a netlink
-// KernelState against the real kernel, for each family, and sends real
+// KernelState, and with a KernelWatcher, against the real kernel, for each
+// family, and sends real
 // connections through a ClusterIP and a NodePort: with nothing changed,
 // and after the writer's own partial sync, the resync sends nothing (the
 // generation says no one else committed); after another program adds a
-// table of its own it reads the table and sends nothing; an endpoints
+// table of its own it reads the table and sends nothing (the watcher: it
+// reads nothing); an endpoints
 // element, a rule of the services chain and a shared chain's rule deleted
 // by hand are each found and repaired by a partial transaction of those
 // objects alone, and the table deleted by hand by a full rewrite; after
@@ -51,170 +66,178 @@ func TestWriterResyncKernel(t *testing.T) {
 		},
 		BackendPort: 8080,
 	})
-	state := nsKernelState(t, nw.Node)
-	for _, tc := range []struct {
-		family                  v1.IPFamily
-		nftFamily               knftables.Family
-		nodeIP, clusterIP, cidr string
-		podA, podB, serviceCIDR string
-		remoteEP                string
-	}{
-		{v1.IPv4Protocol, knftables.IPv4Family, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", "10.0.2.1"},
-		{v1.IPv6Protocol, knftables.IPv6Family, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::11", "fd00:10::12", "fd00:96::/64", "fd00:10::99"},
-	} {
-		t.Run(string(tc.family), func(t *testing.T) {
-			fam := string(tc.nftFamily)
-			var nft knftables.Interface
-			if err := nw.Node.Do(func() (err error) {
-				nft, err = knftables.New(tc.nftFamily, nftables.DefaultTableName)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
-			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
-				IPFamily:       tc.family,
-				NodeName:       "node-a",
-				NodeIPs:        []netip.Addr{addr(tc.nodeIP)},
-				ClusterCIDR:    prefix(tc.cidr),
-				ServiceCIDRs:   []netip.Prefix{prefix(tc.serviceCIDR)},
-				FullSyncPeriod: time.Hour,
-				Clock:          clock,
-				KernelState:    state,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			// sync runs a sync as a proxier does: an empty transaction is
-			// not run.
-			sync := func(c *cluster) nftables.SyncResult {
-				t.Helper()
-				res := w.Sync(ctx, c.input())
-				var err error
-				if res.Transaction.NumOperations() > 0 {
-					err = nw.Node.Do(func() error { return nft.Run(ctx, res.Transaction) })
+	for _, watch := range []bool{false, true} {
+		state := nsKernelState(t, nw.Node, watch)
+		mode := "netlink"
+		afterOther := nftables.ResyncChecked
+		if watch {
+			mode, afterOther = "watcher", nftables.ResyncSkipped
+		}
+		for _, tc := range []struct {
+			family                  v1.IPFamily
+			nftFamily               knftables.Family
+			nodeIP, clusterIP, cidr string
+			podA, podB, serviceCIDR string
+			remoteEP                string
+		}{
+			{v1.IPv4Protocol, knftables.IPv4Family, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", "10.0.2.1"},
+			{v1.IPv6Protocol, knftables.IPv6Family, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::11", "fd00:10::12", "fd00:96::/64", "fd00:10::99"},
+		} {
+			t.Run(mode+"/"+string(tc.family), func(t *testing.T) {
+				fam := string(tc.nftFamily)
+				var nft knftables.Interface
+				if err := nw.Node.Do(func() (err error) {
+					nft, err = knftables.New(tc.nftFamily, nftables.DefaultTableName)
+					return err
+				}); err != nil {
+					t.Fatal(err)
 				}
-				w.Applied(err)
+				clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
+				w, err := nftables.NewWriter(nft, nftables.WriterConfig{
+					IPFamily:       tc.family,
+					NodeName:       "node-a",
+					NodeIPs:        []netip.Addr{addr(tc.nodeIP)},
+					ClusterCIDR:    prefix(tc.cidr),
+					ServiceCIDRs:   []netip.Prefix{prefix(tc.serviceCIDR)},
+					FullSyncPeriod: time.Hour,
+					Clock:          clock,
+					KernelState:    state,
+				})
 				if err != nil {
-					t.Fatalf("nft refused the transaction: %v\n%s", err, res.Transaction)
+					t.Fatal(err)
 				}
-				return res
-			}
-			resync := func(c *cluster, want nftables.Resync, wantOps int) nftables.SyncResult {
-				t.Helper()
-				clock.Step(time.Hour)
-				res := sync(c)
-				if res.Resync != want || (wantOps >= 0 && res.Transaction.NumOperations() != wantOps) {
-					t.Fatalf("resync: %v with %d operations, want %v with %d:\n%s", res.Resync, res.Transaction.NumOperations(), want, wantOps, res.Transaction)
+				ctx := context.Background()
+				// sync runs a sync as a proxier does: an empty transaction is
+				// not run.
+				sync := func(c *cluster) nftables.SyncResult {
+					t.Helper()
+					res := w.Sync(ctx, c.input())
+					var err error
+					if res.Transaction.NumOperations() > 0 {
+						err = nw.Node.Do(func() error { return nft.Run(ctx, res.Transaction) })
+					}
+					w.Applied(err)
+					if err != nil {
+						t.Fatalf("nft refused the transaction: %v\n%s", err, res.Transaction)
+					}
+					return res
 				}
-				return res
-			}
-			clusterIP := netip.AddrPortFrom(addr(tc.clusterIP), 80)
-			nodePort := netip.AddrPortFrom(addr(tc.nodeIP), 30080)
-			// serves checks that connections to the cluster IP and the
-			// node port reach both pods, and none fails.
-			serves := func(when string) {
-				t.Helper()
-				for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
-					seen := map[string]bool{}
-					for range 12 {
-						r, err := kerneltest.Dial(nw.Client, "tcp", dst, 2*time.Second)
-						if err != nil {
-							t.Fatalf("%s: connecting to %s: %v", when, dst, err)
+				resync := func(c *cluster, want nftables.Resync, wantOps int) nftables.SyncResult {
+					t.Helper()
+					clock.Step(time.Hour)
+					res := sync(c)
+					if res.Resync != want || (wantOps >= 0 && res.Transaction.NumOperations() != wantOps) {
+						t.Fatalf("resync: %v with %d operations, want %v with %d:\n%s", res.Resync, res.Transaction.NumOperations(), want, wantOps, res.Transaction)
+					}
+					return res
+				}
+				clusterIP := netip.AddrPortFrom(addr(tc.clusterIP), 80)
+				nodePort := netip.AddrPortFrom(addr(tc.nodeIP), 30080)
+				// serves checks that connections to the cluster IP and the
+				// node port reach both pods, and none fails.
+				serves := func(when string) {
+					t.Helper()
+					for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
+						seen := map[string]bool{}
+						for range 12 {
+							r, err := kerneltest.Dial(nw.Client, "tcp", dst, 2*time.Second)
+							if err != nil {
+								t.Fatalf("%s: connecting to %s: %v", when, dst, err)
+							}
+							seen[r.Name] = true
 						}
-						seen[r.Name] = true
-					}
-					if !seen["pod-a"] || !seen["pod-b"] {
-						t.Errorf("%s: %s reached %v, want both pods", when, dst, seen)
+						if !seen["pod-a"] || !seen["pod-b"] {
+							t.Errorf("%s: %s reached %v, want both pods", when, dst, seen)
+						}
 					}
 				}
-			}
 
-			c := newCluster(tc.family, "node-a")
-			c.setService(makeService("ns", "web", tc.clusterIP, withNodePort(30080)))
-			c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
-			// A service without endpoints and one with a Local external
-			// policy and none here: no-endpoint elements going to the
-			// reject chain and to drop, which the comparison must read
-			// as unchanged.
-			c.setService(makeService("ns", "empty", tc.clusterIP[:len(tc.clusterIP)-2]+"20", withNodePort(30081)))
-			c.setService(makeService("ns", "far", tc.clusterIP[:len(tc.clusterIP)-2]+"30", withNodePort(30082), withExternalLocal()))
-			c.setEndpoints("ns", "far", tcp8080, remote(tc.remoteEP))
-			if res := sync(c); !res.Full {
-				t.Fatal("first sync not full")
-			}
-			serves("after the first sync")
-			if m := nw.Node.MustExec(t, "nft", "list", "map", fam, nftables.DefaultTableName, "no-endpoint-nodeports"); !strings.Contains(m, ": drop") || !strings.Contains(m, ": goto reject-chain") {
-				t.Fatalf("no-endpoint-nodeports lacks a drop or a reject element:\n%s", m)
-			}
-
-			resync(c, nftables.ResyncSkipped, 0)
-
-			// The writer's own partial syncs are not taken for
-			// another's commit.
-			c.setEndpoints("ns", "web", tcp8080, local(tc.podA))
-			sync(c)
-			c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
-			sync(c)
-			resync(c, nftables.ResyncSkipped, 0)
-
-			// Another program's table: the generation moves, the
-			// writer's table has not.
-			nw.Node.MustExec(t, "nft", "add", "table", fam, "other-"+fam)
-			t.Cleanup(func() { nw.Node.Exec("nft", "delete", "table", fam, "other-"+fam) })
-			if res := resync(c, nftables.ResyncChecked, 0); res.Drifted != 0 {
-				t.Errorf("after an unrelated commit: %d objects drifted, want none", res.Drifted)
-			}
-			resync(c, nftables.ResyncSkipped, 0)
-
-			// An endpoints element deleted by hand: index 0 of the
-			// cluster IP's endpoints.
-			nw.Node.MustExec(t, "nft", "delete", "element", fam, nftables.DefaultTableName, "endpoints",
-				"{ "+tc.clusterIP+" . tcp . 80 . 0 }")
-			res := resync(c, nftables.ResyncChecked, 1)
-			if res.Drifted != 1 || !strings.HasPrefix(res.Transaction.String(), "add element "+fam+" kube-proxy endpoints") {
-				t.Errorf("element repair: %d drifted, transaction\n%s", res.Drifted, res.Transaction)
-			}
-			serves("after the element's repair")
-
-			// A rule deleted by hand: the services chain's lookup of
-			// service-ips, which every service goes through.
-			deleteRule := func(chain, match string) {
-				t.Helper()
-				listing := nw.Node.MustExec(t, "nft", "-a", "list", "chain", fam, nftables.DefaultTableName, chain)
-				m := regexp.MustCompile(regexp.QuoteMeta(match) + `.*# handle (\d+)`).FindStringSubmatch(listing)
-				if m == nil {
-					t.Fatalf("no rule with %q in chain %s:\n%s", match, chain, listing)
+				c := newCluster(tc.family, "node-a")
+				c.setService(makeService("ns", "web", tc.clusterIP, withNodePort(30080)))
+				c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
+				// A service without endpoints and one with a Local external
+				// policy and none here: no-endpoint elements going to the
+				// reject chain and to drop, which the comparison must read
+				// as unchanged.
+				c.setService(makeService("ns", "empty", tc.clusterIP[:len(tc.clusterIP)-2]+"20", withNodePort(30081)))
+				c.setService(makeService("ns", "far", tc.clusterIP[:len(tc.clusterIP)-2]+"30", withNodePort(30082), withExternalLocal()))
+				c.setEndpoints("ns", "far", tcp8080, remote(tc.remoteEP))
+				if res := sync(c); !res.Full {
+					t.Fatal("first sync not full")
 				}
-				nw.Node.MustExec(t, "nft", "delete", "rule", fam, nftables.DefaultTableName, chain, "handle", m[1])
-			}
-			deleteRule("services", "@service-ips")
-			if r, err := kerneltest.Dial(nw.Client, "tcp", clusterIP, time.Second); err == nil {
-				t.Fatalf("the cluster IP still served (%s) without the services chain's rule", r.Name)
-			}
-			res = resync(c, nftables.ResyncChecked, -1)
-			if res.Drifted != 1 || strings.Contains(res.Transaction.String(), "element") {
-				t.Errorf("chain repair: %d drifted, want 1 and no element; transaction\n%s", res.Drifted, res.Transaction)
-			}
-			serves("after the services chain's repair")
+				serves("after the first sync")
+				if m := nw.Node.MustExec(t, "nft", "list", "map", fam, nftables.DefaultTableName, "no-endpoint-nodeports"); !strings.Contains(m, ": drop") || !strings.Contains(m, ": goto reject-chain") {
+					t.Fatalf("no-endpoint-nodeports lacks a drop or a reject element:\n%s", m)
+				}
 
-			// A shared chain's DNAT rule deleted by hand.
-			deleteRule("lb-2", "tcp dport")
-			res = resync(c, nftables.ResyncChecked, 6)
-			if res.Drifted != 1 {
-				t.Errorf("shared chain repair: %d drifted, want 1; transaction\n%s", res.Drifted, res.Transaction)
-			}
-			serves("after the shared chain's repair")
+				resync(c, nftables.ResyncSkipped, 0)
 
-			// The table deleted by hand: rewritten whole.
-			nw.Node.MustExec(t, "nft", "delete", "table", fam, nftables.DefaultTableName)
-			if res := resync(c, nftables.ResyncRewrite, -1); !res.Full {
-				t.Fatal("resync of a deleted table not full")
-			}
-			serves("after the table's rewrite")
-			resync(c, nftables.ResyncSkipped, 0)
-			nw.Node.MustExec(t, "nft", "delete", "table", fam, nftables.DefaultTableName)
-		})
+				// The writer's own partial syncs are not taken for
+				// another's commit.
+				c.setEndpoints("ns", "web", tcp8080, local(tc.podA))
+				sync(c)
+				c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
+				sync(c)
+				resync(c, nftables.ResyncSkipped, 0)
+
+				// Another program's table: the generation moves, the
+				// writer's table has not.
+				other := "other-" + mode
+				nw.Node.MustExec(t, "nft", "add", "table", fam, other)
+				t.Cleanup(func() { nw.Node.Exec("nft", "delete", "table", fam, other) })
+				if res := resync(c, afterOther, 0); res.Drifted != 0 {
+					t.Errorf("after an unrelated commit: %d objects drifted, want none", res.Drifted)
+				}
+				resync(c, nftables.ResyncSkipped, 0)
+
+				// An endpoints element deleted by hand: index 0 of the
+				// cluster IP's endpoints.
+				nw.Node.MustExec(t, "nft", "delete", "element", fam, nftables.DefaultTableName, "endpoints",
+					"{ "+tc.clusterIP+" . tcp . 80 . 0 }")
+				res := resync(c, nftables.ResyncChecked, 1)
+				if res.Drifted != 1 || !strings.HasPrefix(res.Transaction.String(), "add element "+fam+" kube-proxy endpoints") {
+					t.Errorf("element repair: %d drifted, transaction\n%s", res.Drifted, res.Transaction)
+				}
+				serves("after the element's repair")
+
+				// A rule deleted by hand: the services chain's lookup of
+				// service-ips, which every service goes through.
+				deleteRule := func(chain, match string) {
+					t.Helper()
+					listing := nw.Node.MustExec(t, "nft", "-a", "list", "chain", fam, nftables.DefaultTableName, chain)
+					m := regexp.MustCompile(regexp.QuoteMeta(match) + `.*# handle (\d+)`).FindStringSubmatch(listing)
+					if m == nil {
+						t.Fatalf("no rule with %q in chain %s:\n%s", match, chain, listing)
+					}
+					nw.Node.MustExec(t, "nft", "delete", "rule", fam, nftables.DefaultTableName, chain, "handle", m[1])
+				}
+				deleteRule("services", "@service-ips")
+				if r, err := kerneltest.Dial(nw.Client, "tcp", clusterIP, time.Second); err == nil {
+					t.Fatalf("the cluster IP still served (%s) without the services chain's rule", r.Name)
+				}
+				res = resync(c, nftables.ResyncChecked, -1)
+				if res.Drifted != 1 || strings.Contains(res.Transaction.String(), "element") {
+					t.Errorf("chain repair: %d drifted, want 1 and no element; transaction\n%s", res.Drifted, res.Transaction)
+				}
+				serves("after the services chain's repair")
+
+				// A shared chain's DNAT rule deleted by hand.
+				deleteRule("lb-2", "tcp dport")
+				res = resync(c, nftables.ResyncChecked, 6)
+				if res.Drifted != 1 {
+					t.Errorf("shared chain repair: %d drifted, want 1; transaction\n%s", res.Drifted, res.Transaction)
+				}
+				serves("after the shared chain's repair")
+
+				// The table deleted by hand: rewritten whole.
+				nw.Node.MustExec(t, "nft", "delete", "table", fam, nftables.DefaultTableName)
+				if res := resync(c, nftables.ResyncRewrite, -1); !res.Full {
+					t.Fatal("resync of a deleted table not full")
+				}
+				serves("after the table's rewrite")
+				resync(c, nftables.ResyncSkipped, 0)
+				nw.Node.MustExec(t, "nft", "delete", "table", fam, nftables.DefaultTableName)
+			})
+		}
 	}
 }

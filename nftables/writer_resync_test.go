@@ -30,6 +30,10 @@ type fakeKernel struct {
 	checkErr error
 	// checked counts the elements CheckElements was asked about.
 	checked int
+	// touched holds the generations of the batches run on the Fake's
+	// table; a generation bumped by hand (gen++) is another program's
+	// batch on a table of its own.
+	touched map[uint32]bool
 }
 
 func (k *fakeKernel) Run(ctx context.Context, tx *knftables.Transaction) error {
@@ -38,8 +42,32 @@ func (k *fakeKernel) Run(ctx context.Context, tx *knftables.Transaction) error {
 	}
 	if tx.NumOperations() > 0 {
 		k.gen++
+		k.touched[k.gen] = true
 	}
 	return nil
+}
+
+// watchingKernel is a fakeKernel that is also a TableWatcher, as
+// KernelWatcher is: it knows which batches touched the table, except
+// those up to lostThrough.
+type watchingKernel struct {
+	*fakeKernel
+	lostThrough uint32
+}
+
+func (k *watchingKernel) Untouched(family knftables.Family, table string, after, upTo uint32) bool {
+	if family != knftables.IPv4Family || table != nftables.DefaultTableName {
+		return true
+	}
+	if k.lostThrough > after {
+		return false
+	}
+	for g := after + 1; g <= upTo; g++ {
+		if k.touched[g] {
+			return false
+		}
+	}
+	return true
 }
 
 func (k *fakeKernel) Generation() (uint32, error) { return k.gen, k.genErr }
@@ -103,18 +131,24 @@ type resyncRig struct {
 	w     *nftables.Writer
 	c     *cluster
 	clock *clocktesting.FakeClock
+	state nftables.KernelState
 }
 
 const resyncPeriod = time.Hour
 
-func newResyncRig(t *testing.T, withState bool) *resyncRig {
-	k := &fakeKernel{Fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)}
+// newResyncRig makes a rig whose writer has no KernelState (state ""), a
+// fakeKernel ("plain") or a watchingKernel ("watch").
+func newResyncRig(t *testing.T, state string) *resyncRig {
+	k := &fakeKernel{Fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName), touched: map[uint32]bool{}}
 	clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 	cfg := baseConfig()
 	cfg.FullSyncPeriod = resyncPeriod
 	cfg.Clock = clock
-	if withState {
+	switch state {
+	case "plain":
 		cfg.KernelState = k
+	case "watch":
+		cfg.KernelState = &watchingKernel{fakeKernel: k}
 	}
 	w, err := nftables.NewWriter(k, cfg)
 	if err != nil {
@@ -127,7 +161,7 @@ func newResyncRig(t *testing.T, withState bool) *resyncRig {
 	c.setEndpoints("ns", "b", tcp8080, local("10.0.1.2"), remote("10.0.2.2"))
 	c.setService(makeService("ns", "c", "10.96.0.3", withLoadBalancer("203.0.113.3", "198.51.100.0/24")))
 	c.setEndpoints("ns", "c", tcp8080)
-	r := &resyncRig{t: t, k: k, w: w, c: c, clock: clock}
+	r := &resyncRig{t: t, k: k, w: w, c: c, clock: clock, state: cfg.KernelState}
 	if res := r.sync(); !res.Full {
 		t.Fatal("first sync not full")
 	}
@@ -354,7 +388,7 @@ func TestWriterResync(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newResyncRig(t, true)
+			r := newResyncRig(t, "plain")
 			want := normalDump(r.k.Fake)
 			tc.change(r)
 			if tc.own {
@@ -403,7 +437,7 @@ func TestWriterResync(t *testing.T) {
 // TestWriterResyncWithoutKernelState checks that a writer without a
 // KernelState rewrites its table at every periodic resync, as before.
 func TestWriterResyncWithoutKernelState(t *testing.T) {
-	r := newResyncRig(t, false)
+	r := newResyncRig(t, "")
 	for range 2 {
 		if res := r.resync(); !res.Full || res.Resync != nftables.ResyncRewrite {
 			t.Errorf("resync: full %v, %v; want a full rewrite", res.Full, res.Resync)
@@ -414,7 +448,7 @@ func TestWriterResyncWithoutKernelState(t *testing.T) {
 // TestWriterResyncAfterFailure checks that a failed transaction makes the
 // next sync full, and the resync after that skipped again.
 func TestWriterResyncAfterFailure(t *testing.T) {
-	r := newResyncRig(t, true)
+	r := newResyncRig(t, "plain")
 	r.c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"))
 	r.w.Sync(context.Background(), r.c.input())
 	r.w.Applied(errors.New("nft refused it"))
@@ -423,5 +457,47 @@ func TestWriterResyncAfterFailure(t *testing.T) {
 	}
 	if res := r.resync(); res.Resync != nftables.ResyncSkipped {
 		t.Errorf("resync after the full sync: %v, want skipped", res.Resync)
+	}
+}
+
+// TestWriterResyncWatched checks the resync with a TableWatcher: batches
+// of others that did not touch the table cost no comparison, even when
+// the writer's own partial syncs came after them; a batch that touched it,
+// or lost notifications, still make the writer compare.
+func TestWriterResyncWatched(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		change      func(r *resyncRig, wk *watchingKernel)
+		wantResync  nftables.Resync
+		wantDrifted int
+	}{
+		{"another program committed to its own table", func(r *resyncRig, _ *watchingKernel) { r.k.gen++ }, nftables.ResyncSkipped, 0},
+		{"another program's commit, then the writer's partial sync", func(r *resyncRig, _ *watchingKernel) {
+			r.k.gen++
+			r.c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"))
+			r.sync()
+		}, nftables.ResyncSkipped, 0},
+		{"an element deleted by hand", func(r *resyncRig, _ *watchingKernel) {
+			el := *r.firstElement("endpoints")
+			r.byHand(func(tx *knftables.Transaction) { tx.Delete(&el) })
+		}, nftables.ResyncChecked, 1},
+		{"notifications lost", func(r *resyncRig, wk *watchingKernel) {
+			r.k.gen++
+			wk.lostThrough = r.k.gen
+		}, nftables.ResyncChecked, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newResyncRig(t, "watch")
+			wk := r.state.(*watchingKernel)
+			tc.change(r, wk)
+			checked := r.k.checked
+			res := r.resync()
+			if res.Resync != tc.wantResync || res.Drifted != tc.wantDrifted || res.Full {
+				t.Errorf("resync: %v drifted %d full %v, want %v drifted %d\n%s", res.Resync, res.Drifted, res.Full, tc.wantResync, tc.wantDrifted, res.Transaction)
+			}
+			if compared := r.k.checked > checked; compared != (tc.wantResync == nftables.ResyncChecked) {
+				t.Errorf("elements compared: %v, want %v", compared, !compared)
+			}
+		})
 	}
 }

@@ -1,0 +1,181 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+)
+
+// watchWait bounds how long Untouched waits for the notifications of a
+// batch whose generation it was asked about: the kernel bumps the
+// generation before it sends them, within the same commit.
+const watchWait = time.Second
+
+// KernelWatcher is a KernelState (NewKernelState's) that also follows
+// nf_tables' monitor group in its namespace, and so knows which tables
+// each committed batch changed (TableWatcher): a periodic resync after
+// another program's commit to another table then reads nothing of the
+// writer's table. Every commit in the namespace then also costs the
+// kernel a notification per object changed, which the watcher reads in a
+// goroutine of its own until Close. When notifications are lost (its
+// socket overflows: a batch of tens of thousands of objects, such as a
+// full load), it says so and the writer compares the table instead.
+type KernelWatcher struct {
+	netlinkState
+	conn *netlink.Conn
+
+	mu sync.Mutex
+	// seen is the generation of the last batch whose notifications were
+	// all read; notify is closed when it moves.
+	seen   uint32
+	notify chan struct{}
+	// lastTouch is, per table, the last batch that changed it.
+	lastTouch map[tableKey]uint32
+	// unknownThrough: what batches up to this generation changed is not
+	// known (before the watcher started, or notifications lost).
+	unknownThrough uint32
+	lostPending    bool
+	batch          map[tableKey]bool
+	closed         bool
+	done           chan struct{}
+}
+
+type tableKey struct {
+	family byte
+	table  string
+}
+
+// WatchKernel starts a KernelWatcher on the network namespace netnsFD
+// names (see NewKernelState). It fails if the monitor group cannot be
+// joined. Close stops it.
+func WatchKernel(netnsFD int) (*KernelWatcher, error) {
+	w := &KernelWatcher{netlinkState: netlinkState{netns: netnsFD}, notify: make(chan struct{}),
+		lastTouch: map[tableKey]uint32{}, batch: map[tableKey]bool{}, done: make(chan struct{})}
+	conn, err := w.dial()
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.JoinGroup(unix.NFNLGRP_NFTABLES); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("nftables netlink: joining the nf_tables monitor group: %w", err)
+	}
+	// Room for the notifications of batches of a few thousand objects
+	// (about 1 KB each in the buffer's accounting).
+	if err := forceReadBuffer(conn, 16<<20); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	// Read after joining: every batch after this generation is seen.
+	g, err := w.Generation()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	w.conn, w.seen, w.unknownThrough = conn, g, g
+	go w.read()
+	return w, nil
+}
+
+// Close stops the watcher; Untouched then reports false.
+func (w *KernelWatcher) Close() error {
+	err := w.conn.Close()
+	<-w.done
+	return err
+}
+
+func (w *KernelWatcher) read() {
+	defer close(w.done)
+	for {
+		msgs, err := w.conn.Receive()
+		if err != nil {
+			if errors.Is(err, unix.ENOBUFS) {
+				w.mu.Lock()
+				w.lostPending = true
+				clear(w.batch)
+				w.mu.Unlock()
+				continue
+			}
+			w.mu.Lock()
+			w.closed = true
+			close(w.notify)
+			w.notify = make(chan struct{})
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Lock()
+		for _, m := range msgs {
+			if len(m.Data) < 4 || m.Header.Type>>8 != unix.NFNL_SUBSYS_NFTABLES {
+				continue
+			}
+			if m.Header.Type&0xff != unix.NFT_MSG_NEWGEN {
+				// Every object's notification names its table in
+				// attribute 1 (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE,
+				// NFTA_RULE_TABLE, NFTA_SET_TABLE, ...).
+				w.batch[tableKey{m.Data[0], attrString(m.Data, 1)}] = true
+				continue
+			}
+			v, ok := attr(m.Data, unix.NFTA_GEN_ID)
+			if !ok || len(v) != 4 {
+				w.lostPending = true
+				continue
+			}
+			g := binary.BigEndian.Uint32(v)
+			for k := range w.batch {
+				w.lastTouch[k] = g
+			}
+			clear(w.batch)
+			if w.lostPending {
+				w.unknownThrough, w.lostPending = g, false
+			}
+			w.seen = g
+			close(w.notify)
+			w.notify = make(chan struct{})
+		}
+		w.mu.Unlock()
+	}
+}
+
+// genLE reports whether generation a is not after b, in serial-number
+// arithmetic, so that the comparison survives the counter's wrap.
+func genLE(a, b uint32) bool { return int32(a-b) <= 0 }
+
+// Untouched reports whether the watcher read the notifications of every
+// batch committed after generation after, up to upTo, and none changed
+// anything in the table. It waits up to a second for upTo's
+// notifications, and reports false when they do not come, when
+// notifications were lost in that range, or when it is closed.
+func (w *KernelWatcher) Untouched(family knftables.Family, table string, after, upTo uint32) bool {
+	fam, err := nfproto(family)
+	if err != nil {
+		return false
+	}
+	timeout := time.NewTimer(watchWait)
+	defer timeout.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for !genLE(upTo, w.seen) {
+		if w.closed {
+			return false
+		}
+		ch := w.notify
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout.C:
+			w.mu.Lock()
+			return false
+		}
+		w.mu.Lock()
+	}
+	if w.closed || !genLE(w.unknownThrough, after) {
+		return false
+	}
+	last, ok := w.lastTouch[tableKey{fam, table}]
+	return !ok || genLE(last, after)
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package nftables
+
+import "sigs.k8s.io/knftables"
+
+// KernelWatcher follows nf_tables' monitor group, which exists on Linux
+// only.
+type KernelWatcher struct{ unsupportedState }
+
+// WatchKernel fails: nf_tables exists on Linux only.
+func WatchKernel(netnsFD int) (*KernelWatcher, error) { return nil, errUnsupported }
+
+// Close does nothing.
+func (*KernelWatcher) Close() error { return nil }
+
+// Untouched reports false: nothing is known.
+func (*KernelWatcher) Untouched(knftables.Family, string, uint32, uint32) bool { return false }
