@@ -13,8 +13,8 @@ import (
 // KernelState reads from the kernel what a Writer's periodic resync needs
 // to find out, without listing its table through nft, whether the table
 // still holds what the writer wrote. NewKernelState returns the nf_tables
-// netlink implementation; tests may give a fake that reads a
-// knftables.Fake.
+// netlink implementation and WatchKernel one that is also a TableWatcher;
+// tests may give a fake that reads a knftables.Fake.
 type KernelState interface {
 	// Generation returns the nf_tables generation of the namespace the
 	// writer's table is in: a counter the kernel bumps once for every
@@ -69,8 +69,9 @@ const (
 	// another reason.
 	ResyncNone Resync = iota
 	// ResyncSkipped: the namespace's nf_tables generation was still the
-	// one after the writer's last transaction, so nothing can have
-	// changed the table: the sync is partial.
+	// one after the writer's last transaction, or a TableWatcher saw that
+	// the batches since did not touch the table, so nothing can have
+	// changed it: the sync is partial.
 	ResyncSkipped
 	// ResyncChecked: others committed since, so the writer compared the
 	// table with its memory (WriterConfig.KernelState) and the partial

@@ -11,6 +11,9 @@ type KernelWatcher struct{ unsupportedState }
 // WatchKernel fails: nf_tables exists on Linux only.
 func WatchKernel(netnsFD int) (*KernelWatcher, error) { return nil, errUnsupported }
 
+// Quiet returns fn's error.
+func (*KernelWatcher) Quiet(fn func() error) error { return fn() }
+
 // Close does nothing.
 func (*KernelWatcher) Close() error { return nil }
 

@@ -127,7 +127,9 @@ type WriterConfig struct {
 	// KernelState, when not nil, makes the periodic resync check the
 	// kernel instead of rewriting the table (FullSyncPeriod). It must
 	// read the network namespace that the Interface's transactions go
-	// to; NewKernelState gives one.
+	// to; NewKernelState gives one, WatchKernel one that also follows
+	// the namespace's commits (TableWatcher), so that others' commits to
+	// other tables cost no comparison.
 	KernelState KernelState
 
 	// Clock is read for FullSyncPeriod; nil means the real clock.
