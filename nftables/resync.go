@@ -34,14 +34,32 @@ type KernelState interface {
 
 // TableWatcher is implemented by a KernelState that follows the batches
 // committed in the namespace (KernelWatcher). A writer whose KernelState
-// implements it asks, when the generation moved, whether the batches of
-// others touched its table at all, and compares the table only if they
-// did or if the watcher does not know.
+// implements it asks, when the generation moved, what the batches of
+// others changed in its table, and compares only that.
 type TableWatcher interface {
-	// Untouched reports whether every batch committed after generation
-	// after, up to and including upTo, is known, and none of them changed
-	// anything in the table. False means "changed or unknown".
-	Untouched(family knftables.Family, table string, after, upTo uint32) bool
+	// Changes returns what the batches committed after generation after,
+	// up to and including upTo, changed in the table, and false if that
+	// is not known (notifications lost, or the watcher stopped).
+	Changes(family knftables.Family, table string, after, upTo uint32) (TableChanges, bool)
+}
+
+// TableChanges is what batches changed in a table, as a TableWatcher
+// saw them.
+type TableChanges struct {
+	// Touched is false when no batch changed anything in the table; the
+	// other fields are then empty.
+	Touched bool
+	// All says the batches changed more than Chains and Elements list
+	// (the table or a set was added or deleted, or there was too much to
+	// keep): the whole table must be compared.
+	All bool
+	// Chains are the chains added, deleted, or whose rules changed.
+	Chains map[string]bool
+	// Elements are, by set or map name, the keys of the elements added
+	// or deleted, their parts joined by " . " as nft writes them.
+	// Elements of sets whose elements the writer does not compare
+	// (firewall-allow, nodeport-ips) may be left out.
+	Elements map[string]map[string]bool
 }
 
 // ErrTableNotFound is wrapped by KernelState.RuleCounts's error when the
@@ -139,30 +157,45 @@ func nextGen(g, n uint32) uint32 {
 }
 
 // readGen reads g0 for the sync being rendered and reports whether the
-// kernel is known to be unchanged since the writer's last transaction.
-func (w *Writer) readGen(logger klog.Logger) (unchanged bool) {
+// kernel is known to be unchanged since the writer's last transaction;
+// if not, scope is what a TableWatcher saw others change in the table
+// (nil: unknown, compare everything).
+func (w *Writer) readGen(logger klog.Logger) (unchanged bool, scope *TableChanges) {
 	w.gt.g0ok, w.gt.vouch = false, false
 	if w.kernel == nil {
-		return false
+		return false, nil
 	}
 	g, err := w.kernel.Generation()
 	if err != nil {
 		logger.Error(err, "Reading the nf_tables generation failed; the next periodic resync compares the table", "table", w.table, "ipFamily", w.cfg.IPFamily)
 		w.gt.valid = false
-		return false
+		return false, nil
 	}
 	w.gt.g0, w.gt.g0ok = g, true
 	if !w.gt.valid {
-		return false
+		return false, nil
 	}
 	if g == w.gt.base {
-		return true
+		return true, nil
 	}
 	// While base is valid, every batch after it is another's (the
 	// writer's own vouched ones moved base): if none touched the table,
-	// the table at g is still what memory says.
+	// the table at g is still what memory says; if some did, what they
+	// touched is all that can differ.
 	tw, ok := w.kernel.(TableWatcher)
-	return ok && tw.Untouched(w.family, w.table, w.gt.base, g)
+	if !ok {
+		return false, nil
+	}
+	ch, known := tw.Changes(w.family, w.table, w.gt.base, g)
+	switch {
+	case !known:
+		return false, nil
+	case !ch.Touched:
+		return true, nil
+	case ch.All:
+		return false, nil
+	}
+	return false, &ch
 }
 
 // appliedGen records the generation after a transaction applied without
@@ -204,12 +237,14 @@ var staticChains = func() map[string]bool {
 // not possible or not enough: the table is missing, reading failed, or a
 // per-service chain drifted; the sync must then be full.
 //
-// It does not see a rule changed in place (same count), an element added
-// by hand that nothing wants, elements of the interval sets
-// (firewall-allow, nodeport-ips), or chains added by hand that nothing
-// jumps to: none of these can be told from the counts and keys it reads
-// without listing the table.
-func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger) (drifted int, ok bool) {
+// With a scope, only the elements in it are compared (the chains always
+// are: they are few). It does not see a rule changed in place (same
+// count) unless a scope names its chain, an element added by hand that
+// nothing wants, elements of the interval sets (firewall-allow,
+// nodeport-ips), or chains added by hand that nothing jumps to: none of
+// these can be told from the counts and keys it reads without listing the
+// table.
+func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger, scope *TableChanges) (drifted int, ok bool) {
 	counts, err := w.kernel.RuleCounts(w.family, w.table)
 	if err != nil {
 		if errors.Is(err, ErrTableNotFound) {
@@ -222,7 +257,7 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger) (drifted in
 	}
 	var chains []string
 	for _, name := range slices.Sorted(maps.Keys(w.ruleCounts)) {
-		if n, found := counts[name]; found && n == w.ruleCounts[name] {
+		if n, found := counts[name]; found && n == w.ruleCounts[name] && (scope == nil || !scope.Chains[name]) {
 			continue
 		}
 		if !staticChains[name] && !isSharedChain(name) {
@@ -237,6 +272,16 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger) (drifted in
 	var tabs []*elemTable
 	for _, t := range w.tables {
 		if t.name == firewallAllowSet {
+			continue
+		}
+		if scope != nil {
+			for key := range scope.Elements[t.name] {
+				if e := t.entries[key]; e != nil && e.inKernel {
+					elems = append(elems, t.element(w, e, &e.written))
+					entries = append(entries, e)
+					tabs = append(tabs, t)
+				}
+			}
 			continue
 		}
 		for _, e := range t.entries {

@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,13 +41,13 @@ type KernelWatcher struct {
 	// all read; notify is closed when it moves.
 	seen   uint32
 	notify chan struct{}
-	// lastTouch is, per table, the last batch that changed it.
-	lastTouch map[tableKey]uint32
+	// logs are, per table, what the batches changed.
+	logs map[tableKey]*tableLog
 	// unknownThrough: what batches up to this generation changed is not
 	// known (before the watcher started, or notifications lost).
 	unknownThrough uint32
 	lostPending    bool
-	batch          map[tableKey]bool
+	batch          map[tableKey]*batchChanges
 	closed         bool
 	done           chan struct{}
 }
@@ -54,12 +57,148 @@ type tableKey struct {
 	table  string
 }
 
+// maxLoggedKeys bounds the element keys a table's log keeps; past it the
+// log says "everything" for the batches up to then.
+const maxLoggedKeys = 1 << 14
+
+// tableLog is what batches changed in one table.
+type tableLog struct {
+	// last is the last batch that changed the table.
+	last uint32
+	// allThrough: batches up to this generation changed more than the
+	// log lists (valid if hasAll).
+	allThrough uint32
+	hasAll     bool
+	batches    []*batchChanges
+	keys       int
+}
+
+type batchChanges struct {
+	gen      uint32
+	all      bool
+	chains   map[string]bool
+	elements map[string]map[string]bool
+	keys     int
+}
+
+func (b *batchChanges) element(set, key string) {
+	if b.elements == nil {
+		b.elements = map[string]map[string]bool{}
+	}
+	if b.elements[set] == nil {
+		b.elements[set] = map[string]bool{}
+	}
+	b.elements[set][key] = true
+	b.keys++
+}
+
+// record adds to b what the notification m says changed.
+func (b *batchChanges) record(m netlink.Message) {
+	switch m.Header.Type & 0xff {
+	case unix.NFT_MSG_NEWCHAIN, unix.NFT_MSG_DELCHAIN:
+		if b.chains == nil {
+			b.chains = map[string]bool{}
+		}
+		b.chains[attrString(m.Data, unix.NFTA_CHAIN_NAME)] = true
+	case unix.NFT_MSG_NEWRULE, unix.NFT_MSG_DELRULE:
+		if b.chains == nil {
+			b.chains = map[string]bool{}
+		}
+		b.chains[attrString(m.Data, unix.NFTA_RULE_CHAIN)] = true
+	case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
+		set := attrString(m.Data, unix.NFTA_SET_ELEM_LIST_SET)
+		spec, ok := checkSets[set]
+		if !ok {
+			// Sets the writer does not compare (interval sets).
+			return
+		}
+		list, _ := attr(m.Data, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		keys, ok := elementKeys(list, spec.key, m.Data[0] == unix.NFPROTO_IPV6)
+		// No key (a flush of the set, as the kernel may announce it) is
+		// everything.
+		if !ok || len(keys) == 0 {
+			b.all = true
+			return
+		}
+		for _, k := range keys {
+			b.element(set, k)
+		}
+	default:
+		// The table, a set, an object: more than can be listed.
+		b.all = true
+	}
+}
+
+// elementKeys decodes the keys of a NFTA_SET_ELEM_LIST_ELEMENTS list as nft
+// writes them, or fails on one it cannot read.
+func elementKeys(list []byte, fields []field, v6 bool) ([]string, bool) {
+	ad, err := netlink.NewAttributeDecoder(list)
+	if err != nil {
+		return nil, false
+	}
+	var keys []string
+	ok := true
+	for ad.Next() {
+		ad.Nested(func(elem *netlink.AttributeDecoder) error {
+			for elem.Next() {
+				if elem.Type() != unix.NFTA_SET_ELEM_KEY {
+					continue
+				}
+				elem.Nested(func(k *netlink.AttributeDecoder) error {
+					for k.Next() {
+						if k.Type() == unix.NFTA_DATA_VALUE {
+							key, good := decodeFields(fields, k.Bytes(), v6)
+							ok = ok && good
+							keys = append(keys, key)
+						}
+					}
+					return nil
+				})
+			}
+			return nil
+		})
+	}
+	return keys, ok && ad.Err() == nil
+}
+
+// decodeFields is encodeFields' inverse: the parts joined by " . ".
+func decodeFields(fields []field, b []byte, v6 bool) (string, bool) {
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		n := 4
+		if f == fAddr && v6 {
+			n = 16
+		}
+		if len(b) < n {
+			return "", false
+		}
+		v := b[:n]
+		b = b[n:]
+		switch f {
+		case fAddr:
+			a, _ := netip.AddrFromSlice(v)
+			parts = append(parts, a.String())
+		case fProto:
+			name, ok := map[byte]string{6: "tcp", 17: "udp", 132: "sctp"}[v[0]]
+			if !ok {
+				return "", false
+			}
+			parts = append(parts, name)
+		case fPort:
+			parts = append(parts, strconv.Itoa(int(binary.BigEndian.Uint16(v))))
+		case fIndex:
+			parts = append(parts, strconv.FormatUint(uint64(binary.NativeEndian.Uint32(v)), 10))
+		}
+	}
+	return strings.Join(parts, " . "), len(b) == 0
+}
+
 // WatchKernel starts a KernelWatcher on the network namespace netnsFD
 // names (see NewKernelState). It fails if the monitor group cannot be
 // joined. Close stops it.
 func WatchKernel(netnsFD int) (*KernelWatcher, error) {
 	w := &KernelWatcher{netlinkState: netlinkState{netns: netnsFD}, notify: make(chan struct{}),
-		lastTouch: map[tableKey]uint32{}, batch: map[tableKey]bool{}, done: make(chan struct{})}
+		logs: map[tableKey]*tableLog{}, batch: map[tableKey]*batchChanges{}, done: make(chan struct{})}
 	conn, err := w.dial()
 	if err != nil {
 		return nil, err
@@ -158,7 +297,13 @@ func (w *KernelWatcher) read() {
 				// Every object's notification names its table in
 				// attribute 1 (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE,
 				// NFTA_RULE_TABLE, NFTA_SET_TABLE, ...).
-				w.batch[tableKey{m.Data[0], attrString(m.Data, 1)}] = true
+				k := tableKey{m.Data[0], attrString(m.Data, 1)}
+				b := w.batch[k]
+				if b == nil {
+					b = &batchChanges{}
+					w.batch[k] = b
+				}
+				b.record(m)
 				continue
 			}
 			v, ok := attr(m.Data, unix.NFTA_GEN_ID)
@@ -167,8 +312,8 @@ func (w *KernelWatcher) read() {
 				continue
 			}
 			g := binary.BigEndian.Uint32(v)
-			for k := range w.batch {
-				w.lastTouch[k] = g
+			for k, b := range w.batch {
+				w.logBatch(k, g, b)
 			}
 			clear(w.batch)
 			if w.lostPending {
@@ -186,19 +331,38 @@ func (w *KernelWatcher) read() {
 	}
 }
 
+func (w *KernelWatcher) logBatch(k tableKey, g uint32, b *batchChanges) {
+	l := w.logs[k]
+	if l == nil {
+		l = &tableLog{}
+		w.logs[k] = l
+	}
+	l.last = g
+	b.gen = g
+	if b.all || l.keys+b.keys > maxLoggedKeys {
+		l.allThrough, l.hasAll = g, true
+		clear(l.batches)
+		l.batches, l.keys = l.batches[:0], 0
+		return
+	}
+	l.batches = append(l.batches, b)
+	l.keys += b.keys
+}
+
 // genLE reports whether generation a is not after b, in serial-number
 // arithmetic, so that the comparison survives the counter's wrap.
 func genLE(a, b uint32) bool { return int32(a-b) <= 0 }
 
-// Untouched reports whether the watcher read the notifications of every
-// batch committed after generation after, up to upTo, and none changed
-// anything in the table. It waits up to a second for upTo's
-// notifications, and reports false when they do not come, when
-// notifications were lost in that range, or when it is closed.
-func (w *KernelWatcher) Untouched(family knftables.Family, table string, after, upTo uint32) bool {
+// Changes returns what the batches committed after generation after, up
+// to upTo, changed in the table (TableWatcher). It waits up to a second
+// for upTo's notifications, and reports false when they do not come, when
+// notifications were lost in that range, or when it is closed. It forgets
+// what the batches up to after changed: a writer asks with a growing
+// after.
+func (w *KernelWatcher) Changes(family knftables.Family, table string, after, upTo uint32) (TableChanges, bool) {
 	fam, err := nfproto(family)
 	if err != nil {
-		return false
+		return TableChanges{}, false
 	}
 	timeout := time.NewTimer(watchWait)
 	defer timeout.Stop()
@@ -206,7 +370,7 @@ func (w *KernelWatcher) Untouched(family knftables.Family, table string, after, 
 	defer w.mu.Unlock()
 	for !genLE(upTo, w.seen) {
 		if w.closed {
-			return false
+			return TableChanges{}, false
 		}
 		ch := w.notify
 		w.mu.Unlock()
@@ -214,13 +378,49 @@ func (w *KernelWatcher) Untouched(family knftables.Family, table string, after, 
 		case <-ch:
 		case <-timeout.C:
 			w.mu.Lock()
-			return false
+			return TableChanges{}, false
 		}
 		w.mu.Lock()
 	}
 	if w.closed || !genLE(w.unknownThrough, after) {
-		return false
+		return TableChanges{}, false
 	}
-	last, ok := w.lastTouch[tableKey{fam, table}]
-	return !ok || genLE(last, after)
+	l := w.logs[tableKey{fam, table}]
+	if l == nil || genLE(l.last, after) {
+		return TableChanges{}, true
+	}
+	kept := l.batches[:0]
+	for _, b := range l.batches {
+		if genLE(b.gen, after) {
+			l.keys -= b.keys
+		} else {
+			kept = append(kept, b)
+		}
+	}
+	clear(l.batches[len(kept):])
+	l.batches = kept
+	out := TableChanges{Touched: true}
+	if l.hasAll && !genLE(l.allThrough, after) {
+		out.All = true
+		return out, true
+	}
+	out.Chains, out.Elements = map[string]bool{}, map[string]map[string]bool{}
+	for _, b := range l.batches {
+		if !genLE(b.gen, upTo) {
+			continue
+		}
+		out.All = out.All || b.all
+		for c := range b.chains {
+			out.Chains[c] = true
+		}
+		for set, keys := range b.elements {
+			if out.Elements[set] == nil {
+				out.Elements[set] = map[string]bool{}
+			}
+			for k := range keys {
+				out.Elements[set][k] = true
+			}
+		}
+	}
+	return out, true
 }

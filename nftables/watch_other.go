@@ -17,5 +17,7 @@ func (*KernelWatcher) Quiet(fn func() error) error { return fn() }
 // Close does nothing.
 func (*KernelWatcher) Close() error { return nil }
 
-// Untouched reports false: nothing is known.
-func (*KernelWatcher) Untouched(knftables.Family, string, uint32, uint32) bool { return false }
+// Changes reports false: nothing is known.
+func (*KernelWatcher) Changes(knftables.Family, string, uint32, uint32) (TableChanges, bool) {
+	return TableChanges{}, false
+}

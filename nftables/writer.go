@@ -517,7 +517,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		*p = (*p)[:0]
 	}
 	// Read before anything is rendered or run: see genTrack.
-	unchanged := w.readGen(logger)
+	unchanged, scope := w.readGen(logger)
 	now := w.clock.Now()
 	resync, drifted := ResyncNone, 0
 	if !full && w.cfg.FullSyncPeriod > 0 && now.Sub(w.lastFull) >= w.cfg.FullSyncPeriod {
@@ -529,7 +529,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 			w.lastFull = now
 		default:
 			var ok bool
-			if drifted, ok = w.checkDrift(ctx, logger); ok {
+			if drifted, ok = w.checkDrift(ctx, logger, scope); ok {
 				resync = ResyncChecked
 				w.lastFull = now
 				unchanged = true

@@ -67,7 +67,12 @@ func TestWriterResyncKernel(t *testing.T) {
 		BackendPort: 8080,
 	})
 	for _, watch := range []bool{false, true} {
-		state := nsKernelState(t, nw.Node, watch)
+		base := nsKernelState(t, nw.Node, watch)
+		counted := &countingState{KernelState: base}
+		var state nftables.KernelState = counted
+		if kw, ok := base.(*nftables.KernelWatcher); ok {
+			state = countingWatcher{counted, kw}
+		}
 		mode := "netlink"
 		afterOther := nftables.ResyncChecked
 		if watch {
@@ -117,7 +122,7 @@ func TestWriterResyncKernel(t *testing.T) {
 						run := func() error { return nw.Node.Do(func() error { return nft.Run(ctx, res.Transaction) }) }
 						// A full sync's run, as a proxier runs it with a
 						// watcher: without the kernel's notifications.
-						if kw, ok := state.(*nftables.KernelWatcher); ok && res.Full {
+						if kw, ok := base.(*nftables.KernelWatcher); ok && res.Full {
 							err = kw.Quiet(run)
 						} else {
 							err = run()
@@ -201,7 +206,7 @@ func TestWriterResyncKernel(t *testing.T) {
 
 				// A change by hand while the watcher was out of the monitor
 				// group: unknown to it, so the resync compares.
-				if kw, ok := state.(*nftables.KernelWatcher); ok {
+				if kw, ok := base.(*nftables.KernelWatcher); ok {
 					if err := kw.Quiet(func() error {
 						_, err := nw.Node.Exec("nft", "delete", "element", fam, nftables.DefaultTableName, "endpoints",
 							"{ "+tc.clusterIP+" . tcp . 80 . 1 }")
@@ -219,7 +224,12 @@ func TestWriterResyncKernel(t *testing.T) {
 				// cluster IP's endpoints.
 				nw.Node.MustExec(t, "nft", "delete", "element", fam, nftables.DefaultTableName, "endpoints",
 					"{ "+tc.clusterIP+" . tcp . 80 . 0 }")
+				checked := counted.checked
 				res := resync(c, nftables.ResyncChecked, 1)
+				// The watcher saw which element went: only it is read.
+				if n := counted.checked - checked; watch && n != 1 || !watch && n < 10 {
+					t.Errorf("elements read after one deleted by hand: %d (watcher %v)", n, watch)
+				}
 				if res.Drifted != 1 || !strings.HasPrefix(res.Transaction.String(), "add element "+fam+" kube-proxy endpoints") {
 					t.Errorf("element repair: %d drifted, transaction\n%s", res.Drifted, res.Transaction)
 				}
@@ -265,4 +275,26 @@ func TestWriterResyncKernel(t *testing.T) {
 			})
 		}
 	}
+}
+
+// countingState counts the elements a KernelState is asked about.
+type countingState struct {
+	nftables.KernelState
+	checked int
+}
+
+func (c *countingState) CheckElements(elements []*knftables.Element) ([]nftables.ElementState, error) {
+	c.checked += len(elements)
+	return c.KernelState.CheckElements(elements)
+}
+
+// countingWatcher is a countingState over a KernelWatcher, still a
+// TableWatcher.
+type countingWatcher struct {
+	*countingState
+	kw *nftables.KernelWatcher
+}
+
+func (c countingWatcher) Changes(family knftables.Family, table string, after, upTo uint32) (nftables.TableChanges, bool) {
+	return c.kw.Changes(family, table, after, upTo)
 }

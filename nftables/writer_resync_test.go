@@ -30,10 +30,10 @@ type fakeKernel struct {
 	checkErr error
 	// checked counts the elements CheckElements was asked about.
 	checked int
-	// touched holds the generations of the batches run on the Fake's
-	// table; a generation bumped by hand (gen++) is another program's
-	// batch on a table of its own.
-	touched map[uint32]bool
+	// touched holds, by generation, what the batches run on the Fake's
+	// table changed; a generation bumped by hand (gen++) is another
+	// program's batch on a table of its own.
+	touched map[uint32]nftables.TableChanges
 }
 
 func (k *fakeKernel) Run(ctx context.Context, tx *knftables.Transaction) error {
@@ -42,9 +42,37 @@ func (k *fakeKernel) Run(ctx context.Context, tx *knftables.Transaction) error {
 	}
 	if tx.NumOperations() > 0 {
 		k.gen++
-		k.touched[k.gen] = true
+		k.touched[k.gen] = txChanges(tx)
 	}
 	return nil
+}
+
+// txChanges is what a transaction on the Fake's table changes, as the
+// kernel's notifications say it: the chains of chain and rule operations,
+// the keys of element operations, and everything for the rest.
+func txChanges(tx *knftables.Transaction) nftables.TableChanges {
+	ch := nftables.TableChanges{Touched: true, Chains: map[string]bool{}, Elements: map[string]map[string]bool{}}
+	for _, line := range strings.Split(strings.TrimSpace(tx.String()), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			ch.All = true
+			continue
+		}
+		switch f[1] {
+		case "chain", "rule":
+			ch.Chains[f[4]] = true
+		case "element":
+			key, _, _ := strings.Cut(strings.TrimPrefix(strings.Join(f[5:], " "), "{ "), " :")
+			key = strings.TrimSuffix(key, " }")
+			if ch.Elements[f[4]] == nil {
+				ch.Elements[f[4]] = map[string]bool{}
+			}
+			ch.Elements[f[4]][key] = true
+		default:
+			ch.All = true
+		}
+	}
+	return ch
 }
 
 // watchingKernel is a fakeKernel that is also a TableWatcher, as
@@ -55,19 +83,34 @@ type watchingKernel struct {
 	lostThrough uint32
 }
 
-func (k *watchingKernel) Untouched(family knftables.Family, table string, after, upTo uint32) bool {
+func (k *watchingKernel) Changes(family knftables.Family, table string, after, upTo uint32) (nftables.TableChanges, bool) {
 	if family != knftables.IPv4Family || table != nftables.DefaultTableName {
-		return true
+		return nftables.TableChanges{}, true
 	}
 	if k.lostThrough > after {
-		return false
+		return nftables.TableChanges{}, false
 	}
+	out := nftables.TableChanges{Chains: map[string]bool{}, Elements: map[string]map[string]bool{}}
 	for g := after + 1; g <= upTo; g++ {
-		if k.touched[g] {
-			return false
+		ch, ok := k.touched[g]
+		if !ok {
+			continue
+		}
+		out.Touched = true
+		out.All = out.All || ch.All
+		for c := range ch.Chains {
+			out.Chains[c] = true
+		}
+		for set, keys := range ch.Elements {
+			if out.Elements[set] == nil {
+				out.Elements[set] = map[string]bool{}
+			}
+			for key := range keys {
+				out.Elements[set][key] = true
+			}
 		}
 	}
-	return true
+	return out, true
 }
 
 func (k *fakeKernel) Generation() (uint32, error) { return k.gen, k.genErr }
@@ -139,7 +182,7 @@ const resyncPeriod = time.Hour
 // newResyncRig makes a rig whose writer has no KernelState (state ""), a
 // fakeKernel ("plain") or a watchingKernel ("watch").
 func newResyncRig(t *testing.T, state string) *resyncRig {
-	k := &fakeKernel{Fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName), touched: map[uint32]bool{}}
+	k := &fakeKernel{Fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName), touched: map[uint32]nftables.TableChanges{}}
 	clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 	cfg := baseConfig()
 	cfg.FullSyncPeriod = resyncPeriod
@@ -470,21 +513,31 @@ func TestWriterResyncWatched(t *testing.T) {
 		change      func(r *resyncRig, wk *watchingKernel)
 		wantResync  nftables.Resync
 		wantDrifted int
+		// wantChecked is how many elements the writer asks the kernel
+		// about: what the watcher saw change, or all (-1) for unknown.
+		wantChecked int
 	}{
-		{"another program committed to its own table", func(r *resyncRig, _ *watchingKernel) { r.k.gen++ }, nftables.ResyncSkipped, 0},
+		{"another program committed to its own table", func(r *resyncRig, _ *watchingKernel) { r.k.gen++ }, nftables.ResyncSkipped, 0, 0},
 		{"another program's commit, then the writer's partial sync", func(r *resyncRig, _ *watchingKernel) {
 			r.k.gen++
 			r.c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"))
 			r.sync()
-		}, nftables.ResyncSkipped, 0},
+		}, nftables.ResyncSkipped, 0, 0},
 		{"an element deleted by hand", func(r *resyncRig, _ *watchingKernel) {
 			el := *r.firstElement("endpoints")
 			r.byHand(func(tx *knftables.Transaction) { tx.Delete(&el) })
-		}, nftables.ResyncChecked, 1},
+		}, nftables.ResyncChecked, 1, 1},
+		{"a rule deleted by hand", func(r *resyncRig, _ *watchingKernel) {
+			rule := *r.k.Table.Chains["lb-2"].Rules[1]
+			r.byHand(func(tx *knftables.Transaction) { tx.Delete(&rule) })
+		}, nftables.ResyncChecked, 1, 0},
+		{"the table deleted by hand", func(r *resyncRig, _ *watchingKernel) {
+			r.byHand(func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) })
+		}, nftables.ResyncRewrite, 0, 0},
 		{"notifications lost", func(r *resyncRig, wk *watchingKernel) {
 			r.k.gen++
 			wk.lostThrough = r.k.gen
-		}, nftables.ResyncChecked, 0},
+		}, nftables.ResyncChecked, 0, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newResyncRig(t, "watch")
@@ -492,11 +545,26 @@ func TestWriterResyncWatched(t *testing.T) {
 			tc.change(r, wk)
 			checked := r.k.checked
 			res := r.resync()
-			if res.Resync != tc.wantResync || res.Drifted != tc.wantDrifted || res.Full {
-				t.Errorf("resync: %v drifted %d full %v, want %v drifted %d\n%s", res.Resync, res.Drifted, res.Full, tc.wantResync, tc.wantDrifted, res.Transaction)
+			wantFull := tc.wantResync == nftables.ResyncRewrite
+			if res.Resync != tc.wantResync || res.Drifted != tc.wantDrifted || res.Full != wantFull {
+				t.Errorf("resync: %v drifted %d full %v, want %v drifted %d full %v\n%s", res.Resync, res.Drifted, res.Full,
+					tc.wantResync, tc.wantDrifted, wantFull, res.Transaction)
 			}
-			if compared := r.k.checked > checked; compared != (tc.wantResync == nftables.ResyncChecked) {
-				t.Errorf("elements compared: %v, want %v", compared, !compared)
+			all := 0
+			for _, m := range r.k.Table.Maps {
+				all += len(m.Elements)
+			}
+			for name, st := range r.k.Table.Sets {
+				if name != "firewall-allow" && name != "nodeport-ips" {
+					all += len(st.Elements)
+				}
+			}
+			want := tc.wantChecked
+			if want < 0 {
+				want = all
+			}
+			if got := r.k.checked - checked; got != want {
+				t.Errorf("elements compared: %d, want %d", got, want)
 			}
 		})
 	}
