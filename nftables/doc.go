@@ -106,18 +106,24 @@
 //     generation skips the rewrite: a partial sync, about 100 µs of
 //     kernel reads.
 //  2. Watcher. With a KernelWatcher (WatchKernel) as KernelState, a
-//     goroutine reads nf_tables' monitor group and records which tables
-//     each batch changed. While the recorded generation is valid, every
-//     batch after it is another program's (the writer's own, checked as
-//     above, move it), so if the watcher saw all of them and none touched
-//     the table, the resync is skipped too, and a partial sync after such
-//     batches moves the recorded generation on. Notifications lost (a
-//     batch of tens of thousands of objects overflows its socket: a full
-//     load) or a batch that touched the table lead to the check.
+//     goroutine reads nf_tables' monitor group and records what each
+//     batch changed, per table: the chains of rule and chain
+//     notifications, the keys of element notifications. While the
+//     recorded generation is valid, every batch after it is another
+//     program's (the writer's own, checked as above, move it), so if none
+//     touched the table the resync is skipped too (and a partial sync
+//     after such batches moves the recorded generation on); if some did,
+//     the check below reads only the chains and elements they changed.
+//     Notifications lost (a batch of tens of thousands of objects
+//     overflows the socket), a set or the table added or deleted, or more
+//     keys than the watcher keeps lead to the whole check. A listener
+//     makes the kernel build a notification per object of every batch, so
+//     run full syncs inside KernelWatcher.Quiet.
 //  3. Drift check. When the generation moved and no watcher vouches for
 //     the table (another program committed, to it or, without a watcher,
 //     to any table; or the generation could not be read), the writer
-//     compares the kernel with its memory: the table exists, each chain it
+//     compares the kernel with its memory (within the watcher's scope, if
+//     it has one): the table exists, each chain it
 //     wrote holds the number of rules it wrote (one dump of the table's
 //     chains and one of its rules, counted, not decoded), and each element
 //     it wrote is there with its value (looked up by key, 256 keys a
@@ -131,15 +137,15 @@
 //     Local-external services, which only a full render writes), or the
 //     check failed, the resync is a full sync as without KernelState.
 //
-// The check does not see a rule changed in place (the count is the
-// same), an element added by hand that the writer never wrote, the
-// interval sets' elements (firewall-allow, nodeport-ips), or a chain added
-// by hand that nothing jumps to; RequestFullSync still rewrites the table
-// whole, for callers that suspect more. Its cost grows with the elements
-// (about 0.16 s per 1,000 services × 10 endpoints, BENCHMARKS.md, "nftables
-// writer"), not with what drifted; the repair is O(what drifted). The
-// watcher does not narrow the check to the objects another batch touched:
-// a batch that touched the table makes the writer read all of it.
+// The check does not see an element added by hand that the writer never
+// wrote, the interval sets' elements (firewall-allow, nodeport-ips), or a
+// chain added by hand that nothing jumps to, nor, without a watcher, a
+// rule changed in place (the count is the same; a watcher names its
+// chain, which is rewritten); RequestFullSync still rewrites the table
+// whole, for callers that suspect more. The whole check's cost grows with
+// the elements (about 0.13–0.16 s per 1,000 services × 10 endpoints,
+// BENCHMARKS.md, "nftables writer"); with a watcher's scope it and the
+// repair are O(what drifted).
 //
 // # What differs from kube-proxy, and why
 //
