@@ -57,9 +57,14 @@ type tableKey struct {
 	table  string
 }
 
-// maxLoggedKeys bounds the element keys a table's log keeps; past it the
-// log says "everything" for the batches up to then.
-const maxLoggedKeys = 1 << 14
+// maxLoggedKeys and maxLoggedBatches bound a table's log (element keys,
+// batches); past them the log says "everything" for the batches up to
+// then. A table nobody asks about (another program's) is never pruned
+// otherwise.
+const (
+	maxLoggedKeys    = 1 << 14
+	maxLoggedBatches = 1 << 10
+)
 
 // tableLog is what batches changed in one table.
 type tableLog struct {
@@ -339,7 +344,7 @@ func (w *KernelWatcher) logBatch(k tableKey, g uint32, b *batchChanges) {
 	}
 	l.last = g
 	b.gen = g
-	if b.all || l.keys+b.keys > maxLoggedKeys {
+	if b.all || l.keys+b.keys > maxLoggedKeys || len(l.batches) >= maxLoggedBatches {
 		l.allThrough, l.hasAll = g, true
 		clear(l.batches)
 		l.batches, l.keys = l.batches[:0], 0
