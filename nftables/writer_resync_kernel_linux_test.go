@@ -56,16 +56,7 @@ func nsKernelState(t testing.TB, ns *kerneltest.NS, watch bool) nftables.KernelS
 // each repair both pods serve again.
 func TestWriterResyncKernel(t *testing.T) {
 	kerneltest.Require(t, "nft")
-	nw := kerneltest.NewProxyNetwork(t, kerneltest.ProxyNetworkConfig{
-		ClientAddrs: []netip.Prefix{prefix("10.1.0.2/24"), prefix("fd01::2/64")},
-		NodeAddrs:   []netip.Prefix{prefix("10.1.0.1/24"), prefix("fd01::1/64")},
-		BridgeAddrs: []netip.Prefix{prefix("10.0.0.1/16"), prefix("fd00:10::1/64")},
-		Pods: []kerneltest.NetworkPod{
-			{Name: "pod-a", Addrs: []netip.Prefix{prefix("10.0.0.11/16"), prefix("fd00:10::11/64")}},
-			{Name: "pod-b", Addrs: []netip.Prefix{prefix("10.0.0.12/16"), prefix("fd00:10::12/64")}},
-		},
-		BackendPort: 8080,
-	})
+	nw := newWriterNetwork(t)
 	for _, watch := range []bool{false, true} {
 		base := nsKernelState(t, nw.Node, watch)
 		counted := &countingState{KernelState: base}
