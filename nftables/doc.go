@@ -78,7 +78,7 @@
 // added by the first partial sync that needs its count and kept while
 // unused; a full sync deletes the unused ones. A full sync (the first,
 // one after a failed transaction, RequestFullSync, node label changes,
-// FullSyncPeriod) flushes and refills everything the writer owns in one
+// FullSyncPeriod unless the periodic resync below avoids it) flushes and refills everything the writer owns in one
 // atomic transaction and deletes what nothing needs; the first full sync
 // and the first after a failure list the table's chains and sets once, to
 // find objects no memory holds.

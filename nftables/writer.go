@@ -209,8 +209,9 @@ type SyncResult struct {
 // sync holds only the objects of the services that changed, and a full
 // sync deletes what nothing needs any more. It runs nothing itself except
 // one listing of the table's chains and sets on the first full sync (and
-// the first after a failure): the caller runs the transaction and reports
-// the outcome with Applied.
+// the first after a failure), and the reads of WriterConfig.KernelState
+// (in Sync and Applied): the caller runs the transaction and reports the
+// outcome with Applied.
 //
 // A Writer is not safe for concurrent use, except RequestFullSync, which
 // may be called from any goroutine.
