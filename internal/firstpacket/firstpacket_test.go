@@ -68,8 +68,8 @@ func TestFirstPacketReach(t *testing.T) {
 // after another (connect, read the one-line reply, reset); the writers'
 // runs are interleaved, in a rotating order, three times, so that a load
 // from elsewhere on the machine falls on all of them. It logs every run,
-// the load times and, per size, writer and service, the range of the
-// three runs. It runs only with PROXYKIT_NFT_BENCH=1:
+// the load times and, per size, writer and service, the median and the
+// range of the three runs. It runs only with PROXYKIT_NFT_BENCH=1:
 //
 //	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./internal/firstpacket -run TestFirstPacket -v -timeout 30m
 //
@@ -80,7 +80,7 @@ func TestFirstPacket(t *testing.T) {
 		t.Skip("set PROXYKIT_NFT_BENCH=1 to measure (loads 10,000-service rulesets)")
 	}
 	const (
-		connsPerRun = 4000
+		connsPerRun = 10000
 		warmUp      = 200
 		repeats     = 3
 	)
@@ -145,7 +145,8 @@ func TestFirstPacket(t *testing.T) {
 					key := string(kind) + " " + tg.label
 					rs := slices.Clone(rates[key])
 					slices.Sort(rs)
-					line := fmt.Sprintf("%6d services  %-16s %-5s %6.0f–%6.0f conn/s  (runs %s)", n, kind, tg.label, rs[0], rs[len(rs)-1], join(rates[key]))
+					line := fmt.Sprintf("%6d services  %-16s %-5s median %5.0f, %5.0f–%5.0f conn/s  (runs %s)",
+						n, kind, tg.label, rs[len(rs)/2], rs[0], rs[len(rs)-1], join(rates[key]))
 					summary = append(summary, line)
 				}
 			}
