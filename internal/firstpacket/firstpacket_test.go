@@ -69,7 +69,8 @@ func TestFirstPacketReach(t *testing.T) {
 // runs are interleaved, in a rotating order, three times, so that a load
 // from elsewhere on the machine falls on all of them. It logs every run,
 // the load times and, per size, writer and service, the median and the
-// range of the three runs. It runs only with PROXYKIT_NFT_BENCH=1:
+// range of the three runs, and how many microseconds a connection to the
+// last service takes more than one to the first (from the medians). It runs only with PROXYKIT_NFT_BENCH=1:
 //
 //	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./internal/firstpacket -run TestFirstPacket -v -timeout 30m
 //
@@ -141,13 +142,21 @@ func TestFirstPacket(t *testing.T) {
 				}
 			}
 			for _, kind := range kinds {
+				medians := map[string]float64{}
 				for _, tg := range targets {
 					key := string(kind) + " " + tg.label
 					rs := slices.Clone(rates[key])
 					slices.Sort(rs)
+					medians[tg.label] = rs[len(rs)/2]
 					line := fmt.Sprintf("%6d services  %-16s %-5s median %5.0f, %5.0f–%5.0f conn/s  (runs %s)",
 						n, kind, tg.label, rs[len(rs)/2], rs[0], rs[len(rs)-1], join(rates[key]))
 					summary = append(summary, line)
+				}
+				if len(targets) == 2 {
+					// What a connection to the last service costs more than
+					// one to the first: the rules in between.
+					summary = append(summary, fmt.Sprintf("%6d services  %-16s last − first: %+.0f µs a connection (medians)",
+						n, kind, 1e6/medians["last"]-1e6/medians["first"]))
 				}
 			}
 		})
