@@ -44,17 +44,14 @@ func TestFirstPacketReach(t *testing.T) {
 					t.Errorf("KUBE-SERVICES matches %v; want %d services from %s (%s) to %s (%s)", order, n, c.firstIP, c.first, c.lastIP, c.last)
 				}
 			}
-			for _, tc := range []struct {
-				ip  netip.Addr
-				pod string
-			}{{c.firstIP, "first"}, {c.lastIP, "last"}} {
-				seen, _, err := connect(r.nw.Client, netip.AddrPortFrom(tc.ip, servicePort), conns)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(map[string]int{tc.pod: conns}, seen); diff != "" {
-					t.Errorf("%s:%d: backends reached (-want +got):\n%s", tc.ip, servicePort, diff)
-				}
+			dsts := []netip.AddrPort{netip.AddrPortFrom(c.firstIP, servicePort), netip.AddrPortFrom(c.lastIP, servicePort)}
+			seen, _, err := connect(r.nw.Client, dsts, conns, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []map[string]int{{"first": conns}, {"last": conns}}
+			if diff := cmp.Diff(want, seen); diff != "" {
+				t.Errorf("backends reached from %v (-want +got):\n%s", dsts, diff)
 			}
 		})
 	}
@@ -64,13 +61,15 @@ func TestFirstPacketReach(t *testing.T) {
 // to the service that sorts first and the one that sorts last, among 1,
 // 1,000 and 10,000 services of 10 endpoints, through the nftables writer's
 // rules and the iptables writer's (legacy and nft backends), each in its
-// own network. Each figure is one run of connsPerRun connections made one
-// after another (connect, read the one-line reply, reset); the writers'
-// runs are interleaved, in a rotating order, three times, so that a load
-// from elsewhere on the machine falls on all of them. It logs every run,
-// the load times and, per size, writer and service, the median and the
-// range of the three runs, and how many microseconds a connection to the
-// last service takes more than one to the first (from the medians). It runs only with PROXYKIT_NFT_BENCH=1:
+// own network. A run makes connsPerRun connections to each of the two
+// services, one after another (connect, read the one-line reply, reset),
+// alternating between them every batch connections; the writers' runs
+// are interleaved, in a rotating order, three times. Both are there so
+// that a change in the shared machine's load falls on all figures alike.
+// It logs every run, the load times and, per size, writer and service,
+// the median and the range of the three runs, and how many microseconds a
+// connection to the last service takes more than one to the first (from
+// the medians). It runs only with PROXYKIT_NFT_BENCH=1:
 //
 //	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./internal/firstpacket -run TestFirstPacket -v -timeout 30m
 //
@@ -83,6 +82,7 @@ func TestFirstPacket(t *testing.T) {
 	const (
 		connsPerRun = 10000
 		warmUp      = 200
+		batch       = 100
 		repeats     = 3
 	)
 	kinds := allKinds
@@ -102,22 +102,17 @@ func TestFirstPacket(t *testing.T) {
 	for _, n := range []int{1, 1000, 10000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			c := newCluster(t, n)
-			targets := []struct {
-				label string
-				ip    netip.Addr
-				pod   string
-			}{{"first", c.firstIP, "first"}, {"last", c.lastIP, "last"}}
+			labels := []string{"first", "last"}
+			dsts := []netip.AddrPort{netip.AddrPortFrom(c.firstIP, servicePort), netip.AddrPortFrom(c.lastIP, servicePort)}
 			if n == 1 {
-				targets = targets[1:] // the same service
+				labels, dsts = labels[1:], dsts[1:] // the same service
 			}
 			var rigs []*rig
 			for _, kind := range kinds {
 				r := newRig(t, kind, c)
 				t.Logf("%d services: %s loaded in %v", n, kind, r.load.Round(time.Millisecond))
-				for _, tg := range targets {
-					if _, _, err := connect(r.nw.Client, netip.AddrPortFrom(tg.ip, servicePort), warmUp); err != nil {
-						t.Fatalf("%s warm-up: %v", kind, err)
-					}
+				if _, _, err := connect(r.nw.Client, dsts, warmUp, batch); err != nil {
+					t.Fatalf("%s warm-up: %v", kind, err)
 				}
 				rigs = append(rigs, r)
 			}
@@ -125,34 +120,33 @@ func TestFirstPacket(t *testing.T) {
 			for rep := range repeats {
 				for i := range rigs {
 					r := rigs[(i+rep)%len(rigs)]
-					for _, tg := range targets {
-						dst := netip.AddrPortFrom(tg.ip, servicePort)
-						seen, took, err := connect(r.nw.Client, dst, connsPerRun)
-						if err != nil {
-							t.Fatalf("%s: %v", r.kind, err)
+					seen, took, err := connect(r.nw.Client, dsts, connsPerRun, batch)
+					if err != nil {
+						t.Fatalf("%s: %v", r.kind, err)
+					}
+					for j, label := range labels {
+						if seen[j][label] != connsPerRun {
+							t.Fatalf("%s: %s reached %v, want pod %q only", r.kind, dsts[j], seen[j], label)
 						}
-						if seen[tg.pod] != connsPerRun {
-							t.Fatalf("%s: %s reached %v, want pod %q only", r.kind, dst, seen, tg.pod)
-						}
-						rate := connsPerRun / took.Seconds()
-						key := string(r.kind) + " " + tg.label
+						rate := connsPerRun / took[j].Seconds()
+						key := string(r.kind) + " " + label
 						rates[key] = append(rates[key], rate)
-						t.Logf("%d services, run %d: %s, %s service (%s): %.0f conn/s", n, rep+1, r.kind, tg.label, dst, rate)
+						t.Logf("%d services, run %d: %s, %s service (%s): %.0f conn/s", n, rep+1, r.kind, label, dsts[j], rate)
 					}
 				}
 			}
 			for _, kind := range kinds {
 				medians := map[string]float64{}
-				for _, tg := range targets {
-					key := string(kind) + " " + tg.label
+				for _, label := range labels {
+					key := string(kind) + " " + label
 					rs := slices.Clone(rates[key])
 					slices.Sort(rs)
-					medians[tg.label] = rs[len(rs)/2]
+					medians[label] = rs[len(rs)/2]
 					line := fmt.Sprintf("%6d services  %-16s %-5s median %5.0f, %5.0f–%5.0f conn/s  (runs %s)",
-						n, kind, tg.label, rs[len(rs)/2], rs[0], rs[len(rs)-1], join(rates[key]))
+						n, kind, label, rs[len(rs)/2], rs[0], rs[len(rs)-1], join(rates[key]))
 					summary = append(summary, line)
 				}
-				if len(targets) == 2 {
+				if len(labels) == 2 {
 					// What a connection to the last service costs more than
 					// one to the first: the rules in between.
 					summary = append(summary, fmt.Sprintf("%6d services  %-16s last − first: %+.0f µs a connection (medians)",

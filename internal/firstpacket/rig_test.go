@@ -287,28 +287,38 @@ func (r *rig) serviceElements() (int, error) {
 	return strings.Count(out, fmt.Sprintf(" . tcp . %d : ", servicePort)), nil
 }
 
-// connect makes count new TCP connections from the client to dst, one
-// after another, and returns how many each backend answered and how long
-// they took. Each connection reads the backend's one-line reply and
-// closes with a reset, so that no end keeps it in TIME_WAIT and a later
-// connection reusing the ports is not held up; the node's conntrack entry
-// then lasts the few seconds of a closed connection. It stops at the first
-// connection that fails, each bounded by a 3 s timeout.
-func connect(ns *kerneltest.NS, dst netip.AddrPort, count int) (map[string]int, time.Duration, error) {
-	seen := map[string]int{}
-	var took time.Duration
+// connect makes count new TCP connections from the client to each of
+// dsts, one after another, alternating between dsts in batches of batch
+// connections so that a change in the machine's load falls on all of them
+// alike. It returns, for each of dsts, how many each backend answered and
+// how long its connections took in all. Each connection reads the
+// backend's one-line reply and closes with a reset, so that no end keeps
+// it in TIME_WAIT and a later connection reusing the ports is not held
+// up; the node's conntrack entry then lasts the few seconds of a closed
+// connection. It stops at the first connection that fails, each bounded
+// by a 3 s timeout.
+func connect(ns *kerneltest.NS, dsts []netip.AddrPort, count, batch int) ([]map[string]int, []time.Duration, error) {
+	seen := make([]map[string]int, len(dsts))
+	for i := range seen {
+		seen[i] = map[string]int{}
+	}
+	took := make([]time.Duration, len(dsts))
 	err := ns.Do(func() error {
 		d := net.Dialer{Timeout: 3 * time.Second}
 		buf := make([]byte, 128)
-		start := time.Now()
-		for i := range count {
-			name, err := once(&d, dst, buf)
-			if err != nil {
-				return fmt.Errorf("connection %d of %d to %s: %w", i+1, count, dst, err)
+		for done := 0; done < count; done += batch {
+			for i, dst := range dsts {
+				start := time.Now()
+				for k := done; k < min(done+batch, count); k++ {
+					name, err := once(&d, dst, buf)
+					if err != nil {
+						return fmt.Errorf("connection %d of %d to %s: %w", k+1, count, dst, err)
+					}
+					seen[i][name]++
+				}
+				took[i] += time.Since(start)
 			}
-			seen[name]++
 		}
-		took = time.Since(start)
 		return nil
 	})
 	return seen, took, err
