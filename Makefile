@@ -14,12 +14,13 @@ TESTFLAGS ?=
 VMTEST_PKGS ?= ./ipvs ./examples/proxier:^TestVM
 VMTESTFLAGS ?=
 
-# The fuzz targets whose properties guard hostile input: the rule writer's
-# (no name can inject into restore input) and the trackers' (what they
+# The fuzz targets whose properties guard hostile input: the rule writers'
+# (no name can inject into restore input or an nft transaction, or reach
+# outside the writer's own chains or table) and the trackers' (what they
 # accept passes the API server's checks). `make fuzz` runs each for
 # FUZZTIME; CI runs it for a bounded time, the seeds also run in `make test`.
 FUZZTIME ?= 30s
-FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices
+FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./nftables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices
 
 .PHONY: all test test-tools vmtest bench fuzz lint fmt
 
