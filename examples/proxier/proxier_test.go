@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
 	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
@@ -30,6 +31,7 @@ import (
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"
 	"github.com/proxykit/proxykit/proxier/ipvsbackend"
+	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 )
 
 // eventually polls check every 50ms until it returns nil, and fails t with
@@ -113,6 +115,24 @@ type fakeNode struct {
 	root                            string
 	mu                              sync.Mutex
 	listeners                       map[string]string
+	// nfts are nftables mode's Fakes, by family and table.
+	nfts map[string]*knftables.Fake
+}
+
+// nft returns the Fake of family's table, made on first use.
+func (n *fakeNode) nft(family knftables.Family, table string) *knftables.Fake {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	key := string(family) + " " + table
+	if n.nfts[key] == nil {
+		n.nfts[key] = knftables.NewFake(family, table)
+	}
+	return n.nfts[key]
+}
+
+// nftDump returns the state of family's table ("" if there is none).
+func (n *fakeNode) nftDump(family knftables.Family, table string) string {
+	return n.nft(family, table).Dump()
 }
 
 func newFakeNode(t *testing.T) *fakeNode {
@@ -123,6 +143,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 		sets:      ipsettest.NewFake(),
 		root:      t.TempDir(),
 		listeners: map[string]string{},
+		nfts:      map[string]*knftables.Fake{},
 	}
 	n.lostSet.Store("")
 	exists := func(name string) bool {
@@ -214,6 +235,17 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			n.ipvsOpens.Add(1)
 			n.ipvsOpen.Add(1)
 			return node, nil
+		},
+		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
+			return n.nft(family, table), nil
+		},
+		nftTableLookup: func(family knftables.Family, table string) nftablesbackend.TableLookup {
+			return func(context.Context) (bool, error) {
+				fake := n.nft(family, table)
+				fake.RLock()
+				defer fake.RUnlock()
+				return fake.Table != nil, nil
+			}
 		},
 		hostAddresses: func() ([]netip.Addr, error) {
 			t.Error("the node's addresses were taken from the host, not its Node object")
