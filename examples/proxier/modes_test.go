@@ -444,4 +444,22 @@ func TestLocalhostNodePorts(t *testing.T) {
 			}
 		})
 	}
+	// nftables mode never serves node ports on localhost, as kube-proxy's
+	// without its feature gate: the flag, on by default, changes nothing.
+	t.Run("nftables", func(t *testing.T) {
+		node := newFakeNode(t)
+		args := []string{"--once", "--mode", "nftables", "--manifests", "testdata", "--hostname-override", "node-a", "--iptables-localhost-nodeports=true"}
+		if log, err := runArgs(t, node.environment(t, io.Discard), args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, log)
+		}
+		if v, err := os.ReadFile(filepath.Join(node.root, "proc/sys/net/ipv4/conf/all/route_localnet")); err != nil || string(v) != "0\n" {
+			t.Errorf("route_localnet: %q, %v; want it left at 0", v, err)
+		}
+		if dump := node.ipt4.Dump(); strings.Contains(dump, "KUBE-FIREWALL") {
+			t.Errorf("nftables mode wrote iptables rules:\n%s", dump)
+		}
+		if d := node.nftDump(knftables.IPv4Family, "kube-proxy"); !strings.Contains(d, "service-nodeports") {
+			t.Errorf("nftables mode's table has no node ports:\n%s", d)
+		}
+	})
 }

@@ -575,3 +575,121 @@ func checkHTTP(t *testing.T, url string, code int, body string) {
 		t.Errorf("GET %s = %d %q, %v; want %d with %q", url, gotCode, gotBody, err, code, body)
 	}
 }
+
+// TestNFTablesModeWithFakes runs the whole composition in nftables mode
+// against knftables' Fake and the conntrack fake, on the demo cluster: the
+// first sync is full, an edit is a partial sync that reaches the table,
+// conntrack and the health-check node port, the table deleted by another
+// program comes back with a full sync, a partial sync that fails on an
+// element deleted by hand is counted (and, as it was deleting chains, as a
+// cleanup failure) and followed by a full one, and cancelling leaves the
+// table.
+func TestNFTablesModeWithFakes(t *testing.T) {
+	node := newFakeNode(t)
+	stale := conntracktest.NewFlow(conntrack.ProtocolUDP, netip.MustParseAddrPort("10.244.1.20:40000"),
+		netip.MustParseAddrPort("10.96.0.53:53"), netip.MustParseAddrPort("10.244.2.53:53"))
+	if err := node.ct.AddFlows(stale); err != nil {
+		t.Fatal(err)
+	}
+	r := startOnFakes(t, node, "--mode", "nftables")
+	metric := func(name string) float64 { t.Helper(); return r.metric(t, name) }
+	const (
+		full        = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+		partial     = `kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+		webElement  = "add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 "
+		webChainKey = "-shop/web/tcp/http"
+	)
+	nft := node.nft(knftables.IPv4Family, "kube-proxy")
+	dump := func() string { return node.nftDump(knftables.IPv4Family, "kube-proxy") }
+	eventually(t, 10*time.Second, "first sync", func() error {
+		if strings.Contains(dump(), webElement) {
+			return nil
+		}
+		return fmt.Errorf("the table holds:\n%s", dump())
+	})
+	if got := metric(full); got != 1 {
+		t.Errorf("%v full syncs after the first, want 1", got)
+	}
+	if d := node.nftDump(knftables.IPv6Family, "kube-proxy"); d != "" {
+		t.Errorf("the IPv4-only node got an IPv6 table:\n%s", d)
+	}
+	// Node ports, and so health checks, are on the node's own address,
+	// as kube-proxy's nftables mode has them by default.
+	hcURL := node.url(t, "192.168.10.11:32000", "/")
+	checkHTTP(t, hcURL, 200, `"localEndpoints":1`)
+
+	edited := strings.Replace(r.demo, "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
+	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
+	if edited == r.demo {
+		t.Fatal("the edit changed nothing")
+	}
+	r.edit(t, edited)
+	eventually(t, 10*time.Second, "the edit's sync", func() error {
+		code, body, err := httpGet(hcURL)
+		if err != nil || code != http.StatusServiceUnavailable {
+			return fmt.Errorf("health-check node port: %d %s %v", code, body, err)
+		}
+		if flows := node.ct.Flows(); len(flows) != 0 {
+			return fmt.Errorf("conntrack still holds %v", flows)
+		}
+		return nil
+	})
+	if got := metric(full); got != 1 {
+		t.Errorf("%v full syncs after the edit, want still 1", got)
+	}
+	if got := metric(partial); got < 1 {
+		t.Errorf("%v partial syncs after the edit, want at least 1", got)
+	}
+	if strings.Contains(dump(), "10.244.2.53") {
+		t.Errorf("the endpoint the edit removed is still in the table:\n%s", dump())
+	}
+
+	// Another program deletes the table (nft flush ruleset): the check
+	// between syncs sees it, and a full sync writes it again.
+	tx := nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := nft.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "resync after the table's deletion", func() error {
+		if got := metric(full); got != 2 {
+			return fmt.Errorf("%v full syncs", got)
+		}
+		if !strings.Contains(dump(), webElement) {
+			return errors.New("web's element is not back")
+		}
+		return nil
+	})
+
+	// web's element deleted by hand: the partial sync that deletes web
+	// fails on it, and the retry is a full sync that puts things right.
+	tx = nft.NewTransaction()
+	tx.Delete(&knftables.Element{Map: "service-ips", Key: []string{"10.96.0.10", "tcp", "80"}})
+	if err := nft.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	i, j := strings.Index(edited, "# UDP DNS"), strings.Index(edited, "# ClusterIP, TCP")
+	if i < 0 || j < 0 || j > i {
+		t.Fatal("the demo file's layout changed")
+	}
+	r.edit(t, edited[:j]+edited[i:])
+	eventually(t, 10*time.Second, "recovery from a failed transaction", func() error {
+		if got := metric(full); got != 3 {
+			return fmt.Errorf("%v full syncs", got)
+		}
+		if strings.Contains(dump(), webChainKey) {
+			return errors.New("web's chains are still there")
+		}
+		return nil
+	})
+	if got := metric(`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"}`); got != 1 {
+		t.Errorf("sync failures %v, want 1", got)
+	}
+	if got := metric(`kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family="IPv4"}`); got != 1 {
+		t.Errorf("cleanup failures %v, want 1", got)
+	}
+	r.stop(t)
+	if !strings.Contains(dump(), "add table ip kube-proxy") {
+		t.Error("the table went with the proxier")
+	}
+}
