@@ -63,8 +63,14 @@ func removeNFTablesMode(ctx context.Context, env *environment, table string) {
 }
 
 // cleanupNFTables deletes the table of both families; one that does not
-// exist is no error.
+// exist is no error, and neither is a node where nft cannot be used (no
+// nft binary, or no nf_tables in the kernel): no proxier wrote a table
+// there, and none could be deleted.
 func cleanupNFTables(ctx context.Context, env *environment, table string) error {
+	if _, err := env.newNFTables(ctx, knftables.IPv4Family, table); err != nil {
+		klog.FromContext(ctx).Info("Not looking for nftables mode's tables: nft is not usable here", "reason", err)
+		return nil
+	}
 	return nftables.Cleanup(ctx, table, func(f knftables.Family, t string) (knftables.Interface, error) {
 		return env.newNFTables(ctx, f, t)
 	})

@@ -407,6 +407,27 @@ func TestModeSwitchNFTables(t *testing.T) {
 	noTables(t, "--cleanup")
 }
 
+// TestWithoutNFT checks that on a node where nft cannot be used, iptables
+// mode starts and --cleanup succeeds (there is no nftables table to
+// remove), and nftables mode refuses with the reason.
+func TestWithoutNFT(t *testing.T) {
+	node := newFakeNode(t)
+	env := node.environment(t, io.Discard)
+	env.newNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
+		return nil, errors.New("could not run nft: exec: \"nft\": executable file not found in $PATH")
+	}
+	once := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a"}
+	if log, err := runArgs(t, env, append(once, "--mode", "iptables")...); err != nil {
+		t.Fatalf("--once in iptables mode: %v\n%s", err, log)
+	}
+	if log, err := runArgs(t, env, "--cleanup"); err != nil {
+		t.Fatalf("--cleanup: %v\n%s", err, log)
+	}
+	if _, err := runArgs(t, env, append(once, "--mode", "nftables")...); err == nil || !strings.Contains(err.Error(), "executable file not found") {
+		t.Errorf("--once in nftables mode without nft: %v, want the reason", err)
+	}
+}
+
 // TestCleanupWithoutIPTables checks that --cleanup fails when no family's
 // iptables works, rather than reporting success.
 func TestCleanupWithoutIPTables(t *testing.T) {
