@@ -351,6 +351,35 @@ func (r *fakeRun) metric(t *testing.T, name string) float64 {
 	return m[name]
 }
 
+// editDemo returns the demo cluster with the api Service's endpoint on
+// node-a and the dns Service's on node-b removed.
+func editDemo(t *testing.T, demo string) string {
+	t.Helper()
+	edited := strings.Replace(demo, "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
+	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
+	if strings.Count(edited, "\n") != strings.Count(demo, "\n")-2 {
+		t.Fatal("the demo file's endpoints changed: the edit does not apply")
+	}
+	return edited
+}
+
+// waitEditSynced waits until the sync of editDemo's edit shows: the
+// health-check node port of hcURL (shop/api's) says no local endpoint, and
+// conntrack holds no flow (the one to dns on node-b is stale).
+func (r *fakeRun) waitEditSynced(t *testing.T, hcURL string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the edit's sync", func() error {
+		code, body, err := httpGet(hcURL)
+		if err != nil || code != http.StatusServiceUnavailable {
+			return fmt.Errorf("health-check node port: %d %s %v", code, body, err)
+		}
+		if flows := r.node.ct.Flows(); len(flows) != 0 {
+			return fmt.Errorf("conntrack still holds %v", flows)
+		}
+		return nil
+	})
+}
+
 // stop cancels the run and checks that it returns nil.
 func (r *fakeRun) stop(t *testing.T) {
 	t.Helper()
@@ -426,25 +455,12 @@ func TestProxierWithFakes(t *testing.T) {
 
 	// The edit: the api Service loses its endpoint on this node, dns its
 	// endpoint on node-b.
-	edited := strings.Replace(demo, "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
-	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
+	edited := editDemo(t, demo)
 	// The EndpointSlice controller stamps the time of the change that
 	// caused an update; network programming latency is measured from it.
 	edited = strings.Replace(edited, "  name: api-1\n", "  name: api-1\n  annotations: {endpoints.kubernetes.io/last-change-trigger-time: \""+time.Now().Format(time.RFC3339Nano)+"\"}\n", 1)
-	if edited == demo {
-		t.Fatal("the edit changed nothing")
-	}
 	r.edit(t, edited)
-	eventually(t, 10*time.Second, "the edit's sync", func() error {
-		code, body, err := httpGet(hcURL)
-		if err != nil || code != http.StatusServiceUnavailable {
-			return fmt.Errorf("health-check node port: %d %s %v", code, body, err)
-		}
-		if flows := node.ct.Flows(); len(flows) != 0 {
-			return fmt.Errorf("conntrack still holds %v", flows)
-		}
-		return nil
-	})
+	r.waitEditSynced(t, hcURL)
 	if got := metric(full); got != 1 {
 		t.Errorf("%d full syncs after the edit, want still 1", int(got))
 	}
@@ -618,22 +634,9 @@ func TestNFTablesModeWithFakes(t *testing.T) {
 	hcURL := node.url(t, "192.168.10.11:32000", "/")
 	checkHTTP(t, hcURL, 200, `"localEndpoints":1`)
 
-	edited := strings.Replace(r.demo, "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
-	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
-	if edited == r.demo {
-		t.Fatal("the edit changed nothing")
-	}
+	edited := editDemo(t, r.demo)
 	r.edit(t, edited)
-	eventually(t, 10*time.Second, "the edit's sync", func() error {
-		code, body, err := httpGet(hcURL)
-		if err != nil || code != http.StatusServiceUnavailable {
-			return fmt.Errorf("health-check node port: %d %s %v", code, body, err)
-		}
-		if flows := node.ct.Flows(); len(flows) != 0 {
-			return fmt.Errorf("conntrack still holds %v", flows)
-		}
-		return nil
-	})
+	r.waitEditSynced(t, hcURL)
 	if got := metric(full); got != 1 {
 		t.Errorf("%v full syncs after the edit, want still 1", got)
 	}
