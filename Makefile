@@ -1,7 +1,8 @@
 # proxykit's developer entry points. `make test` is the command the README and
 # CI run: as root it also installs the tools the kernel tests need and runs
-# them, then runs the VM tier (IPVS) when qemu is usable; elsewhere the kernel
-# tests skip with a reason.
+# them, with the API server tier (TestAPIServer*, against a kube-apiserver and
+# etcd that hack/apiserver builds and caches), then runs the VM tier (IPVS)
+# when qemu is usable; elsewhere the kernel tests skip with a reason.
 
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
@@ -27,8 +28,11 @@ all: lint test
 test-tools:
 	./hack/install-test-tools.sh
 
+# The API server tier's binaries are built (cold: minutes; cached after)
+# before the tests, whose timeout could not hold the build.
 test: test-tools
-	$(GO) test -race $(TESTFLAGS) ./...
+	bin=$$(./hack/apiserver/tier.sh) && \
+	PROXYKIT_APISERVER_BIN="$$bin" $(GO) test -race -timeout 25m $(TESTFLAGS) ./...
 	./hack/vmtest/tier.sh $(VMTESTFLAGS) $(VMTEST_PKGS)
 
 vmtest:

@@ -19,10 +19,45 @@ const (
 	clusterChainPrefix  = "service-"
 	localChainPrefix    = "local-"
 	externalChainPrefix = "external-"
-	firewallChainPrefix = "firewall-"
 	endpointChainPrefix = "endpoint-"
 	affinitySetPrefix   = "affinity-"
 )
+
+// The shared load-balancing chains of the data-map layout, one per kind
+// and endpoint count K: sharedChainPrefix + kind + K. Their names hold no
+// "/", unlike every per-service name.
+const (
+	sharedChainPrefix = "lb-"
+	// lbInternal: cluster-IP traffic, masqueraded from outside the
+	// cluster CIDR; the endpoints map keyed by destination.
+	lbInternal = ""
+	// lbExternal: external IPs and load-balancer IPs of a Cluster
+	// policy, always masqueraded; keyed by destination.
+	lbExternal = "external-"
+	// lbNodePort: node ports of a Cluster policy, always masqueraded;
+	// the node-port endpoints map keyed by protocol and port.
+	lbNodePort = "nodeport-"
+)
+
+// sharedChain returns the shared chain of kind for k endpoints.
+func sharedChain(kind string, k int) string {
+	return sharedChainPrefix + kind + strconv.Itoa(k)
+}
+
+// isSharedChain reports whether name is one of sharedChain's names.
+func isSharedChain(name string) bool {
+	rest, ok := strings.CutPrefix(name, sharedChainPrefix)
+	if !ok {
+		return false
+	}
+	for _, kind := range []string{lbExternal, lbNodePort, lbInternal} {
+		if n, ok := strings.CutPrefix(rest, kind); ok {
+			k, err := strconv.Atoi(n)
+			return err == nil && k > 0 && strconv.Itoa(k) == n
+		}
+	}
+	return false
+}
 
 // maxPrefixLen is the room kept for the longest of those prefixes.
 const maxPrefixLen = 16

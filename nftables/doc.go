@@ -1,51 +1,83 @@
-// Package nftables writes the service rules of kube-proxy's nftables mode
-// as knftables transactions: a table per IP family, verdict maps keyed by
-// service address, protocol and port, and chains per service port and
-// endpoint. It renders; the caller runs the transaction with a
-// knftables.Interface (nft -f through knftables) and reports the outcome,
-// as with the iptables package's Writer. It does not watch the API, pick
-// endpoints' health, or clean conntrack: the changetracker and conntrack
-// packages do.
+// Package nftables writes the service rules of a kube-proxy-compatible
+// nftables datapath as knftables transactions: a table per IP family in
+// which services are map and set elements, not chains, so that both the
+// transaction and the kernel's work grow with what changed. It renders;
+// the caller runs the transaction with a knftables.Interface (nft -f
+// through knftables) and reports the outcome, as with the iptables
+// package's Writer. It does not watch the API, pick endpoints' health, or
+// clean conntrack: the changetracker and conntrack packages do.
 //
-// # Layout
+// # Layout ("data-map")
 //
-// Each family's table (default "kube-proxy") holds:
+// Each family's table (default "kube-proxy") holds kube-proxy's base
+// chains, hooks and priorities, and these objects, whose number does not
+// grow with the services except as elements:
 //
-//	hook        priority     base chain               jumps to (new connections: ct state new)
-//	prerouting  dstnat-10    filter-prerouting   ──▶  firewall-check ─▶ vmap @firewall-ips ─▶ firewall-<svc>: drop sources outside the ranges
-//	output      dstnat-10    filter-output       ──▶  service-endpoints-check, firewall-check
-//	input       dstnat-10    filter-input        ──▶  nodeport-endpoints-check ─▶ vmap @no-endpoint-nodeports
-//	                                                  service-endpoints-check  ─▶ vmap @no-endpoint-services
-//	                                                                              (drop: no local endpoint; goto reject-chain: none at all)
-//	forward     dstnat-10    filter-forward      ──▶  service-endpoints-check, cluster-ips-check
-//	output      dstnat+10    filter-output-post-dnat ▶ cluster-ips-check: reject @cluster-ips (a port the service lacks),
-//	                                                  drop the service CIDRs (an address no service has)
-//	prerouting  dstnat       nat-prerouting  ─┐
-//	output      dstnat       nat-output      ─┴──▶  services:
-//	                                                  daddr . proto . dport vmap @service-ips ──▶ service-<svc> | local-<svc> | external-<svc>
-//	                                                  fib daddr local [daddr @nodeport-ips] proto . dport vmap @service-nodeports ─▶ external-<svc>
-//	postrouting srcnat       nat-postrouting ────▶  masquerading: masquerade packets with the mark (mark-for-masquerade sets it)
+//	hook        priority   base chain                 jumps to (new connections: ct state new)
+//	prerouting  dstnat-10  filter-prerouting     ──▶  firewall-check: daddr . proto . dport @firewall-ips and
+//	output      dstnat-10  filter-output         ──▶    daddr . proto . dport . saddr != @firewall-allow: drop
+//	input       dstnat-10  filter-input          ──▶  nodeport-endpoints-check ─▶ vmap @no-endpoint-nodeports
+//	forward     dstnat-10  filter-forward        ──▶  service-endpoints-check  ─▶ vmap @no-endpoint-services
+//	                                                    (drop: no local endpoint; goto reject-chain: none at all)
+//	output      dstnat+10  filter-output-post-dnat ▶  cluster-ips-check: reject @cluster-ips (a port the service
+//	                                                    lacks), drop the service CIDRs (an address no service has)
+//	prerouting  dstnat     nat-prerouting  ─┐
+//	output      dstnat     nat-output      ─┴──▶  services:
+//	                                                daddr . proto . dport vmap @service-ips ──▶ lb-K | lb-external-K | <per-service>
+//	                                                fib daddr local [daddr @nodeport-ips] proto . dport vmap @service-nodeports ──▶ lb-nodeport-K | <per-service>
+//	postrouting srcnat     nat-postrouting ────▶  masquerading: ct status dnat saddr . daddr @hairpin-endpoints: mark;
+//	                                                masquerade marked packets, clearing the mark
 //
-//	external-<svc>  masquerade (Cluster policy), or short-circuit pods and the node to service-<svc> (Local policy); goto the policy chain
-//	service-<svc>   masquerade traffic from outside the cluster CIDR; affinity: saddr @affinity-<ep> goto endpoint-<ep>;
-//	local-<svc>     numgen random mod N vmap { 0 : goto endpoint-<ep0>, ... }
-//	endpoint-<ep>   masquerade hairpin traffic; update @affinity-<ep> { saddr }; dnat to ip:port
+//	lb-K             (cluster-IP traffic)   saddr != <cluster CIDR> jump mark-for-masquerade (all with MasqueradeAll)
+//	                                        dnat to daddr . proto . tcp dport . numgen random mod K map @endpoints  (and udp, sctp)
+//	lb-external-K    (external IPs, LB IPs) jump mark-for-masquerade; the same DNAT
+//	lb-nodeport-K    (node ports)           jump mark-for-masquerade; dnat to proto . tcp dport . numgen random mod K map @nodeport-endpoints
 //
-// The names of per-service chains and sets are kube-proxy's, a hash and
-// "ns/name/proto/port" (and "__ip/port" for an endpoint), so a reader of
-// either table recognises the other's.
+//	endpoints           map  daddr . proto . port . index : endpoint address . port
+//	nodeport-endpoints  map  proto . node port . index    : endpoint address . port
+//	hairpin-endpoints   set  ep . ep, for this node's endpoints
+//	firewall-ips, firewall-allow  sets  VIP . proto . port (. source range, intervals)
+//
+// A service port of K endpoints is, for its cluster IP, one service-ips
+// element pointing at the shared chain lb-K and K endpoints elements at
+// indexes 0..K-1; each external IP and load-balancer IP the same with
+// lb-external-K; its node port a service-nodeports element and K
+// nodeport-endpoints elements. The shared chains exist once per kind and
+// endpoint count in use, so at most three rules (one per protocol: see
+// below) per count look the endpoints map up.
+//
+// Two kinds of service keep kube-proxy's per-service shape, whose chains
+// are named as kube-proxy names them (a hash and "ns/name/proto/port", and
+// "__ip/port" for an endpoint): service-<svc> or local-<svc> picks an
+// endpoint-<ep> chain with "numgen random mod N vmap", endpoint-<ep>
+// masquerades hairpin traffic, records affinity and DNATs, and
+// external-<svc> applies the external policy:
+//
+//   - ClientIP affinity: the endpoint a client used is recorded per
+//     endpoint, in a set with a timeout, which a data map cannot express.
+//   - An external traffic policy of Local on a service reachable from
+//     outside: pods and the node reaching an external address go to all
+//     endpoints, everyone else to this node's, and the node's traffic is
+//     masqueraded, all under one key; that needs the per-service chain.
+//
+// Terminating fallback, topology and an internal traffic policy of Local
+// are only which endpoints are listed, so they stay elements.
 //
 // # Syncs
 //
-// A Writer remembers what it wrote. A partial sync holds only the chains,
-// affinity sets and map and set elements of the services named in the
-// change results: it never flushes a top-level chain, map or set, so its
-// size and its cost, in the writer and in the kernel, grow with the change
-// and not with the cluster (BenchmarkSyncPartial: one endpoint of ten
-// going is 7 operations, 1.4 KB of nft text, at 1,000, 10,000 and 30,000
-// services). Endpoint chains whose content cannot have changed are not
-// rewritten. A full sync (the first, one after
-// a failed transaction, RequestFullSync, node label changes,
+// A Writer remembers what it wrote. A partial sync holds only the elements
+// (and the per-service chains and affinity sets, for the two kinds above)
+// of the services named in the change results: it never flushes a
+// top-level chain, map or set. Replacing an endpoint rewrites one element
+// per address the service has; removing one moves the last endpoint into
+// its index and points the service's elements at the shared chain of one
+// fewer (a ClusterIP service's endpoint of ten going is 5 element
+// operations, 3 when it was the last; coming back, 3; about 240 bytes of
+// nft text at 1,000, 10,000 and 30,000 services: BenchmarkSyncPartial,
+// TestWriterDataMapPartial). A shared chain is
+// added by the first partial sync that needs its count and kept while
+// unused; a full sync deletes the unused ones. A full sync (the first,
+// one after a failed transaction, RequestFullSync, node label changes,
 // FullSyncPeriod) flushes and refills everything the writer owns in one
 // atomic transaction and deletes what nothing needs; the first full sync
 // and the first after a failure list the table's chains and sets once, to
@@ -53,6 +85,30 @@
 //
 // # What differs from kube-proxy, and why
 //
+//   - Services are elements: no service-/endpoint- chains for services
+//     without affinity or a Local external policy, so "nft list" shows
+//     such a service as elements and there are no per-service chain
+//     counters. Packets see the same decisions. kube-proxy's anonymous
+//     "numgen vmap" per service makes the kernel load a 10,000-service
+//     table in about 100 s (each anonymous set is a set the kernel finds by
+//     a linear search, BENCHMARKS.md); this layout loads it in seconds.
+//   - The hairpin masquerade is decided in nat-postrouting from a set of
+//     this node's endpoints ("ep . ep", after DNAT), not by an "ip saddr
+//     EP" rule in every endpoint chain: a pod can reach itself through a
+//     service only from its own node, where its endpoint is local, so the
+//     same packets are masqueraded.
+//   - Removing an endpoint moves the last one into its index: established
+//     connections keep their conntrack entries and new ones stay uniform
+//     over the endpoints, with at most two elements rewritten.
+//   - The endpoints maps are declared "typeof … tcp dport", and each
+//     shared chain has one lookup rule per protocol (tcp, udp, sctp): nft
+//     1.0.6 refuses a rule added later against a map whose typeof holds
+//     "th dport" ("conflicting protocols specified"), which any partial
+//     sync that adds a shared chain would do.
+//   - Source ranges are elements of two sets (firewall-allow is a
+//     concatenated interval set) instead of a chain and an anonymous set
+//     per load balancer; a range inside another of the same service is
+//     left out, since the kernel refuses overlapping intervals.
 //   - Partial syncs are O(change): kube-proxy walks every service and
 //     re-adds every map element on each sync.
 //   - Stale chains are deleted in the same transaction, after the elements
@@ -72,15 +128,29 @@
 //     external IP listed twice), the first claim holds the element and the
 //     next takes over when it goes, instead of the last writer winning.
 //
-// How a service chain picks an endpoint (the numgen vmap) is written by
-// one function, writeEndpointSelection, so that a layout that loads
-// faster in the kernel can replace it alone.
+// # Transport
 //
-// The transport is nft -f, through knftables; issue 15's measurements
-// (BENCHMARKS.md, "nftables: exec vs netlink") favour netlink for partial
-// syncs, which a translator of these transactions would add later.
+// Every transaction goes through knftables, one "nft -f" each. With this
+// layout nft's cache stays small (a few dozen chains whatever the
+// services), so a partial sync costs the same through nft as through
+// netlink (BENCHMARKS.md, "nftables: a kernel layout that meets issue
+// 15's targets"): 16 ms for a one-endpoint change at 10,000 services. A
+// full load through nft is dominated by nft parsing the elements (1.7 s
+// at 10,000 services). WriterConfig.SplitFirstLoad splits a full sync into
+// a missing table: the skeleton (about a hundred objects) through nft, and
+// the elements of the big maps and sets through nf_tables netlink with
+// ApplyElements (github.com/google/nftables), 0.36 s at 10,000 services.
+// Only a load into a missing table is split, because the two steps are
+// not one transaction: a full resync of an existing table flushes and
+// refills its maps, which split would leave empty in between. Elements
+// with comments and interval sets stay with nft. ApplyElements encodes
+// elements as internal/nftmeasure's translator found nft does (fields in
+// whole 32-bit registers, host-order numgen index), for both families and
+// TCP, UDP and SCTP; TestWriterSplitFirstLoadKernel checks that the kernel
+// then holds the same elements as after one nft transaction.
 //
 // Tests use knftables.Fake; nftables/testing (package nftablestest) adds a
-// packet tracer over the Fake's state and a check of a transaction against
-// what the kernel refuses and the Fake lets through.
+// packet tracer over the Fake's state, which follows the data-map lookups,
+// and a check of a transaction against what the kernel refuses and the
+// Fake lets through.
 package nftables

@@ -20,6 +20,9 @@ type elemTable struct {
 	isMap   bool
 	entries map[string]*elemEntry
 	dirty   []*elemEntry
+	// counts, for a verdict map, counts the elements the kernel will hold
+	// per shared chain they go to (see isSharedChain); nil for others.
+	counts map[string]int
 }
 
 type elemEntry struct {
@@ -34,9 +37,12 @@ type elemEntry struct {
 }
 
 type elemClaim struct {
-	owner   *portState
-	gen     uint64
+	owner *portState
+	gen   uint64
+	// value is the map element's value as nft writes it; parts, when
+	// not nil, is the same value split at its concatenation.
 	value   string
+	parts   []string
 	comment *string
 }
 
@@ -46,7 +52,7 @@ func newElemTable(name string, isMap bool) *elemTable {
 
 // claim records that owner wants key (with value, for a map) in the table
 // as of sync gen, and remembers the claim in owner.
-func (t *elemTable) claim(owner *portState, gen uint64, parts []string, value string, comment *string) {
+func (t *elemTable) claim(owner *portState, gen uint64, parts []string, value string, valueParts []string, comment *string) {
 	key := strings.Join(parts, " . ")
 	e := t.entries[key]
 	if e == nil {
@@ -56,7 +62,7 @@ func (t *elemTable) claim(owner *portState, gen uint64, parts []string, value st
 	for i := range e.claims {
 		if e.claims[i].owner == owner {
 			if e.claims[i].gen != gen {
-				e.claims[i] = elemClaim{owner: owner, gen: gen, value: value, comment: comment}
+				e.claims[i] = elemClaim{owner: owner, gen: gen, value: value, parts: valueParts, comment: comment}
 				t.markDirty(e)
 				return
 			}
@@ -65,7 +71,7 @@ func (t *elemTable) claim(owner *portState, gen uint64, parts []string, value st
 			return
 		}
 	}
-	e.claims = append(e.claims, elemClaim{owner: owner, gen: gen, value: value, comment: comment})
+	e.claims = append(e.claims, elemClaim{owner: owner, gen: gen, value: value, parts: valueParts, comment: comment})
 	owner.claims = append(owner.claims, claimRef{table: t, entry: e})
 	t.markDirty(e)
 }
@@ -104,7 +110,10 @@ func (t *elemTable) element(w *Writer, e *elemEntry, c *elemClaim) *knftables.El
 	el := &knftables.Element{Family: w.family, Table: w.table, Key: e.parts, Comment: c.comment}
 	if t.isMap {
 		el.Map = t.name
-		el.Value = []string{c.value}
+		el.Value = c.parts
+		if el.Value == nil {
+			el.Value = []string{c.value}
+		}
 	} else {
 		el.Set = t.name
 	}
@@ -130,11 +139,13 @@ func (t *elemTable) diff(w *Writer, dels, adds *[]op) {
 		if e.inKernel {
 			*dels = append(*dels, op{verb: opDelete, obj: t.element(w, e, &e.written)})
 			e.inKernel = false
+			t.count(e.written.value, -1)
 		}
 		if want != nil {
 			*adds = append(*adds, op{verb: opAdd, obj: t.element(w, e, want)})
 			e.inKernel = true
-			e.written = elemClaim{value: want.value, comment: want.comment}
+			e.written = elemClaim{value: want.value, parts: want.parts, comment: want.comment}
+			t.count(want.value, +1)
 		} else {
 			delete(t.entries, e.key)
 		}
@@ -143,10 +154,22 @@ func (t *elemTable) diff(w *Writer, dels, adds *[]op) {
 	t.dirty = t.dirty[:0]
 }
 
+// count adds d to the count of the shared chain a verdict goes to, if it
+// goes to one.
+func (t *elemTable) count(verdict string, d int) {
+	if t.counts == nil {
+		return
+	}
+	if chain, ok := strings.CutPrefix(verdict, "goto "); ok && isSharedChain(chain) {
+		t.counts[chain] += d
+	}
+}
+
 // reset forgets every entry, for a full sync that flushes the table and
 // claims everything again in the order of the service ports' names, so
 // that a full sync's outcome does not depend on the syncs before it.
 func (t *elemTable) reset() {
+	clear(t.counts)
 	clear(t.entries)
 	clear(t.dirty)
 	t.dirty = t.dirty[:0]

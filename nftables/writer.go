@@ -53,9 +53,17 @@ const (
 	serviceNodePortsMap    = "service-nodeports"
 	noEndpointServicesMap  = "no-endpoint-services"
 	noEndpointNodePortsMap = "no-endpoint-nodeports"
-	firewallIPsMap         = "firewall-ips"
+	firewallIPsSet         = "firewall-ips"
+	firewallAllowSet       = "firewall-allow"
 	clusterIPsSet          = "cluster-ips"
 	nodePortIPsSet         = "nodeport-ips"
+
+	// The data-map layout's objects: endpoints by service key and index,
+	// endpoints by node port and index, and this node's endpoints as
+	// "ep . ep" for the hairpin masquerade.
+	endpointsMap         = "endpoints"
+	nodePortEndpointsMap = "nodeport-endpoints"
+	hairpinSet           = "hairpin-endpoints"
 )
 
 // WriterConfig configures a [Writer]. Only IPFamily is required.
@@ -112,6 +120,18 @@ type WriterConfig struct {
 
 	// Clock is read for FullSyncPeriod; nil means the real clock.
 	Clock clock.PassiveClock
+
+	// SplitFirstLoad, when true, makes a full sync that finds no table
+	// (the first on a node, or the first after Cleanup or after the table
+	// was deleted) leave the additions of the elements that ApplyElements
+	// can send out of the Transaction and return them in
+	// SyncResult.Elements, so that the bulk of a large table reaches the
+	// kernel through netlink instead of nft's parser (BENCHMARKS.md). The
+	// two steps are not one atomic transaction, which is why only a load
+	// into a missing table is split: until the elements arrive, the
+	// services are unreachable, as they were before. Every other sync is
+	// one transaction, as without it.
+	SplitFirstLoad bool
 }
 
 // SyncInput is what [Writer.Sync] renders.
@@ -152,6 +172,11 @@ type SyncResult struct {
 	ChainsDeleted int
 	// ServicePorts and Endpoints count what the writer now programs.
 	ServicePorts, Endpoints int
+	// Elements, for a full sync split by WriterConfig.SplitFirstLoad,
+	// are element additions left out of Transaction: run Transaction
+	// first, then ApplyElements with these, and report the first error of
+	// the two (or nil) to Writer.Applied. Nil otherwise.
+	Elements []*knftables.Element
 	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
 	// service ports whose internal (external) traffic policy is Local and
 	// whose traffic is dropped because this node has no endpoint for them,
@@ -189,7 +214,10 @@ type Writer struct {
 	// needList says the next full sync must list the table, because the
 	// writer does not know what it holds: at the start, and after a
 	// transaction that may not have been applied.
-	needList   bool
+	needList bool
+	// split says this sync's element additions that ApplyElements can
+	// send go to SyncResult.Elements (SplitFirstLoad, table missing).
+	split      bool
 	baseFresh  bool // the base chains were recreated once
 	lastFull   time.Time
 	nodeLabels map[string]string
@@ -215,6 +243,13 @@ type Writer struct {
 
 	names   []changetracker.ServicePortName
 	changed []types.NamespacedName
+
+	// sharedRefs counts, for each shared load-balancing chain, the
+	// service-ips and service-nodeports elements that will point at it
+	// once the transaction is applied; sharedWritten holds the shared
+	// chains the kernel has (as far as the writer knows).
+	sharedRefs    map[string]int
+	sharedWritten map[string]bool
 }
 
 type tableID uint8
@@ -226,6 +261,10 @@ const (
 	tNoEndpointServices
 	tNoEndpointNodePorts
 	tFirewallIPs
+	tFirewallAllow
+	tEndpoints
+	tNodePortEndpoints
+	tHairpin
 	numTables
 )
 
@@ -255,6 +294,11 @@ type portState struct {
 
 	endpoints int
 	noLocal   uint8 // bit 0: internal, bit 1: external
+	// order is, for the data-map layout, the endpoints at each index of
+	// the endpoints maps: internal traffic's, then external traffic's.
+	order [2][]netip.AddrPort
+	// epValues are the endpoints' element values, kept between syncs.
+	epValues map[netip.AddrPort]*epValue
 }
 
 type affinitySet struct {
@@ -278,6 +322,9 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 		needFull: true,
 		needList: true,
 		ports:    make(map[types.NamespacedName][]*portState),
+
+		sharedRefs:    make(map[string]int),
+		sharedWritten: make(map[string]bool),
 	}
 	switch cfg.IPFamily {
 	case v1.IPv4Protocol:
@@ -349,8 +396,14 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 		tServiceNodePorts:    newElemTable(serviceNodePortsMap, true),
 		tNoEndpointServices:  newElemTable(noEndpointServicesMap, true),
 		tNoEndpointNodePorts: newElemTable(noEndpointNodePortsMap, true),
-		tFirewallIPs:         newElemTable(firewallIPsMap, true),
+		tFirewallIPs:         newElemTable(firewallIPsSet, false),
+		tFirewallAllow:       newElemTable(firewallAllowSet, false),
+		tEndpoints:           newElemTable(endpointsMap, true),
+		tNodePortEndpoints:   newElemTable(nodePortEndpointsMap, true),
+		tHairpin:             newElemTable(hairpinSet, false),
 	}
+	w.tables[tServiceIPs].counts = w.sharedRefs
+	w.tables[tServiceNodePorts].counts = w.sharedRefs
 	return w, nil
 }
 
@@ -448,10 +501,15 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	w.unapplied = true
 
 	tx := w.nft.NewTransaction()
+	var split []*knftables.Element
 	for _, phase := range [][]op{w.elemDels, w.chainOps, w.setOps, w.rules, w.elemAdds, w.finalDels} {
 		for _, o := range phase {
 			switch o.verb {
 			case opAdd:
+				if el, ok := o.obj.(*knftables.Element); ok && w.split && netlinkElement(el) {
+					split = append(split, el)
+					continue
+				}
 				tx.Add(o.obj)
 			case opFlush:
 				tx.Flush(o.obj)
@@ -460,9 +518,11 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 			}
 		}
 	}
+	w.split = false
 	res := SyncResult{
 		Full:                     full,
 		Transaction:              tx,
+		Elements:                 split,
 		ServicePortsWritten:      written,
 		ChainsDeleted:            w.chainsDeleted,
 		ServicePorts:             w.totalPorts,
@@ -493,7 +553,9 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 	// what it has.
 	var listed map[string]bool
 	if w.needList {
-		listed = w.listServiceObjects(ctx, logger)
+		var absent bool
+		listed, absent = w.listServiceObjects(ctx, logger)
+		w.split = absent && w.cfg.SplitFirstLoad
 	}
 	w.needList = false
 
@@ -555,6 +617,10 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 			desired[s.name] = true
 		}
 	}
+	for _, t := range w.tables {
+		t.diff(w, &w.elemDels, &w.elemAdds)
+	}
+	w.writeSharedChains(true, desired)
 	// What nothing needs: chains are flushed first (a rule of one may
 	// jump to another, or use an affinity set) and deleted last.
 	if desired == nil {
@@ -586,32 +652,31 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 			}
 		}
 	}
-	for _, t := range w.tables {
-		t.diff(w, &w.elemDels, &w.elemAdds)
-	}
 	return len(w.names)
 }
 
 // listServiceObjects lists the per-service chains (true) and affinity sets
 // (false) in the table. A missing table holds nothing; another error is
 // logged, and the sync then deletes only what the writer remembers.
-func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) map[string]bool {
-	found := make(map[string]bool)
+func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) (found map[string]bool, absent bool) {
+	found = make(map[string]bool)
 	for _, kind := range []string{"chain", "set"} {
 		names, err := w.nft.List(ctx, kind)
 		if err != nil {
-			if !knftables.IsNotFound(err) {
+			if knftables.IsNotFound(err) {
+				absent = true
+			} else {
 				logger.Error(err, "Listing the nftables table failed; objects left by an earlier run stay until a later full sync", "table", w.table, "ipFamily", w.cfg.IPFamily, "objectType", kind)
 			}
 			continue
 		}
 		for _, n := range names {
-			if isServiceObject(n) {
+			if isServiceObject(n) || kind == "chain" && isSharedChain(n) {
 				found[n] = kind == "chain"
 			}
 		}
 	}
-	return found
+	return found, absent
 }
 
 // deleteChain flushes a chain of the writer's early in the transaction
@@ -732,6 +797,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	for _, t := range w.tables {
 		t.diff(w, &w.elemDels, &w.elemAdds)
 	}
+	w.writeSharedChains(false, nil)
 	return written
 }
 
@@ -821,12 +887,37 @@ func (w *Writer) writeStatic() {
 		{serviceNodePortsMap, "inet_proto . inet_service", "NodePort traffic"},
 		{noEndpointServicesMap, addrKey, "drop or reject traffic to services without usable endpoints"},
 		{noEndpointNodePortsMap, "inet_proto . inet_service", "drop or reject traffic to node ports without usable endpoints"},
-		{firewallIPsMap, addrKey, "destinations subject to loadBalancerSourceRanges"},
 	} {
 		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, Type: vmapType(m.key), Comment: ptr.To(m.comment)}
 		w.add(&w.chainOps, mp)
 		w.chainOps = append(w.chainOps, op{opFlush, mp})
 	}
+	for _, m := range []struct{ name, typeOf, comment string }{
+		{endpointsMap, w.ipX + " daddr . meta l4proto . tcp dport . numgen random mod 1 : " + w.ipX + " daddr . tcp dport",
+			"endpoints by service address, protocol, port and index"},
+		{nodePortEndpointsMap, "meta l4proto . tcp dport . numgen random mod 1 : " + w.ipX + " daddr . tcp dport",
+			"endpoints by node port and index"},
+	} {
+		// "tcp dport", not "th dport": nft 1.0.6 refuses a rule added
+		// later against a map whose typeof holds th dport, so the shared
+		// chains look the map up with one rule per protocol.
+		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, TypeOf: m.typeOf, Comment: ptr.To(m.comment)}
+		w.add(&w.chainOps, mp)
+		w.chainOps = append(w.chainOps, op{opFlush, mp})
+	}
+	for _, st := range []*knftables.Set{
+		{Family: w.family, Table: w.table, Name: firewallIPsSet, Type: addrKey,
+			Comment: ptr.To("destinations subject to loadBalancerSourceRanges")},
+		{Family: w.family, Table: w.table, Name: firewallAllowSet, Type: addrKey + " . " + w.addrType,
+			Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: ptr.To("sources allowed by loadBalancerSourceRanges")},
+	} {
+		w.add(&w.chainOps, st)
+		w.chainOps = append(w.chainOps, op{opFlush, st})
+	}
+	hairpin := &knftables.Set{Family: w.family, Table: w.table, Name: hairpinSet, Type: w.addrType + " . " + w.addrType,
+		Comment: ptr.To("this node's endpoints, to masquerade one reaching itself through a service")}
+	w.add(&w.chainOps, hairpin)
+	w.chainOps = append(w.chainOps, op{opFlush, hairpin})
 	cips := &knftables.Set{Family: w.family, Table: w.table, Name: clusterIPsSet, Type: w.addrType, Comment: ptr.To("cluster IPs of services")}
 	w.add(&w.chainOps, cips)
 	w.chainOps = append(w.chainOps, op{opFlush, cips})
@@ -850,6 +941,7 @@ func (w *Writer) writeStatic() {
 		rule(j.from, j.match, "jump", j.to)
 	}
 	rule(markMasqChain, "mark set mark or", w.mark)
+	rule(masqueradingChain, "ct status dnat", w.ipX, "saddr .", w.ipX, "daddr", "@", hairpinSet, "jump", markMasqChain)
 	rule(masqueradingChain, "mark and", w.mark, "== 0 return")
 	// Clear the mark, so that a packet that goes through the stack again is
 	// not masqueraded twice.
@@ -860,7 +952,8 @@ func (w *Writer) writeStatic() {
 	dst := w.ipX + " daddr"
 	rule(servicesChain, dst, ". meta l4proto . th dport vmap", "@", serviceIPsMap)
 	rule(serviceEndpointsCheckChain, dst, ". meta l4proto . th dport vmap", "@", noEndpointServicesMap)
-	rule(firewallCheckChain, dst, ". meta l4proto . th dport vmap", "@", firewallIPsMap)
+	rule(firewallCheckChain, dst, ". meta l4proto . th dport", "@", firewallIPsSet,
+		dst, ". meta l4proto . th dport .", w.ipX, "saddr !=", "@", firewallAllowSet, "drop")
 	npMatch := []any{dst, "!=", w.loopback}
 	if !w.matchAllNP {
 		npMatch = append(npMatch, dst, "@", nodePortIPsSet)
@@ -881,6 +974,92 @@ func (w *Writer) writeStatic() {
 			cidrs = append(cidrs, p.String())
 		}
 		rule(clusterIPsCheckChain, dst, "{", cidrs, "} drop")
+	}
+}
+
+// writeSharedChains brings the shared load-balancing chains to what the
+// service-ips and service-nodeports elements will point at. It runs after
+// the elements' diff, which counted the references. A partial sync adds
+// those the kernel lacks and deletes none: a shared chain nothing points
+// at is harmless, and endpoint counts come and go, so keeping it spares
+// the next partial sync the chain and the kernel another binding of the
+// endpoints map. A full sync writes every used one and deletes the
+// others; desired, on a full sync that listed the table, gets the used
+// ones, so that the listing's others are deleted as stale.
+func (w *Writer) writeSharedChains(full bool, desired map[string]bool) {
+	var names []string
+	for name, n := range w.sharedRefs {
+		if n > 0 && (full || !w.sharedWritten[name]) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		w.sharedChain(name, full)
+	}
+	for name, n := range w.sharedRefs {
+		if n <= 0 {
+			delete(w.sharedRefs, name)
+		}
+	}
+	if !full {
+		for _, name := range names {
+			w.sharedWritten[name] = true
+		}
+		return
+	}
+	var gone []string
+	for name := range w.sharedWritten {
+		if w.sharedRefs[name] <= 0 {
+			gone = append(gone, name)
+		}
+	}
+	slices.Sort(gone)
+	for _, name := range gone {
+		delete(w.sharedWritten, name)
+		if desired == nil {
+			w.deleteChain(name)
+		}
+	}
+	for name := range w.sharedRefs {
+		w.sharedWritten[name] = true
+		if desired != nil {
+			desired[name] = true
+		}
+	}
+}
+
+// sharedChain queues a shared chain (added, and flushed by a full sync)
+// and its rules: the masquerade mark of its kind, then one DNAT per
+// protocol through the endpoints map, at index "numgen random mod K".
+func (w *Writer) sharedChain(name string, full bool) {
+	rest := strings.TrimPrefix(name, sharedChainPrefix)
+	kind, key, m := lbInternal, w.ipX+" daddr . meta l4proto . ", endpointsMap
+	switch {
+	case strings.HasPrefix(rest, lbExternal):
+		kind = lbExternal
+	case strings.HasPrefix(rest, lbNodePort):
+		kind, key, m = lbNodePort, "meta l4proto . ", nodePortEndpointsMap
+	}
+	k := strings.TrimPrefix(rest, kind)
+	c := &knftables.Chain{Family: w.family, Table: w.table, Name: name}
+	w.chainOps = append(w.chainOps, op{opAdd, c})
+	if full {
+		w.chainOps = append(w.chainOps, op{opFlush, c})
+	}
+	rule := func(text string) {
+		w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: name, Rule: text}})
+	}
+	switch {
+	case kind != lbInternal, w.cfg.MasqueradeAll:
+		// External traffic's endpoints may be on other nodes:
+		// masquerade, so that replies come back through this node.
+		rule("jump " + markMasqChain)
+	case w.cfg.ClusterCIDR.IsValid():
+		rule(w.ipX + " saddr != " + w.cfg.ClusterCIDR.String() + " jump " + markMasqChain)
+	}
+	for _, proto := range []string{"tcp", "udp", "sctp"} {
+		rule("dnat " + w.ipX + " to " + key + proto + " dport . numgen random mod " + k + " map @" + m)
 	}
 }
 

@@ -225,3 +225,61 @@ func TestWriterRecreatesBaseChains(t *testing.T) {
 		t.Errorf("nat-prerouting rules %v, want only the jump to services", ch.Rules)
 	}
 }
+
+// TestWriterSplitFirstLoad: with SplitFirstLoad, a full sync into a
+// missing table leaves the elements ApplyElements sends out of the
+// transaction, and the two together make the same table as one
+// transaction; a full sync into an existing table, and a partial one, are
+// not split.
+func TestWriterSplitFirstLoad(t *testing.T) {
+	c := newCluster(v1.IPv4Protocol, node)
+	c.setService(makeService("ns", "web", "10.96.0.10", withNodePort(30080), withExternalIPs("192.0.2.10")))
+	c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
+	c.setService(makeService("ns", "empty", "10.96.0.11"))
+	in := c.input()
+
+	plainFake, plain := newFake(t, baseConfig())
+	syncFake(t, plain, plainFake, in)
+
+	cfg := baseConfig()
+	cfg.SplitFirstLoad = true
+	fake, w := newFake(t, cfg)
+	res := w.Sync(context.Background(), in)
+	if len(res.Elements) == 0 {
+		t.Fatal("first full sync into a missing table was not split")
+	}
+	text := res.Transaction.String()
+	for _, el := range res.Elements {
+		line := "add element ip kube-proxy " + el.Set + el.Map + " { " + strings.Join(el.Key, " . ") + " "
+		if strings.Contains(text, line) {
+			t.Errorf("element both split off and in the transaction: %s", line)
+		}
+	}
+	if !strings.Contains(text, "add element ip kube-proxy no-endpoint-services") {
+		t.Error("commented no-endpoint elements are not in the transaction")
+	}
+	tx := fake.NewTransaction()
+	for _, el := range res.Elements {
+		tx.Add(el)
+	}
+	err := fake.Run(context.Background(), res.Transaction)
+	if err == nil {
+		err = fake.Run(context.Background(), tx)
+	}
+	w.Applied(err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(normalDump(plainFake), normalDump(fake)); diff != "" {
+		t.Errorf("split load differs from one transaction (-one +split):\n%s", diff)
+	}
+
+	w.RequestFullSync()
+	if res := syncFake(t, w, fake, c.input()); !res.Full || len(res.Elements) != 0 {
+		t.Errorf("full sync into an existing table: full=%v, %d elements split off; want full and none", res.Full, len(res.Elements))
+	}
+	c.setEndpoints("ns", "web", tcp8080, remote("10.0.2.1"))
+	if res := syncFake(t, w, fake, c.input()); res.Full || len(res.Elements) != 0 {
+		t.Errorf("partial sync: full=%v, %d elements split off; want partial and none", res.Full, len(res.Elements))
+	}
+}

@@ -2,8 +2,10 @@ package nftables_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -238,7 +240,11 @@ func syncFake(t testing.TB, w *nftables.Writer, fake *knftables.Fake, in nftable
 // their order means nothing to nft, and a partial sync appends where a
 // full sync writes in name order.
 func normalDump(fake *knftables.Fake) string {
-	lines := strings.Split(fake.Dump(), "\n")
+	return strings.Join(sortElementRuns(strings.Split(fake.Dump(), "\n")), "\n")
+}
+
+// sortElementRuns sorts each run of element lines in lines.
+func sortElementRuns(lines []string) []string {
 	start := -1
 	for i := 0; i <= len(lines); i++ {
 		isElem := i < len(lines) && strings.HasPrefix(lines[i], "add element ")
@@ -250,5 +256,54 @@ func normalDump(fake *knftables.Fake) string {
 			start = -1
 		}
 	}
-	return strings.Join(lines, "\n")
+	return lines
+}
+
+// layoutDump is normalDump for comparing a table after partial syncs with
+// a fresh full sync's: an endpoint's index in the endpoints maps depends
+// on the syncs before (a partial sync moves the last endpoint into a freed
+// index), so indexes become "#" once checked to run from 0 without gaps
+// for every service key (a line says so if not), and shared chains that no
+// element points at, which partial syncs keep, are left out.
+func layoutDump(fake *knftables.Fake) string {
+	lines := strings.Split(normalDump(fake), "\n")
+	used := map[string]bool{}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "add element ") {
+			f := strings.Fields(l)
+			for i := range f[:len(f)-1] {
+				if f[i] == "goto" {
+					used[strings.TrimSuffix(f[i+1], ",")] = true
+				}
+			}
+		}
+	}
+	indexes := map[string][]int{}
+	var out []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) > 4 && (f[1] == "chain" || f[1] == "rule") && strings.HasPrefix(f[4], "lb-") && !used[f[4]] {
+			continue
+		}
+		if len(f) > 4 && f[1] == "element" && (f[4] == "endpoints" || f[4] == "nodeport-endpoints") {
+			key, value, _ := strings.Cut(l[strings.Index(l, "{")+2:], " : ")
+			parts := strings.Split(key, " . ")
+			n, _ := strconv.Atoi(parts[len(parts)-1])
+			svc := f[4] + " " + strings.Join(parts[:len(parts)-1], " . ")
+			indexes[svc] = append(indexes[svc], n)
+			l = "add element " + svc + " . # : " + value
+		}
+		out = append(out, l)
+	}
+	out = sortElementRuns(out)
+	for svc, idx := range indexes {
+		slices.Sort(idx)
+		for i, n := range idx {
+			if i != n {
+				out = append(out, fmt.Sprintf("indexes of %s are %v, not 0..%d", svc, idx, len(idx)-1))
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

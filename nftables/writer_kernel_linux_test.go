@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
@@ -21,9 +22,13 @@ import (
 // connections from a client namespace to a ClusterIP and a NodePort:
 // they reach the pods the rules say; after a partial sync that drops an
 // endpoint they reach only the other; after one that drops all, they are
-// refused; and no chain of the dropped endpoints or service is left (they
+// refused; a pod that reaches itself through the service is masqueraded
+// (hairpin) and one that reaches another pod is not; and no chain of the
+// dropped endpoints or service is left (they
 // are deleted in the same transaction as the elements and rules that
-// referred to them). A table deleted by hand is repaired by the full sync
+// referred to them). A load balancer serves a client inside its source
+// ranges and drops it once they change, and a UDP service answers at its
+// cluster IP and node port. A table deleted by hand is repaired by the full sync
 // that follows the failed partial one, and Cleanup deletes the writer's
 // table and no other.
 func TestWriterKernel(t *testing.T) {
@@ -39,14 +44,17 @@ func TestWriterKernel(t *testing.T) {
 		BackendPort: 8080,
 	})
 	for _, tc := range []struct {
-		family                  v1.IPFamily
-		nodeIP, clusterIP, cidr string
-		bridgeIP                string
-		podA, podB, serviceCIDR string
-		nftFamily               knftables.Family
+		family                   v1.IPFamily
+		nodeIP, clusterIP, cidr  string
+		bridgeIP                 string
+		podA, podB, serviceCIDR  string
+		nftFamily                knftables.Family
+		vip, clientNet, otherNet string
 	}{
-		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.1", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family},
-		{v1.IPv6Protocol, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::1", "fd00:10::11", "fd00:10::12", "fd00:96::/64", knftables.IPv6Family},
+		{v1.IPv4Protocol, "10.1.0.1", "10.96.0.10", "10.0.0.0/16", "10.0.0.1", "10.0.0.11", "10.0.0.12", "10.96.0.0/16", knftables.IPv4Family,
+			"203.0.113.5", "10.1.0.0/24", "192.0.2.0/24"},
+		{v1.IPv6Protocol, "fd01::1", "fd00:96::10", "fd00:10::/64", "fd00:10::1", "fd00:10::11", "fd00:10::12", "fd00:96::/64", knftables.IPv6Family,
+			"2001:db8::5", "fd01::/64", "2001:db8:1::/64"},
 	} {
 		t.Run(string(tc.family), func(t *testing.T) {
 			var nft knftables.Interface
@@ -108,6 +116,29 @@ func TestWriterKernel(t *testing.T) {
 				}
 			}
 
+			// Hairpin: a pod that reaches itself through the service is
+			// masqueraded (to the node's bridge address), or it would
+			// answer itself; one that reaches the other pod keeps its
+			// address, since it is inside the cluster CIDR.
+			seen := map[string]bool{}
+			for range 16 {
+				r, err := kerneltest.Dial(nw.Pods["pod-a"], "tcp", clusterIP, 3*time.Second)
+				if err != nil {
+					t.Fatalf("pod-a connecting to %s: %v", clusterIP, err)
+				}
+				seen[r.Name] = true
+				want := addr(tc.podA)
+				if r.Name == "pod-a" {
+					want = addr(tc.bridgeIP)
+				}
+				if r.Client != want {
+					t.Errorf("pod-a through %s reached %s, which saw client %s; want %s", clusterIP, r.Name, r.Client, want)
+				}
+			}
+			if !seen["pod-a"] || !seen["pod-b"] {
+				t.Errorf("pod-a through %s reached %v, want both pods", clusterIP, seen)
+			}
+
 			c.setEndpoints("ns", "web", tcp8080, local(tc.podB))
 			apply(c.input(), false)
 			for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
@@ -155,6 +186,36 @@ func TestWriterKernel(t *testing.T) {
 			for _, dst := range []netip.AddrPort{clusterIP, nodePort} {
 				if got := reach(dst); !got["pod-a"] || !got["pod-b"] {
 					t.Errorf("after the repair %s reached %v, want both pods", dst, got)
+				}
+			}
+
+			// A load balancer's source ranges: the client's range is
+			// served; after a partial sync that allows another range
+			// only, the client's connections are dropped.
+			vip := netip.AddrPortFrom(addr(tc.vip), 80)
+			c.setService(makeService("ns", "lb", tc.clusterIP[:len(tc.clusterIP)-2]+"20", withLoadBalancer(tc.vip, tc.clientNet, tc.otherNet)))
+			c.setEndpoints("ns", "lb", tcp8080, local(tc.podB))
+			apply(c.input(), false)
+			if got := reach(vip); len(got) != 1 || !got["pod-b"] {
+				t.Errorf("load balancer %s reached %v from an allowed source, want pod-b", vip, got)
+			}
+			c.setService(makeService("ns", "lb", tc.clusterIP[:len(tc.clusterIP)-2]+"20", withLoadBalancer(tc.vip, tc.otherNet)))
+			apply(c.input(), false)
+			if r, err := kerneltest.Dial(nw.Client, "tcp", vip, time.Second); !kerneltest.IsTimeout(err) {
+				t.Errorf("load balancer %s from a source outside its ranges: reply %+v, error %v; want a timeout (dropped)", vip, r, err)
+			}
+
+			// UDP, through the shared chains' "udp dport" lookup of the
+			// endpoints maps (declared with tcp dport), at a cluster IP
+			// and a node port.
+			c.setService(makeService("ns", "dns", tc.clusterIP[:len(tc.clusterIP)-2]+"30",
+				withPorts(v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP}), withNodePort(30053)))
+			c.setEndpoints("ns", "dns", []discoveryv1.EndpointPort{slicePort("dns", 8080, v1.ProtocolUDP)}, local(tc.podA))
+			apply(c.input(), false)
+			for _, dst := range []netip.AddrPort{netip.AddrPortFrom(addr(tc.clusterIP[:len(tc.clusterIP)-2]+"30"), 53), netip.AddrPortFrom(addr(tc.nodeIP), 30053)} {
+				r, err := kerneltest.Dial(nw.Client, "udp", dst, 3*time.Second)
+				if err != nil || r.Name != "pod-a" {
+					t.Errorf("UDP to %s: reply %+v, error %v; want pod-a", dst, r, err)
 				}
 			}
 

@@ -38,10 +38,10 @@ func TestWriterPartialSync(t *testing.T) {
 	}{
 		{"endpoint added", func(c *cluster) {
 			c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.9"))
-		}, "ns/a", 20, []string{"10.0.1.1/8080", "10.0.2.1/8080"}},
+		}, "ns/a", 25, []string{"10.0.1.1/8080", "10.0.2.1/8080"}}, // the first service of 3 endpoints: 3 shared chains
 		{"endpoint removed", func(c *cluster) {
 			c.setEndpoints("ns", "a", tcp8080, local("10.0.1.1"))
-		}, "ns/a", 20, []string{"10.0.1.1/8080"}},
+		}, "ns/a", 25, []string{"10.0.1.1/8080"}},
 		{"affinity endpoint removed", func(c *cluster) {
 			c.setEndpoints("ns", "b", tcp8080, local("10.0.1.2"))
 		}, "ns/b", 20, []string{"10.0.1.2/8080"}},
@@ -58,6 +58,12 @@ func TestWriterPartialSync(t *testing.T) {
 			c.setService(makeService("ns", "b", "10.96.0.2", withAffinity(200)))
 		}, "ns/b", 30, nil},
 		{"affinity dropped", func(c *cluster) { c.setService(makeService("ns", "b", "10.96.0.2")) }, "ns/b", 30, nil},
+		{"affinity added", func(c *cluster) {
+			c.setService(makeService("ns", "a", "10.96.0.1", withNodePort(30001), withExternalIPs("192.0.2.1"), withAffinity(60)))
+		}, "ns/a", 40, nil}, // every element of the port goes, its chains come
+		{"external policy becomes Local", func(c *cluster) {
+			c.setService(makeService("ns", "a", "10.96.0.1", withNodePort(30001), withExternalIPs("192.0.2.1"), withExternalLocal()))
+		}, "ns/a", 40, nil},
 		{"source ranges dropped", func(c *cluster) {
 			c.setService(makeService("ns", "c", "10.96.0.3", withLoadBalancer("203.0.113.3"), withExternalLocal()))
 		}, "ns/c", 30, nil},
@@ -79,7 +85,10 @@ func TestWriterPartialSync(t *testing.T) {
 				if strings.HasPrefix(line, "flush ") && !strings.Contains(line, tc.service) {
 					t.Errorf("partial transaction flushes a top-level object: %q", line)
 				}
-				if strings.Contains(line, "/") && !strings.Contains(line, tc.service) {
+				// A shared chain's rules name the cluster CIDR, and
+				// firewall-allow's elements a source range.
+				if strings.Contains(line, "/") && !strings.Contains(line, tc.service) &&
+					!strings.HasPrefix(line, "add rule ip kube-proxy lb-") && !strings.Contains(line, " firewall-allow ") {
 					t.Errorf("partial transaction touches another service: %q", line)
 				}
 			}
@@ -101,7 +110,7 @@ func TestWriterPartialSync(t *testing.T) {
 			c2.input()
 			tc.change(c2)
 			syncFake(t, fresh, freshFake, c2.input())
-			if diff := cmp.Diff(normalDump(freshFake), normalDump(fake)); diff != "" {
+			if diff := cmp.Diff(layoutDump(freshFake), layoutDump(fake)); diff != "" {
 				t.Errorf("table after the partial sync differs from a fresh full sync (-full +partial):\n%s", diff)
 			}
 		})
@@ -168,6 +177,68 @@ func TestWriterFailedTransaction(t *testing.T) {
 	w.Sync(context.Background(), c.input())
 	if res := w.Sync(context.Background(), c.input()); !res.Full {
 		t.Error("sync after an unreported one was not full")
+	}
+}
+
+// TestWriterDataMapPartial checks the element operations of one-endpoint
+// changes in the data-map layout: an endpoint that goes is replaced by the
+// last one at its index, and the service's verdict moves to the shared
+// chain of its new count; a replaced endpoint is one element rewritten.
+func TestWriterDataMapPartial(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		eps  []ep
+		want string
+	}{{
+		name: "first of three goes",
+		eps:  []ep{remote("10.0.2.2"), remote("10.0.2.3")},
+		want: `delete element ip kube-proxy service-ips { 10.96.0.1 . tcp . 80 }
+delete element ip kube-proxy endpoints { 10.96.0.1 . tcp . 80 . 0 }
+delete element ip kube-proxy endpoints { 10.96.0.1 . tcp . 80 . 2 }
+add element ip kube-proxy service-ips { 10.96.0.1 . tcp . 80 : goto lb-2 }
+add element ip kube-proxy endpoints { 10.96.0.1 . tcp . 80 . 0 : 10.0.2.3 . 8080 }
+`,
+	}, {
+		name: "last of three goes",
+		eps:  []ep{remote("10.0.2.1"), remote("10.0.2.2")},
+		want: `delete element ip kube-proxy service-ips { 10.96.0.1 . tcp . 80 }
+delete element ip kube-proxy endpoints { 10.96.0.1 . tcp . 80 . 2 }
+add element ip kube-proxy service-ips { 10.96.0.1 . tcp . 80 : goto lb-2 }
+`,
+	}, {
+		name: "one replaced",
+		eps:  []ep{remote("10.0.2.1"), remote("10.0.2.9"), remote("10.0.2.3")},
+		want: `delete element ip kube-proxy endpoints { 10.96.0.1 . tcp . 80 . 1 }
+add element ip kube-proxy endpoints { 10.96.0.1 . tcp . 80 . 1 : 10.0.2.9 . 8080 }
+`,
+	}, {
+		name: "one added",
+		eps:  []ep{remote("10.0.2.1"), remote("10.0.2.2"), remote("10.0.2.3"), remote("10.0.2.4")},
+		want: `delete element ip kube-proxy service-ips { 10.96.0.1 . tcp . 80 }
+add element ip kube-proxy service-ips { 10.96.0.1 . tcp . 80 : goto lb-4 }
+add element ip kube-proxy endpoints { 10.96.0.1 . tcp . 80 . 3 : 10.0.2.4 . 8080 }
+`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(v1.IPv4Protocol, node)
+			c.setService(makeService("ns", "a", "10.96.0.1"))
+			c.setEndpoints("ns", "a", tcp8080, remote("10.0.2.1"), remote("10.0.2.2"), remote("10.0.2.3"))
+			// Other services hold the shared chains of 2 and 4 endpoints.
+			c.setService(makeService("ns", "b", "10.96.0.2"))
+			c.setEndpoints("ns", "b", tcp8080, remote("10.0.3.1"), remote("10.0.3.2"))
+			c.setService(makeService("ns", "c", "10.96.0.3"))
+			c.setEndpoints("ns", "c", tcp8080, remote("10.0.4.1"), remote("10.0.4.2"), remote("10.0.4.3"), remote("10.0.4.4"))
+			fake, w := newFake(t, baseConfig())
+			syncFake(t, w, fake, c.input())
+			c.setEndpoints("ns", "a", tcp8080, tc.eps...)
+			res := syncFake(t, w, fake, c.input())
+			if res.Full {
+				t.Fatal("sync was full")
+			}
+			if diff := cmp.Diff(tc.want, res.Transaction.String()); diff != "" {
+				t.Errorf("transaction (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -19,10 +19,10 @@ import (
 // one service port, and records in ps what it wrote. ps.chains and ps.sets
 // are empty on entry; prevChains and prevSets are what it had, and listed,
 // on a full sync that listed the table, the objects found in the kernel
-// (nil otherwise). A partial sync leaves alone the endpoint chains whose
-// content cannot have changed: everything an endpoint chain holds is in
-// its name (service port, protocol, address and port) except whether it
-// records affinity, and for how long.
+// (nil otherwise). For a port in kube-proxy's shape, a partial sync leaves
+// alone the endpoint chains whose content cannot have changed: everything
+// an endpoint chain holds is in its name (service port, protocol, address
+// and port) except whether it records affinity, and for how long.
 func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker.ServicePort, rawEps []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool) {
 	eps := w.usableEndpoints(logger, ps.name, rawEps)
 	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.NodeName, w.nodeLabels)
@@ -30,7 +30,6 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	clusterChain := clusterChainPrefix + ps.base
 	localChain := localChainPrefix + ps.base
 	extChain := externalChainPrefix + ps.base
-	fwChain := firewallChainPrefix + ps.base
 
 	usesCluster := len(cluster) > 0 && svc.UsesClusterEndpoints()
 	usesLocal := len(local) > 0 && svc.UsesLocalEndpoints()
@@ -65,6 +64,128 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	proto := protocolName(svc.Protocol())
 	port := strconv.Itoa(svc.Port())
 
+	// Services with ClientIP affinity, or with a Local external policy
+	// that the service is reachable by, keep kube-proxy's per-service and
+	// per-endpoint chains; all others are elements of the data-map layout.
+	perService := affinity || (svc.ExternalPolicyLocal() && svc.ExternallyAccessible())
+	internalEps, externalEps := cluster, cluster
+	if svc.InternalPolicyLocal() {
+		internalEps = local
+	}
+	if perService {
+		ps.epValues = nil
+		w.renderPerService(ps, svc, proto, port, affinity, all, cluster, local, prevChains, prevSets, full, listed,
+			usesCluster, usesLocal, usesExt, hasInternal, hasExternal, clusterChain, localChain, extChain, internalChain, externalChain)
+		ps.order = [2][]netip.AddrPort{}
+	} else {
+		clear(ps.eps)
+		if hasInternal {
+			ps.order[0] = w.endpointOrder(ps.order[0], internalEps, full)
+		} else {
+			ps.order[0] = ps.order[0][:0]
+		}
+		if hasExternal && svc.ExternallyAccessible() {
+			ps.order[1] = w.endpointOrder(ps.order[1], externalEps, full)
+		} else {
+			ps.order[1] = ps.order[1][:0]
+		}
+		defer func() {
+			for ep, v := range ps.epValues {
+				if v.gen != w.gen {
+					delete(ps.epValues, ep)
+				}
+			}
+		}()
+		// A pod that reaches itself through the service must be
+		// masqueraded, or it would answer itself directly; only this
+		// node's endpoints can be reached so (nat-postrouting matches
+		// "saddr . daddr" of DNATed packets against these).
+		if hasEndpoints {
+			for _, ep := range all {
+				if ep.IsLocal() {
+					a := ep.IP().String()
+					w.claim(ps, tHairpin, []string{a, a}, "", nil)
+				}
+			}
+		}
+	}
+
+	// Elements.
+	noEPVerdict := "drop"
+	if !hasEndpoints {
+		noEPVerdict = "goto " + rejectChain
+	}
+	w.claim(ps, tClusterIPs, []string{svc.ClusterIP().String()}, "", nil)
+	svcKey := func(ip netip.Addr) []string { return []string{ip.String(), proto, port} }
+	// The verdicts of the service-ips and service-nodeports elements; in
+	// the data-map layout each address also gets its endpoints' elements.
+	internalTo, externalTo, nodePortTo := "goto "+internalChain, "goto "+extChain, "goto "+extChain
+	if !perService {
+		internalTo = "goto " + sharedChain(lbInternal, len(ps.order[0]))
+		externalTo = "goto " + sharedChain(lbExternal, len(ps.order[1]))
+		nodePortTo = "goto " + sharedChain(lbNodePort, len(ps.order[1]))
+	}
+	if hasInternal {
+		w.claim(ps, tServiceIPs, svcKey(svc.ClusterIP()), internalTo, nil)
+		if !perService {
+			w.claimEndpoints(ps, tEndpoints, svc.ClusterIP().String(), proto, port, ps.order[0])
+		}
+	} else {
+		w.claim(ps, tNoEndpointServices, svcKey(svc.ClusterIP()), noEPVerdict, ps.comment)
+	}
+	external := func(ip netip.Addr) {
+		switch {
+		case perService && hasEndpoints:
+			w.claim(ps, tServiceIPs, svcKey(ip), externalTo, nil)
+		case !perService && hasExternal:
+			w.claim(ps, tServiceIPs, svcKey(ip), externalTo, nil)
+			w.claimEndpoints(ps, tEndpoints, ip.String(), proto, port, ps.order[1])
+		}
+		if !hasExternal {
+			w.claim(ps, tNoEndpointServices, svcKey(ip), noEPVerdict, ps.comment)
+		}
+	}
+	for _, ip := range svc.ExternalIPs() {
+		if w.ownAddr(ip) {
+			external(ip)
+		}
+	}
+	var sources []netip.Prefix
+	if usesFW {
+		sources = w.allowedSources(svc, vips)
+	}
+	for _, ip := range vips {
+		external(ip)
+		if usesFW {
+			w.claim(ps, tFirewallIPs, svcKey(ip), "", nil)
+			for _, src := range sources {
+				w.claim(ps, tFirewallAllow, append(svcKey(ip), src.String()), "", nil)
+			}
+		}
+	}
+	if np := svc.NodePort(); np != 0 {
+		npPort := strconv.Itoa(np)
+		key := []string{proto, npPort}
+		switch {
+		case perService && hasEndpoints:
+			w.claim(ps, tServiceNodePorts, key, nodePortTo, nil)
+		case !perService && hasExternal:
+			w.claim(ps, tServiceNodePorts, key, nodePortTo, nil)
+			w.claimEndpoints(ps, tNodePortEndpoints, "", proto, npPort, ps.order[1])
+		}
+		if !hasExternal {
+			w.claim(ps, tNoEndpointNodePorts, key, noEPVerdict, ps.comment)
+		}
+	}
+	releaseStale(ps, w.gen)
+}
+
+// renderPerService queues kube-proxy's chains for one service port: an
+// endpoint chain per endpoint (hairpin masquerade, affinity, DNAT), the
+// policy chains that pick one, and the external chain.
+func (w *Writer) renderPerService(ps *portState, svc changetracker.ServicePort, proto, port string, affinity bool,
+	all, cluster, local []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool,
+	usesCluster, usesLocal, usesExt, hasInternal, hasExternal bool, clusterChain, localChain, extChain, internalChain, externalChain string) {
 	// Endpoint chains and their affinity sets.
 	seconds := 0
 	if affinity {
@@ -155,70 +276,150 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 			w.rule(extChain, "goto", externalChain)
 		}
 	}
-	if usesFW {
-		w.newChain(ps, fwChain)
-		var sources []string
-		allowFromNode := false
-		for _, p := range svc.LoadBalancerSourceRanges() {
-			if !w.ownRange(p) {
+}
+
+// allowedSources returns the sources a load balancer of svc with
+// loadBalancerSourceRanges accepts, as elements of the firewall-allow
+// interval set: its ranges of the writer's family and, when a range holds
+// one of the node's addresses, the VIPs themselves, since a node that has
+// a VIP as a local address reaches it from that address. A prefix inside
+// another is left out: the kernel refuses overlapping elements of a
+// concatenated interval set, and the larger one allows it anyway.
+func (w *Writer) allowedSources(svc changetracker.ServicePort, vips []netip.Addr) []netip.Prefix {
+	var srcs []netip.Prefix
+	allowFromNode := false
+	for _, p := range svc.LoadBalancerSourceRanges() {
+		if !w.ownRange(p) {
+			continue
+		}
+		srcs = append(srcs, p.Masked())
+		for _, ip := range w.cfg.NodeIPs {
+			allowFromNode = allowFromNode || p.Contains(ip)
+		}
+	}
+	if allowFromNode {
+		for _, ip := range vips {
+			srcs = append(srcs, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	// Widest first, so that one pass drops every prefix a kept one holds.
+	slices.SortFunc(srcs, func(a, b netip.Prefix) int {
+		if a.Bits() != b.Bits() {
+			return a.Bits() - b.Bits()
+		}
+		return a.Addr().Compare(b.Addr())
+	})
+	kept := srcs[:0]
+	for _, p := range srcs {
+		if !slices.ContainsFunc(kept, func(k netip.Prefix) bool { return k.Contains(p.Addr()) }) {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
+// claimEndpoints claims the elements of the endpoints map t for eps, at
+// their indexes: keyed by addr, protocol, port and index, or, for the
+// node-port map (addr ""), protocol, port and index.
+func (w *Writer) claimEndpoints(ps *portState, t tableID, addr, proto, port string, eps []netip.AddrPort) {
+	for i, ep := range eps {
+		var key []string
+		if addr == "" {
+			key = []string{proto, port, strconv.Itoa(i)}
+		} else {
+			key = []string{addr, proto, port, strconv.Itoa(i)}
+		}
+		v := ps.epValues[ep]
+		if v == nil {
+			if ps.epValues == nil {
+				ps.epValues = make(map[netip.AddrPort]*epValue, len(eps))
+			}
+			a, p := ep.Addr().String(), strconv.Itoa(int(ep.Port()))
+			v = &epValue{text: a + " . " + p, parts: []string{a, p}}
+			ps.epValues[ep] = v
+		}
+		v.gen = w.gen
+		w.tables[t].claim(ps, w.gen, key, v.text, v.parts, nil)
+	}
+}
+
+// epValue is an endpoint as the value of an endpoints map element, made
+// once per endpoint of a port and reused by every sync that claims it
+// (elements hold parts; nothing changes them).
+type epValue struct {
+	text  string   // "addr . port"
+	parts []string // addr, port
+	gen   uint64   // the last sync that claimed it
+}
+
+// endpointOrder returns the endpoints of eps in the order of their
+// indexes in the endpoints maps. A full sync takes eps' order, so that its
+// outcome depends on its input alone. A partial sync keeps every endpoint
+// of prev at its index, puts new endpoints into the indexes of those that
+// went, moves the last ones into the holes left and appends the new ones
+// left: a one-endpoint change rewrites at most two elements, whatever the
+// count. prev's array is reused.
+func (w *Writer) endpointOrder(prev []netip.AddrPort, eps []changetracker.Endpoint, full bool) []netip.AddrPort {
+	if full {
+		// An endpoint listed twice (by a caller's own EndpointsMap) gets
+		// one index, as in a partial sync.
+		prev = prev[:0]
+		var seen map[netip.AddrPort]bool
+		if len(eps) > 32 {
+			seen = make(map[netip.AddrPort]bool, len(eps))
+		}
+		for _, ep := range eps {
+			ap := netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))
+			if seen != nil {
+				if seen[ap] {
+					continue
+				}
+				seen[ap] = true
+			} else if slices.Contains(prev, ap) {
 				continue
 			}
-			sources = appendListItem(sources, p.Masked().String())
-			for _, ip := range w.cfg.NodeIPs {
-				allowFromNode = allowFromNode || p.Contains(ip)
-			}
+			prev = append(prev, ap)
 		}
-		// A node that has the VIP as a local address reaches it with the
-		// VIP as source.
-		if allowFromNode {
-			for _, ip := range vips {
-				sources = appendListItem(sources, ip.String())
-			}
-		}
-		w.rule(fwChain, w.ipX, "saddr != {", strings.Join(sources, " "), "} drop")
+		return prev
 	}
-
-	// Elements.
-	noEPVerdict := "drop"
-	if !hasEndpoints {
-		noEPVerdict = "goto " + rejectChain
+	want := make(map[netip.AddrPort]bool, len(eps))
+	for _, ep := range eps {
+		want[netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))] = true
 	}
-	w.claim(ps, tClusterIPs, []string{svc.ClusterIP().String()}, "", nil)
-	svcKey := func(ip netip.Addr) []string { return []string{ip.String(), proto, port} }
-	if hasInternal {
-		w.claim(ps, tServiceIPs, svcKey(svc.ClusterIP()), "goto "+internalChain, nil)
-	} else {
-		w.claim(ps, tNoEndpointServices, svcKey(svc.ClusterIP()), noEPVerdict, ps.comment)
-	}
-	external := func(ip netip.Addr) {
-		if hasEndpoints {
-			w.claim(ps, tServiceIPs, svcKey(ip), "goto "+extChain, nil)
-		}
-		if !hasExternal {
-			w.claim(ps, tNoEndpointServices, svcKey(ip), noEPVerdict, ps.comment)
+	var holes []int
+	for i, ap := range prev {
+		if want[ap] {
+			delete(want, ap) // what stays in want is new
+		} else {
+			holes = append(holes, i)
 		}
 	}
-	for _, ip := range svc.ExternalIPs() {
-		if w.ownAddr(ip) {
-			external(ip)
+	for _, ep := range eps {
+		ap := netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))
+		if !want[ap] {
+			continue
+		}
+		delete(want, ap)
+		if len(holes) > 0 {
+			prev[holes[0]] = ap
+			holes = holes[1:]
+		} else {
+			prev = append(prev, ap)
 		}
 	}
-	for _, ip := range vips {
-		external(ip)
-		if usesFW {
-			w.claim(ps, tFirewallIPs, svcKey(ip), "goto "+fwChain, nil)
+	// Fill the holes left, lowest first, with the last endpoints that
+	// are not holes themselves.
+	for len(holes) > 0 {
+		last := len(prev) - 1
+		if holes[len(holes)-1] == last {
+			holes = holes[:len(holes)-1]
+		} else {
+			prev[holes[0]] = prev[last]
+			holes = holes[1:]
 		}
+		prev = prev[:last]
 	}
-	if np := svc.NodePort(); np != 0 {
-		key := []string{proto, strconv.Itoa(np)}
-		if hasEndpoints {
-			w.claim(ps, tServiceNodePorts, key, "goto "+extChain, nil)
-		}
-		if !hasExternal {
-			w.claim(ps, tNoEndpointNodePorts, key, noEPVerdict, ps.comment)
-		}
-	}
-	releaseStale(ps, w.gen)
+	return prev
 }
 
 // epObjects are the objects of one endpoint's chain, made once and
@@ -260,17 +461,12 @@ func (w *Writer) endpointRules(o *epObjects, key netip.AddrPort, proto string, s
 }
 
 // writeEndpointSelection writes the rules of a policy chain (service- or
-// local-) that send a new connection to one of the endpoint chains
-// endpoint-<name> for names: with ClientIP affinity, first to the
-// endpoint the client's address is recorded for, then at random with
-// kube-proxy's "numgen random mod N vmap { ... }".
-//
-// This is the only place that decides how a service chain picks an
-// endpoint. kube-proxy's anonymous vmap costs one kernel set per service,
-// which the kernel loads in time quadratic in the number of sets
-// (BENCHMARKS.md, "nftables: exec vs netlink"); a layout that loads 10,000
-// services faster (internal/nftmeasure) replaces this function alone, and
-// the packet tracer in nftables/testing with it.
+// local-) of a per-service port that send a new connection to one of the
+// endpoint chains endpoint-<name> for names: with ClientIP affinity, first
+// to the endpoint the client's address is recorded for, then at random
+// with kube-proxy's "numgen random mod N vmap { ... }". Its anonymous set
+// costs the kernel one set per such port, which is why only the ports the
+// data map cannot express (see the package doc) have these chains.
 func (w *Writer) writeEndpointSelection(chain string, names []string, affinity bool) {
 	if affinity {
 		for _, n := range names {
@@ -307,13 +503,6 @@ func (w *Writer) masqueradeRule(chain string, svc changetracker.ServicePort, pro
 		return
 	}
 	w.rule(chain, append(match, "jump", markMasqChain)...)
-}
-
-func appendListItem(list []string, item string) []string {
-	if len(list) > 0 {
-		list = append(list, ",")
-	}
-	return append(list, item)
 }
 
 // newChain queues a chain of ps: added, and flushed in case it exists.
@@ -362,7 +551,7 @@ func (w *Writer) commentedRule(chain, comment string, parts ...string) {
 }
 
 func (w *Writer) claim(ps *portState, t tableID, key []string, value string, comment *string) {
-	w.tables[t].claim(ps, w.gen, key, value, comment)
+	w.tables[t].claim(ps, w.gen, key, value, nil, comment)
 }
 
 // protocolName is p as nft writes it, or "" for a protocol the writer

@@ -70,10 +70,12 @@ func TestWriterTrace(t *testing.T) {
 		p    nftablestest.Packet
 		want []outcome
 	}{
-		{"cluster IP from a pod", tcp(podA, "10.96.0.10", 80), []outcome{dnat(podA+":8080", true), dnat(podB+":8080", false)}},
+		{"cluster IP from a pod", tcp("10.0.1.9", "10.96.0.10", 80), []outcome{dnat(podA+":8080", false), dnat(podB+":8080", false)}},
 		{"cluster IP from outside the cluster", tcp(outside, "10.96.0.10", 80), []outcome{dnat(podA+":8080", true), dnat(podB+":8080", true)}},
 		{"cluster IP from the node", fromNode("10.96.0.10", 80), []outcome{dnat(podA+":8080", true), dnat(podB+":8080", true)}},
+		{"hairpin: the other pod keeps its address, this one is masqueraded", tcp(podA, "10.96.0.10", 80), []outcome{dnat(podA+":8080", true), dnat(podB+":8080", false)}},
 		{"cluster IP, wrong port", tcp(podA, "10.96.0.10", 81), rejected},
+		{"cluster IP, wrong protocol", nftablestest.Packet{Src: addr(podA), Dst: addr("10.96.0.10"), Protocol: v1.ProtocolUDP, DstPort: 80}, rejected},
 		{"unallocated cluster IP", tcp(podA, "10.96.9.9", 80), dropped},
 		{"node port", tcp(outside, nodeIP, 30080), []outcome{dnat(podA+":8080", true), dnat(podB+":8080", true)}},
 		{"node port not in use", tcp(outside, nodeIP, 30099), accepted},

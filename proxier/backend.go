@@ -27,7 +27,8 @@ type Backend interface {
 	// concurrently with itself, and the maps in ins are read-only: they
 	// belong to the Proxier, which updates them between calls. Sync
 	// returns one SyncResult per input, whatever the error (the Proxier
-	// panics on a slice of another length). An error means the kernel
+	// counts a slice of another length as a failed sync, asks for a full
+	// one and logs the mismatch as its error). An error means the kernel
 	// may not match ins: the Proxier retries within its retry period, and
 	// the next Sync must put right what this one left, which is the
 	// backend's business (make it full, say). The Proxier does not clean

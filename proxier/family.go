@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -190,8 +191,13 @@ func (g *syncGroup) sync(ctx context.Context) error {
 	outs, err := g.backend.Sync(ctx, ins)
 	took := time.Since(start)
 	if len(outs) != len(ins) {
-		// A broken Backend, not bad input: nothing sensible can follow.
-		panic(fmt.Sprintf("proxier: a Backend's Sync returned %d results for %d inputs", len(outs), len(ins)))
+		// A broken Backend, not bad input. The proxy must not crash for
+		// it: the sync counts as failed (so it is retried, and health
+		// reports the families behind) and the next one is asked to be
+		// full, in case the backend applied part of it.
+		err = errors.Join(err, fmt.Errorf("proxier: a Backend's Sync returned %d results for %d inputs", len(outs), len(ins)))
+		g.backend.RequestFullSync()
+		outs = make([]SyncResult, len(ins))
 	}
 	for i, p := range g.families {
 		p.synced(ctx, ins[i], outs[i], took, err)

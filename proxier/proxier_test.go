@@ -43,6 +43,9 @@ type recordingBackend struct {
 	syncs, fullRequests int
 	// failures is how many of the next syncs fail.
 	failures int
+	// shortResults is how many of the next syncs return no results and
+	// no error, as a broken Backend might.
+	shortResults int
 	// fullNext is set by RequestFullSync and reported by the next Sync.
 	fullNext bool
 	// full counts the syncs that reported Full.
@@ -62,6 +65,10 @@ func (b *recordingBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) (
 	if b.failures > 0 {
 		b.failures--
 		return results, errors.New("the datapath refused")
+	}
+	if b.shortResults > 0 {
+		b.shortResults--
+		return nil, nil
 	}
 	for i, in := range ins {
 		st := map[string][]string{}
@@ -340,6 +347,26 @@ func TestProxierRetriesAFailedSync(t *testing.T) {
 			t.Errorf("metric %s = %v, want %v", name, got[name], v)
 		}
 	}
+}
+
+// TestProxierSurvivesShortResults checks that a Backend whose Sync returns
+// fewer results than inputs does not crash the proxy: the sync counts as
+// failed, the Backend is asked for a full one, and the retry brings it.
+func TestProxierSurvivesShortResults(t *testing.T) {
+	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"),
+		testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, "10.244.0.1"))
+	b := newRecordingBackend()
+	b.shortResults = 1
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithRetryPeriod(10*time.Millisecond))
+	eventually(t, "a full sync after the short one", func() error {
+		_, syncs, full := b.snapshot()
+		if syncs < 2 || full < 1 {
+			return fmt.Errorf("%d syncs, %d of them full; want the short one, then a full one", syncs, full)
+		}
+		return nil
+	})
 }
 
 // TestProxierFullResyncOnLost checks that when a Backend's Run calls lost

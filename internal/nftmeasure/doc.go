@@ -5,9 +5,11 @@
 // knftables, or netlink directly) is decided by measurement. It is internal
 // on purpose: nothing here is the nftables block's API, and the ruleset is
 // the skeleton of a service proxy's (dispatch, per-service load balancing,
-// DNAT), not a complete one (no masquerade, firewall or node ports).
+// DNAT), not a complete one: no node ports, external IPs, IPv6, UDP or
+// SCTP; only the DataMap layout has masquerading, hairpin, ClientIP
+// affinity, drop or reject without endpoints and source ranges.
 //
-// Three layouts are generated. [KubeProxyLike] puts an anonymous
+// Four layouts are generated. [KubeProxyLike] puts an anonymous
 // `numgen random mod N vmap { ... }` in every service chain, as kube-proxy's
 // nftables mode does, so the number of sets grows with the services.
 // [SharedMap] has one named verdict map of all endpoints, and each service
@@ -16,7 +18,12 @@
 // quadratic in the kernel (every service chain's lookup makes the commit's
 // loop check walk the whole map). [NumgenCascade] has no per-service sets
 // either: a service chain is a cascade of `numgen random mod K 0 goto`
-// rules.
+// rules. [DataMap], the layout the measurements recommend, keeps both the
+// kernel's set code and its jump validation out of an endpoint change: one
+// data map of all endpoints, looked up by one shared chain per endpoint
+// count, so that a one-endpoint change is element operations only.
+// [DetectDrift] and [Generation] are how a periodic resync finds, without
+// listing the table, whether anything changed and what.
 //
 // The tests are the measurement; see BENCHMARKS.md for the figures and the
 // commands that reproduce them.

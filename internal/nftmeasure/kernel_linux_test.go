@@ -155,18 +155,7 @@ func TestNetlinkMatchesExec(t *testing.T) {
 				DeleteServiceIP(svcs[9]),
 				AddServiceIP(svcs[9]),
 			}
-			for i, c := range steps {
-				if _, err := viaExec.execRun(c); err != nil {
-					t.Fatalf("step %d through nft: %v", i, err)
-				}
-				if _, err := viaNetlink.netlinkRun(c); err != nil {
-					t.Fatalf("step %d through netlink: %v", i, err)
-				}
-			}
-			after := viaExec.list(t)
-			if diff := cmp.Diff(after, viaNetlink.list(t)); diff != "" {
-				t.Errorf("tables differ after the changes (-exec +netlink):\n%s", diff)
-			}
+			after := applyBoth(t, viaExec, viaNetlink, steps)
 			for _, want := range []string{
 				"chain endpoint-extra {\n\t\tmeta l4proto tcp dnat to " + to.String() + "\n\t}",
 				"chain " + EndpointChain(svcs[7], 3) + " {\n\t\tmeta l4proto tcp dnat to " + to.String() + "\n\t}",
@@ -181,6 +170,26 @@ func TestNetlinkMatchesExec(t *testing.T) {
 			}
 		})
 	}
+}
+
+// applyBoth applies steps through nft to viaExec and through netlink to
+// viaNetlink, fails t unless nft then lists the same table in both, and
+// returns that listing.
+func applyBoth(t *testing.T, viaExec, viaNetlink *nftTable, steps []Change) string {
+	t.Helper()
+	for i, c := range steps {
+		if _, err := viaExec.execRun(c); err != nil {
+			t.Fatalf("step %d through nft: %v", i, err)
+		}
+		if _, err := viaNetlink.netlinkRun(c); err != nil {
+			t.Fatalf("step %d through netlink: %v", i, err)
+		}
+	}
+	after := viaExec.list(t)
+	if diff := cmp.Diff(after, viaNetlink.list(t)); diff != "" {
+		t.Errorf("tables differ after the changes (-exec +netlink):\n%s", diff)
+	}
+	return after
 }
 
 // TestNetlinkRefuses checks that the translator refuses, before queuing
@@ -201,6 +210,20 @@ func TestNetlinkRefuses(t *testing.T) {
 		{{Add, &knftables.Element{Map: ServiceIPsMap, Key: []string{"10.0.0.1", "udp", "53"}, Value: []string{"goto x"}}}},
 		{{Add, &knftables.Element{Map: ServiceIPsMap, Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"jump x"}}}},
 		{{Add, &knftables.Chain{Name: "ok"}}, {Add, &knftables.Rule{Chain: "ok", Rule: "counter"}}},
+		// The DataMap layout's elements: intervals, other protocols,
+		// malformed keys and values, a set named as a map.
+		{{Add, &knftables.Element{Set: FirewallAllowSet, Key: []string{"10.0.0.1", "tcp", "80", "10.1.0.0/16"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "udp", "53", "0"}, Value: []string{"10.1.0.1", "53"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "-1"}, Value: []string{"10.1.0.1", "80"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "0"}, Value: []string{"fd00::1", "80"}}}},
+		{{Add, &knftables.Element{Map: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "0"}, Value: []string{"10.1.0.1", "65536"}}}},
+		{{Add, &knftables.Element{Set: EndpointsDataMap, Key: []string{"10.0.0.1", "tcp", "80", "0"}}}},
+		{{Add, &knftables.Element{Map: HairpinSet, Key: []string{"10.1.0.1", "10.1.0.1"}, Value: []string{"x"}}}},
+		{{Add, &knftables.Element{Set: HairpinSet, Key: []string{"10.1.0.1"}}}},
+		{{Add, &knftables.Element{Set: NoEndpointRejectSet, Key: []string{"10.0.0.1", "tcp", "http"}}}},
+		{{Flush, &knftables.Element{Set: NoEndpointDropSet, Key: []string{"10.0.0.1", "tcp", "80"}}}},
+		{{Add, &knftables.Element{Map: ServiceIPsMap, Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"goto a b"}}}},
 	} {
 		conn, err := nftables.New()
 		if err != nil {

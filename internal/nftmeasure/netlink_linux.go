@@ -3,7 +3,9 @@ package nftmeasure
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,9 +20,13 @@ import (
 // kinds that the NumgenCascade layout's full load and the partial-sync
 // changes use: the table, ServiceIPsMap and its elements (added or
 // deleted), the two NAT base chains, regular chains (added or flushed), and
-// the rules FullLoad and ReplaceEndpoint write for that layout. Anything
-// else (the other layouts' numgen vmaps, EndpointsMap) is refused, and
-// nothing is queued unless the whole change translates.
+// the rules FullLoad and ReplaceEndpoint write for that layout; and the
+// elements of the DataMap layout's maps and sets (DataMapLoad's elements
+// and its partial changes), except FirewallAllowSet's intervals.
+// Consecutive element operations on one set share a message. Anything else
+// (the other layouts' numgen vmaps, EndpointsMap, the DataMap layout's
+// rules) is refused, and nothing is queued unless the whole change
+// translates.
 func Netlink(conn *nftables.Conn, c Change) error {
 	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
 	serviceIPs := &nftables.Set{
@@ -31,6 +37,8 @@ func Netlink(conn *nftables.Conn, c Change) error {
 		KeyType:       nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService),
 		DataType:      nftables.TypeVerdict,
 	}
+	batch := &elementBatch{conn: conn}
+	sets := netlinkSets(table, serviceIPs)
 	queue := make([]func() error, 0, len(c))
 	for _, op := range c {
 		var do func() error
@@ -41,19 +49,26 @@ func Netlink(conn *nftables.Conn, c Change) error {
 				err = fmt.Errorf("%s table: only adding a plain table is translated", op.Verb)
 				break
 			}
-			do = func() error { conn.AddTable(table); return nil }
+			do = flushFirst(batch, func() error { conn.AddTable(table); return nil })
 		case *knftables.Map:
 			if op.Verb != Add || obj.Name != ServiceIPsMap || obj.Type != serviceIPsType || obj.TypeOf != "" || len(obj.Flags) > 0 || obj.Comment != nil {
 				err = fmt.Errorf("%s map %s: only adding map %s of type %s is translated", op.Verb, obj.Name, ServiceIPsMap, serviceIPsType)
 				break
 			}
-			do = func() error { return conn.AddSet(serviceIPs, nil) }
+			do = func() error {
+				if err := batch.flush(); err != nil {
+					return err
+				}
+				return conn.AddSet(serviceIPs, nil)
+			}
 		case *knftables.Chain:
 			do, err = chainOp(conn, table, op.Verb, obj)
+			do = flushFirst(batch, do)
 		case *knftables.Rule:
 			do, err = ruleOp(conn, table, serviceIPs, op.Verb, obj)
+			do = flushFirst(batch, do)
 		case *knftables.Element:
-			do, err = elementOp(conn, serviceIPs, op.Verb, obj)
+			do, err = elementOp(batch, sets, op.Verb, obj)
 		default:
 			err = fmt.Errorf("%s %T: not translated to netlink", op.Verb, op.Object)
 		}
@@ -67,7 +82,21 @@ func Netlink(conn *nftables.Conn, c Change) error {
 			return err
 		}
 	}
-	return nil
+	return batch.flush()
+}
+
+// flushFirst makes do send the element operations queued before it first,
+// so that the batch keeps the change's order.
+func flushFirst(batch *elementBatch, do func() error) func() error {
+	if do == nil {
+		return nil
+	}
+	return func() error {
+		if err := batch.flush(); err != nil {
+			return err
+		}
+		return do()
+	}
 }
 
 func chainOp(conn *nftables.Conn, table *nftables.Table, verb Verb, obj *knftables.Chain) (func() error, error) {
@@ -97,9 +126,6 @@ func chainOp(conn *nftables.Conn, table *nftables.Table, verb Verb, obj *knftabl
 	}
 	return nil, fmt.Errorf("%s chain %s: verb not translated", verb, obj.Name)
 }
-
-// serviceIPsType is the type of ServiceIPsMap, as FullLoad declares it.
-const serviceIPsType = "ipv4_addr . inet_proto . inet_service : verdict"
 
 func ruleOp(conn *nftables.Conn, table *nftables.Table, serviceIPs *nftables.Set, verb Verb, obj *knftables.Rule) (func() error, error) {
 	if verb != Add || obj.Index != nil || obj.Handle != nil || obj.Comment != nil {
@@ -166,37 +192,157 @@ func ruleExprs(rule string, serviceIPs *nftables.Set) ([]expr.Any, error) {
 	}, nil
 }
 
-func elementOp(conn *nftables.Conn, serviceIPs *nftables.Set, verb Verb, obj *knftables.Element) (func() error, error) {
-	if obj.Map != ServiceIPsMap || len(obj.Key) != 3 || len(obj.Value) != 1 || obj.Comment != nil {
-		return nil, fmt.Errorf("%s element %v of %s%s: only elements of map %s are translated", verb, obj.Key, obj.Set, obj.Map, ServiceIPsMap)
+// elementsPerMessage bounds the elements of one NEWSETELEM or DELSETELEM
+// message: their list is one netlink attribute, whose length is 16 bits.
+const elementsPerMessage = 512
+
+// elementBatch gathers consecutive element operations on one set into one
+// message, as nft does, rather than one message (and acknowledgement) per
+// element.
+type elementBatch struct {
+	conn  *nftables.Conn
+	set   *nftables.Set
+	verb  Verb
+	elems []nftables.SetElement
+}
+
+func (b *elementBatch) flush() error {
+	if len(b.elems) == 0 {
+		return nil
 	}
-	addr, err := netip.ParseAddr(obj.Key[0])
-	if err != nil || !addr.Is4() {
-		return nil, fmt.Errorf("element %v of %s: want an IPv4 address: %v", obj.Key, obj.Map, err)
+	var err error
+	if b.verb == Add {
+		err = b.conn.SetAddElements(b.set, b.elems)
+	} else {
+		err = b.conn.SetDeleteElements(b.set, b.elems)
 	}
-	if obj.Key[1] != "tcp" {
-		return nil, fmt.Errorf("element %v of %s: only tcp is translated", obj.Key, obj.Map)
+	b.elems = nil
+	return err
+}
+
+func (b *elementBatch) add(set *nftables.Set, verb Verb, e nftables.SetElement) error {
+	if b.set != set || b.verb != verb || len(b.elems) == elementsPerMessage {
+		if err := b.flush(); err != nil {
+			return err
+		}
+		b.set, b.verb = set, verb
 	}
-	port, err := strconv.ParseUint(obj.Key[2], 10, 16)
+	b.elems = append(b.elems, e)
+	return nil
+}
+
+// netlinkSets are the sets and maps whose elements the translator encodes,
+// by name: those of every layout's ServiceIPsMap and of the DataMap
+// layout, except FirewallAllowSet (an interval set).
+func netlinkSets(table *nftables.Table, serviceIPs *nftables.Set) map[string]*nftables.Set {
+	sets := map[string]*nftables.Set{ServiceIPsMap: serviceIPs}
+	for _, name := range []string{EndpointsDataMap, HairpinSet, NoEndpointRejectSet, NoEndpointDropSet, FirewallIPsSet} {
+		sets[name] = &nftables.Set{Table: table, Name: name, IsMap: name == EndpointsDataMap}
+	}
+	return sets
+}
+
+func elementOp(batch *elementBatch, sets map[string]*nftables.Set, verb Verb, obj *knftables.Element) (func() error, error) {
+	name := obj.Set + obj.Map
+	set, ok := sets[name]
+	if !ok || obj.Comment != nil || (obj.Set != "") == set.IsMap {
+		return nil, fmt.Errorf("%s element %v of %s: only elements of %v are translated", verb, obj.Key, name, slices.Sorted(maps.Keys(sets)))
+	}
+	if verb != Add && verb != Delete {
+		return nil, fmt.Errorf("%s element %v of %s: verb not translated", verb, obj.Key, name)
+	}
+	e, err := encodeElement(name, obj)
 	if err != nil {
-		return nil, fmt.Errorf("element %v of %s: port: %w", obj.Key, obj.Map, err)
+		return nil, fmt.Errorf("%s element %v of %s: %w", verb, obj.Key, name, err)
 	}
-	chain, ok := strings.CutPrefix(obj.Value[0], "goto ")
-	if !ok {
-		return nil, fmt.Errorf("element %v of %s: value %q: only goto is translated", obj.Key, obj.Map, obj.Value[0])
+	return func() error { return batch.add(set, verb, e) }, nil
+}
+
+// encodeElement encodes obj's key and value as nft does: every field of a
+// concatenation takes whole 32-bit registers, so it is padded to a multiple
+// of 4 bytes; numgen's result is a host-order 32-bit integer.
+func encodeElement(set string, obj *knftables.Element) (nftables.SetElement, error) {
+	var e nftables.SetElement
+	service := func(fields []string) ([]byte, error) {
+		if len(fields) < 3 {
+			return nil, fmt.Errorf("want address . protocol . port")
+		}
+		addr, err := ipv4(fields[0])
+		if err != nil {
+			return nil, err
+		}
+		if fields[1] != "tcp" {
+			return nil, fmt.Errorf("only tcp is translated")
+		}
+		port, err := strconv.ParseUint(fields[2], 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("port: %w", err)
+		}
+		b := append(addr, unix.IPPROTO_TCP, 0, 0, 0)
+		return append(binary.BigEndian.AppendUint16(b, uint16(port)), 0, 0), nil
 	}
-	// A concatenation's fields each take whole 32-bit registers, so every
-	// field is padded to 4 bytes: address, protocol (1 byte), port (2).
-	a4 := addr.As4()
-	key := append(a4[:], unix.IPPROTO_TCP, 0, 0, 0)
-	key = binary.BigEndian.AppendUint16(key, uint16(port))
-	key = append(key, 0, 0)
-	elem := []nftables.SetElement{{Key: key, VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}}}
-	switch verb {
-	case Add:
-		return func() error { return conn.SetAddElements(serviceIPs, elem) }, nil
-	case Delete:
-		return func() error { return conn.SetDeleteElements(serviceIPs, elem) }, nil
+	switch set {
+	case ServiceIPsMap:
+		if len(obj.Key) != 3 || len(obj.Value) != 1 {
+			return e, fmt.Errorf("want a 3-field key and a verdict")
+		}
+		chain, ok := strings.CutPrefix(obj.Value[0], "goto ")
+		if !ok || strings.Contains(chain, " ") {
+			return e, fmt.Errorf("value %q: only goto is translated", obj.Value[0])
+		}
+		e.VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
+	case EndpointsDataMap:
+		if len(obj.Key) != 4 || len(obj.Value) != 2 {
+			return e, fmt.Errorf("want a 4-field key and an address . port value")
+		}
+		index, err := strconv.ParseUint(obj.Key[3], 10, 32)
+		if err != nil {
+			return e, fmt.Errorf("endpoint index: %w", err)
+		}
+		addr, err := ipv4(obj.Value[0])
+		if err != nil {
+			return e, err
+		}
+		port, err := strconv.ParseUint(obj.Value[1], 10, 16)
+		if err != nil {
+			return e, fmt.Errorf("endpoint port: %w", err)
+		}
+		e.Val = append(binary.BigEndian.AppendUint16(addr, uint16(port)), 0, 0)
+		key, err := service(obj.Key[:3])
+		if err != nil {
+			return e, err
+		}
+		e.Key = binary.NativeEndian.AppendUint32(key, uint32(index))
+		return e, nil
+	case HairpinSet:
+		if len(obj.Key) != 2 || len(obj.Value) != 0 {
+			return e, fmt.Errorf("want address . address")
+		}
+		a, err := ipv4(obj.Key[0])
+		if err != nil {
+			return e, err
+		}
+		b, err := ipv4(obj.Key[1])
+		if err != nil {
+			return e, err
+		}
+		e.Key = append(a, b...)
+		return e, nil
+	default:
+		if len(obj.Key) != 3 || len(obj.Value) != 0 {
+			return e, fmt.Errorf("want a 3-field key and no value")
+		}
 	}
-	return nil, fmt.Errorf("%s element %v of %s: verb not translated", verb, obj.Key, obj.Map)
+	key, err := service(obj.Key)
+	e.Key = key
+	return e, err
+}
+
+func ipv4(s string) ([]byte, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return nil, fmt.Errorf("%q: want an IPv4 address", s)
+	}
+	b := a.As4()
+	return b[:], nil
 }

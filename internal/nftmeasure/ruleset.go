@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"time"
 
 	"sigs.k8s.io/knftables"
 )
@@ -40,6 +41,9 @@ const (
 	OutputChain     = "nat-output"
 )
 
+// serviceIPsType is the type of ServiceIPsMap in every layout.
+const serviceIPsType = "ipv4_addr . inet_proto . inet_service : verdict"
+
 // MaxEndpoints is the width of a service's range of offsets in the
 // SharedMap layout, and so the most endpoints a generated service may have.
 // The nftables writer would allocate ranges as services come and go; a
@@ -54,12 +58,33 @@ type Service struct {
 	ClusterIP netip.Addr
 	Port      uint16
 	Endpoints []netip.AddrPort
+	// Local marks the endpoints that run on this node (by index; a
+	// missing entry is false): in the DataMap layout their addresses go
+	// to HairpinSet.
+	Local []bool
+	// Affinity is the ClientIP affinity timeout; zero is no affinity.
+	// Only the DataMap layout implements it.
+	Affinity time.Duration
+	// DropWithoutEndpoints makes the DataMap layout drop, rather than
+	// reject, packets to the service while it has no endpoints.
+	DropWithoutEndpoints bool
+	// SourceRanges, if any, are the only clients the DataMap layout lets
+	// reach the service (loadBalancerSourceRanges).
+	SourceRanges []netip.Prefix
 }
+
+func (s Service) isLocal(j int) bool { return j < len(s.Local) && s.Local[j] }
+
+// LocalEvery is how often Cluster puts a service's first endpoint on this
+// node: one service in LocalEvery, so that a 10,000-service cluster has 100
+// local endpoints, as a node of a 100-node cluster would.
+const LocalEvery = 100
 
 // Cluster returns n services with perService endpoints each, on distinct
 // cluster IPs from 172.30.0.0 and endpoint addresses from 10.0.0.1. It fails
 // when perService is outside 1..MaxEndpoints or the addresses would run out
-// of their /16 and /8.
+// of their /16 and /8. The first endpoint of every LocalEvery-th service is
+// Local.
 func Cluster(n, perService int) ([]Service, error) {
 	if perService < 1 || perService > MaxEndpoints {
 		return nil, fmt.Errorf("%d endpoints per service: want 1 to %d", perService, MaxEndpoints)
@@ -74,6 +99,9 @@ func Cluster(n, perService int) ([]Service, error) {
 			eps[j] = netip.AddrPortFrom(addr4(10<<24+uint32(i*perService+j+1)), 8080)
 		}
 		svcs[i] = Service{Index: i, ClusterIP: addr4(172<<24 | 30<<16 | uint32(i)), Port: 80, Endpoints: eps}
+		if i%LocalEvery == 0 {
+			svcs[i].Local = []bool{true}
+		}
 	}
 	return svcs, nil
 }
@@ -148,6 +176,10 @@ func (c Change) Transaction(tx *knftables.Transaction) error {
 // base chains hooked at prerouting and output, the dispatch of
 // ServiceIPsMap, a chain per service and per endpoint.
 func FullLoad(layout Layout, svcs []Service) (Change, error) {
+	if layout == DataMap {
+		skeleton, elements := DataMapLoad(svcs)
+		return append(skeleton, elements...), nil
+	}
 	if layout != KubeProxyLike && layout != SharedMap && layout != NumgenCascade {
 		return nil, fmt.Errorf("unknown layout %q", layout)
 	}
@@ -155,7 +187,7 @@ func FullLoad(layout Layout, svcs []Service) (Change, error) {
 	pre, out := knftables.PreroutingHook, knftables.OutputHook
 	c := Change{
 		{Add, &knftables.Table{}},
-		{Add, &knftables.Map{Name: ServiceIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict"}},
+		{Add, &knftables.Map{Name: ServiceIPsMap, Type: serviceIPsType}},
 		{Add, &knftables.Chain{Name: ServicesChain}},
 		{Add, &knftables.Rule{Chain: ServicesChain, Rule: "ip daddr . meta l4proto . th dport vmap @" + ServiceIPsMap}},
 	}

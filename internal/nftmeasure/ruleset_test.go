@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
@@ -178,4 +179,170 @@ func load(t *testing.T, layout Layout, svcs []Service) *knftables.Fake {
 		t.Fatalf("loading %s: %v", layout, err)
 	}
 	return fake
+}
+
+// TestDataMapOnFake loads the DataMap layout into knftables' Fake and
+// checks that its objects do not grow with the services (only elements
+// do), and that the one-endpoint changes leave the elements they promise.
+func TestDataMapOnFake(t *testing.T) {
+	ctx := context.Background()
+	var chains10 []string
+	for _, size := range []int{10, 200} {
+		svcs, err := Cluster(size, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake := load(t, DataMap, svcs)
+		chains, err := fake.List(ctx, "chain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(chains)
+		if chains10 == nil {
+			chains10 = chains
+		} else if diff := cmp.Diff(chains10, chains); diff != "" {
+			t.Errorf("chains at %d services differ from those at 10 (-10 +%d):\n%s", size, size, diff)
+		}
+		maps, err := fake.List(ctx, "map")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(maps)
+		if diff := cmp.Diff([]string{EndpointsDataMap, ServiceIPsMap}, maps); diff != "" {
+			t.Errorf("maps at %d services (-want +got):\n%s", size, diff)
+		}
+		for _, tc := range []struct {
+			kind, name string
+			want       int
+		}{
+			{"map", EndpointsDataMap, 10 * size},
+			{"map", ServiceIPsMap, size},
+			{"set", HairpinSet, (size + LocalEvery - 1) / LocalEvery},
+		} {
+			elems, err := fake.ListElements(ctx, tc.kind, tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(elems) != tc.want {
+				t.Errorf("%d services: %d elements of %s, want %d", size, len(elems), tc.name, tc.want)
+			}
+		}
+	}
+
+	svcs, err := Cluster(3, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := load(t, DataMap, svcs)
+	svc := svcs[1]
+	for _, c := range []Change{
+		DataMapReplaceEndpoint(svc, 2, netip.MustParseAddrPort("10.9.9.9:9090")),
+		DataMapRemoveEndpoint(Service{Index: 1, ClusterIP: svc.ClusterIP, Port: 80, Endpoints: []netip.AddrPort{
+			svc.Endpoints[0], svc.Endpoints[1], netip.MustParseAddrPort("10.9.9.9:9090"), svc.Endpoints[3],
+		}}, 1),
+	} {
+		tx := fake.NewTransaction()
+		if err := c.Transaction(tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fake.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, line := range strings.Split(fake.Dump(), "\n") {
+		if strings.Contains(line, "element") && strings.Contains(line, svc.ClusterIP.String()+" . tcp") {
+			got = append(got, line)
+		}
+	}
+	sort.Strings(got)
+	want := []string{
+		"add element ip proxykit endpoints { 172.30.0.1 . tcp . 80 . 0 : 10.0.0.5 . 8080 }",
+		"add element ip proxykit endpoints { 172.30.0.1 . tcp . 80 . 1 : 10.0.0.8 . 8080 }",
+		"add element ip proxykit endpoints { 172.30.0.1 . tcp . 80 . 2 : 10.9.9.9 . 9090 }",
+		"add element ip proxykit service-ips { 172.30.0.1 . tcp . 80 : goto lb-3 }",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("service 1 after replacing endpoint 2 and removing endpoint 1 (-want +got):\n%s", diff)
+	}
+}
+
+// TestAffinityReplaceEndpoint checks on the Fake that the affinity
+// service's change leaves it as a fresh load of the changed service
+// would: the same chains, sets and rules, the old endpoint's gone.
+func TestAffinityReplaceEndpoint(t *testing.T) {
+	ctx := context.Background()
+	svcs, err := Cluster(3, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs[1].Affinity = time.Hour
+	to := netip.MustParseAddrPort("10.9.9.9:9090")
+	fake := load(t, DataMap, svcs)
+	tx := fake.NewTransaction()
+	if err := AffinityReplaceEndpoint(svcs[1], 1, to).Transaction(tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	changed := append([]Service(nil), svcs...)
+	changed[1].Endpoints = append([]netip.AddrPort(nil), svcs[1].Endpoints...)
+	changed[1].Endpoints[1] = to
+	want := load(t, DataMap, changed)
+	if diff := cmp.Diff(sortedLines(want.Dump()), sortedLines(fake.Dump())); diff != "" {
+		t.Errorf("after the change (-fresh load +changed):\n%s", diff)
+	}
+}
+
+func sortedLines(s string) []string {
+	lines := strings.Split(s, "\n")
+	sort.Strings(lines)
+	return lines
+}
+
+// TestDataMapRemoveLastEndpoint checks that a service losing its only
+// endpoint leaves ServiceIPsMap for the no-endpoint set, and that an index
+// out of range is no change rather than a panic.
+func TestDataMapRemoveLastEndpoint(t *testing.T) {
+	ctx := context.Background()
+	svcs, err := Cluster(2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs[1].DropWithoutEndpoints = true
+	fake := load(t, DataMap, svcs)
+	for _, svc := range svcs {
+		if c := DataMapRemoveEndpoint(svc, 1); c != nil {
+			t.Errorf("removing endpoint 1 of a 1-endpoint service: %v, want no change", c)
+		}
+		tx := fake.NewTransaction()
+		if err := DataMapRemoveEndpoint(svc, 0).Transaction(tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fake.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		kind, name string
+		want       []string
+	}{
+		{"map", ServiceIPsMap, nil},
+		{"map", EndpointsDataMap, nil},
+		{"set", NoEndpointRejectSet, []string{"172.30.0.0 . tcp . 80"}},
+		{"set", NoEndpointDropSet, []string{"172.30.0.1 . tcp . 80"}},
+	} {
+		elems, err := fake.ListElements(ctx, tc.kind, tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range elems {
+			got = append(got, strings.Join(e.Key, " . "))
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s after removing every endpoint (-want +got):\n%s", tc.name, diff)
+		}
+	}
 }

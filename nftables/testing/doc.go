@@ -7,7 +7,14 @@
 // chains of one table, the chains they jump to, verdict maps, sets and
 // "numgen" load balancing (every branch of which it follows), and reports
 // each outcome: accepted, dropped or rejected, the DNAT destination and
-// whether the packet leaves masqueraded. It understands the rule shapes
+// whether the packet leaves masqueraded. It reads the data-map layout's
+// lookups too: concatenated keys ("ip daddr . meta l4proto . th dport",
+// "ip saddr . ip daddr") against verdict maps and sets, a "dnat ip to KEY
+// map @endpoints" whose key ends in "numgen random mod N" (one outcome
+// per index; an index without an element makes the rule not match, as in
+// the kernel), "tcp dport" in a key (no match for another protocol), and
+// "ct status dnat" (true once a rule rewrote the destination). It
+// understands the rule shapes
 // that nftables.Writer writes, and reports an error on anything else rather
 // than guessing, so a test that passes through it checks the rules it
 // meant to.

@@ -3,6 +3,7 @@ package nftablestest
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -103,13 +104,35 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 		tok, _ := p.next()
 		switch tok {
 		case "ct":
-			// Every traced packet is the first of its connection.
-			if err := p.expect("state", "new"); err != nil {
+			what, err := p.next()
+			if err != nil {
 				return nil, err
+			}
+			switch what {
+			case "state":
+				// Every traced packet is the first of its connection.
+				if err := p.expect("new"); err != nil {
+					return nil, err
+				}
+			case "status":
+				// The only status the tracer knows: whether a NAT rule
+				// rewrote the destination.
+				if err := p.expect("dnat"); err != nil {
+					return nil, err
+				}
+				if !st.dnat.IsValid() {
+					return noMatch, nil
+				}
+			default:
+				return nil, fmt.Errorf("unknown ct expression %q", what)
 			}
 		case "ip", "ip6":
 			if (tok == "ip") != (r.t.family == knftables.IPv4Family) {
 				return nil, fmt.Errorf("%q match in a %s table", tok, r.t.family)
+			}
+			if p.at(p.i+1) == "." {
+				p.i--
+				return r.concatMatch(p, st)
 			}
 			field, err := p.next()
 			if err != nil {
@@ -123,16 +146,6 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 				addr = r.src
 			default:
 				return nil, fmt.Errorf("unknown field %s %s", tok, field)
-			}
-			if p.peek() == "." {
-				if err := p.expect(".", "meta", "l4proto", ".", "th", "dport", "vmap"); err != nil {
-					return nil, err
-				}
-				name, err := p.ref()
-				if err != nil {
-					return nil, err
-				}
-				return r.vmapLookup(p, name, []string{addr.String(), r.proto, strconv.Itoa(st.dport)}, st)
 			}
 			neg := p.peek() == "!="
 			if neg {
@@ -177,14 +190,8 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 				return nil, err
 			}
 			if p.peek() == "." {
-				if err := p.expect(".", "th", "dport", "vmap"); err != nil {
-					return nil, err
-				}
-				name, err := p.ref()
-				if err != nil {
-					return nil, err
-				}
-				return r.vmapLookup(p, name, []string{r.proto, strconv.Itoa(st.dport)}, st)
+				p.i -= 2
+				return r.concatMatch(p, st)
 			}
 			v, err := p.next()
 			if err != nil {
@@ -291,6 +298,9 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 			st.masq = true
 			return r.terminal(p, end{state: st, verdict: vAccept})
 		case "dnat":
+			if p.peek() == "ip" || p.peek() == "ip6" {
+				return r.dnatMap(p, st)
+			}
 			if err := p.expect("to"); err != nil {
 				return nil, err
 			}
@@ -440,6 +450,231 @@ func (r *run) vmapLookup(p *parser, name string, key []string, st state) ([]end,
 		return nil, fmt.Errorf("map %s element %q has value %q", name, key, e.Value)
 	}
 	return r.verdict(e.Value[0], st)
+}
+
+// concat reads a concatenation, "expr . expr ...", of ip/ip6 daddr or
+// saddr, meta l4proto, th dport, tcp/udp/sctp dport and numgen random mod
+// N, and returns the keys it can take: one per numgen value. ok is false
+// when a "tcp dport" (or udp, sctp) is of another protocol than the
+// packet's, which nft makes a mismatch of the whole rule.
+func (r *run) concat(p *parser, st state) (keys [][]string, ok bool, err error) {
+	keys = [][]string{nil}
+	ok = true
+	for {
+		tok, err := p.next()
+		if err != nil {
+			return nil, false, err
+		}
+		var vals []string
+		switch tok {
+		case "ip", "ip6":
+			if (tok == "ip") != (r.t.family == knftables.IPv4Family) {
+				return nil, false, fmt.Errorf("%q match in a %s table", tok, r.t.family)
+			}
+			field, err := p.next()
+			if err != nil {
+				return nil, false, err
+			}
+			switch field {
+			case "daddr":
+				vals = []string{st.dst.String()}
+			case "saddr":
+				vals = []string{r.src.String()}
+			default:
+				return nil, false, fmt.Errorf("unknown field %s %s", tok, field)
+			}
+		case "meta":
+			if err := p.expect("l4proto"); err != nil {
+				return nil, false, err
+			}
+			vals = []string{r.proto}
+		case "th", "tcp", "udp", "sctp":
+			if err := p.expect("dport"); err != nil {
+				return nil, false, err
+			}
+			if tok != "th" && tok != r.proto {
+				ok = false
+			}
+			vals = []string{strconv.Itoa(st.dport)}
+		case "numgen":
+			if err := p.expect("random", "mod"); err != nil {
+				return nil, false, err
+			}
+			n, err := p.number()
+			if err != nil {
+				return nil, false, err
+			}
+			if n == 0 || n > 1<<16 {
+				return nil, false, fmt.Errorf("numgen modulus %d", n)
+			}
+			for k := range n {
+				vals = append(vals, strconv.Itoa(int(k)))
+			}
+		default:
+			return nil, false, fmt.Errorf("cannot interpret %q in a concatenation", tok)
+		}
+		next := make([][]string, 0, len(keys)*len(vals))
+		for _, k := range keys {
+			for _, v := range vals {
+				next = append(next, append(slices.Clip(k), v))
+			}
+		}
+		keys = next
+		if p.peek() != "." {
+			return keys, ok, nil
+		}
+		p.i++
+	}
+}
+
+// concatMatch evaluates a rule that starts with a concatenation (or a
+// single expression before one): "KEY vmap @map" or "KEY [!=] @set
+// REST", REST being the remainder of the rule.
+func (r *run) concatMatch(p *parser, st state) ([]end, error) {
+	keys, ok, err := r.concat(p, st)
+	if err != nil {
+		return nil, err
+	}
+	noMatch := []end{{state: st, verdict: vContinue}}
+	if p.peek() == "vmap" {
+		p.i++
+		name, err := p.ref()
+		if err != nil {
+			return nil, err
+		}
+		if !p.done() {
+			return nil, fmt.Errorf("words after the verdict map: %q", p.toks[p.i:])
+		}
+		if !ok {
+			return noMatch, nil
+		}
+		var ends []end
+		for _, k := range keys {
+			e, err := r.vmapLookup(p, name, k, st)
+			if err != nil {
+				return nil, err
+			}
+			ends = append(ends, e...)
+		}
+		return ends, nil
+	}
+	neg := p.peek() == "!="
+	if neg {
+		p.i++
+	}
+	if !strings.HasPrefix(p.peek(), "@") {
+		return nil, fmt.Errorf("a concatenation is compared only with a set or a verdict map, not %q", p.peek())
+	}
+	name, err := p.ref()
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) != 1 {
+		return nil, fmt.Errorf("numgen in a set match")
+	}
+	in, err := r.inSetKey(name, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	if !ok || in == neg {
+		return noMatch, nil
+	}
+	// The rest of the rule, as its own rule.
+	rest := &knftables.Rule{Rule: strings.Join(p.toks[p.i:], " ")}
+	if rest.Rule == "" {
+		return []end{{state: st, verdict: vContinue}}, nil
+	}
+	return r.rule(rest, st)
+}
+
+// dnatMap evaluates "dnat ip to KEY map @map": the destination is the
+// element of map for KEY, an address and a port; a key without an
+// element makes the rule not match, as in the kernel.
+func (r *run) dnatMap(p *parser, st state) ([]end, error) {
+	ipX, _ := p.next()
+	if (ipX == "ip") != (r.t.family == knftables.IPv4Family) {
+		return nil, fmt.Errorf("dnat %s in a %s table", ipX, r.t.family)
+	}
+	if err := p.expect("to"); err != nil {
+		return nil, err
+	}
+	keys, ok, err := r.concat(p, st)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.expect("map"); err != nil {
+		return nil, err
+	}
+	name, err := p.ref()
+	if err != nil {
+		return nil, err
+	}
+	if !p.done() {
+		return nil, fmt.Errorf("words after the dnat map: %q", p.toks[p.i:])
+	}
+	m := r.tbl.Maps[name]
+	if m == nil {
+		return nil, fmt.Errorf("no map %q", name)
+	}
+	if !ok {
+		return []end{{state: st, verdict: vContinue}}, nil
+	}
+	var ends []end
+	for _, k := range keys {
+		e := m.FindElement(k...)
+		if e == nil {
+			ends = append(ends, end{state: st, verdict: vContinue})
+			continue
+		}
+		if len(e.Value) != 2 {
+			return nil, fmt.Errorf("map %s element %q has value %q, not an address and a port", name, k, e.Value)
+		}
+		a, err := netip.ParseAddr(e.Value[0])
+		if err != nil || a.Is4() != (r.t.family == knftables.IPv4Family) {
+			return nil, fmt.Errorf("map %s element %q: %q is not an address of the table's family", name, k, e.Value[0])
+		}
+		port, err := strconv.ParseUint(e.Value[1], 10, 16)
+		if err != nil || port == 0 {
+			return nil, fmt.Errorf("map %s element %q: %q is not a port", name, k, e.Value[1])
+		}
+		s := st
+		s.dst, s.dport, s.dnat = a, int(port), netip.AddrPortFrom(a, uint16(port))
+		ends = append(ends, end{state: s, verdict: vAccept})
+	}
+	return ends, nil
+}
+
+// inSetKey reports whether key is in set name: each part equal to the
+// element's, or, for an address, inside the element's prefix.
+func (r *run) inSetKey(name string, key []string) (bool, error) {
+	s := r.tbl.Sets[name]
+	if s == nil {
+		return false, fmt.Errorf("no set %q", name)
+	}
+	for _, e := range s.Elements {
+		if len(e.Key) != len(key) {
+			return false, fmt.Errorf("set %s element %q does not have %d parts", name, e.Key, len(key))
+		}
+		match := true
+		for i, part := range key {
+			if e.Key[i] == part {
+				continue
+			}
+			a, err := netip.ParseAddr(part)
+			if err != nil {
+				match = false
+				break
+			}
+			if m, err := matchAddr(e.Key[i], a); err != nil || !m {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // inSet reports whether addr is in set name, whose elements are addresses

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
@@ -125,5 +126,107 @@ func TestCheckTransaction(t *testing.T) {
 				t.Error("CheckTransaction changed the Fake")
 			}
 		})
+	}
+}
+
+// dataMapTable makes a Fake like table's, with the data-map layout's
+// objects: a data map "eps" from daddr . l4proto . dport . index to
+// address . port holding elems, a set "pairs" of addresses pairs, and a
+// nat postrouting chain "post" holding post.
+func dataMapTable(t *testing.T, rules []string, elems [][2][]string, post ...string) *knftables.Fake {
+	t.Helper()
+	fake := table(t)
+	tx := fake.NewTransaction()
+	tx.Add(&knftables.Map{Name: "eps", TypeOf: "ip daddr . meta l4proto . tcp dport . numgen random mod 1 : ip daddr . tcp dport"})
+	tx.Add(&knftables.Set{Name: "pairs", Type: "ipv4_addr . ipv4_addr"})
+	tx.Add(&knftables.Element{Set: "pairs", Key: []string{"10.1.0.1", "10.1.0.1"}})
+	for _, e := range elems {
+		tx.Add(&knftables.Element{Map: "eps", Key: e[0], Value: e[1]})
+	}
+	for _, r := range rules {
+		tx.Add(&knftables.Rule{Chain: "pre", Rule: r})
+	}
+	tx.Add(&knftables.Chain{Name: "post", Type: ptr.To(knftables.NATType), Hook: ptr.To(knftables.PostroutingHook), Priority: ptr.To(knftables.SNATPriority)})
+	for _, r := range post {
+		tx.Add(&knftables.Rule{Chain: "post", Rule: r})
+	}
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	return fake
+}
+
+// TestTraceDataMap checks the data-map layout's constructs: a DNAT whose
+// destination is looked up in a map by a concatenated key with a numgen
+// index (one outcome per index; a missing element makes the rule not
+// match, as in the kernel), a "tcp dport" that does not match another
+// protocol, and a concatenated set match after "ct status dnat".
+func TestTraceDataMap(t *testing.T) {
+	key := func(i string) []string { return []string{"10.96.0.1", "tcp", "80", i} }
+	two := [][2][]string{{key("0"), []string{"10.1.0.1", "8080"}}, {key("1"), []string{"10.0.0.7", "8081"}}}
+	lookup := "dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 2 map @eps"
+	hairpin := []string{"ct status dnat ip saddr . ip daddr @pairs masquerade"}
+	type out struct {
+		DNAT string
+		Masq bool
+	}
+	for _, tc := range []struct {
+		name  string
+		rules []string
+		elems [][2][]string
+		post  []string
+		p     nftablestest.Packet
+		want  []out
+	}{
+		{"both indexes", []string{lookup}, two, nil, pkt, []out{{DNAT: "10.1.0.1:8080"}, {DNAT: "10.0.0.7:8081"}}},
+		{"hairpin: the client reached itself", []string{lookup}, two, hairpin, pkt, []out{{DNAT: "10.1.0.1:8080", Masq: true}, {DNAT: "10.0.0.7:8081"}}},
+		{"missing index falls through", []string{lookup, "goto ep"}, two[:1], nil, pkt, []out{{DNAT: "10.1.0.1:8080"}, {DNAT: "10.0.0.5:80"}}},
+		{"tcp dport does not match UDP", []string{lookup}, two, nil,
+			nftablestest.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: v1.ProtocolUDP, DstPort: 80}, []out{{}}},
+		{"no DNAT, no hairpin", nil, nil, []string{"ct status dnat ip saddr . ip daddr @pairs masquerade", "ip saddr . ip saddr @pairs masquerade"},
+			nftablestest.Packet{Src: pkt.Src, Dst: pkt.Src, Protocol: v1.ProtocolTCP, DstPort: 80, Output: true}, []out{{Masq: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := nftablestest.NewTracer(dataMapTable(t, tc.rules, tc.elems, tc.post...), knftables.IPv4Family, "t")
+			outs, err := tr.Trace(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []out
+			for _, o := range outs {
+				g := out{Masq: o.Masquerade}
+				if o.DNAT.IsValid() {
+					g.DNAT = o.DNAT.String()
+				}
+				got = append(got, g)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTraceDataMapRefusesWhatItCannotRead: unknown parts of a key, a
+// value that is not an address and a port, and a concatenation compared
+// with something other than a set are errors, not guesses.
+func TestTraceDataMapRefusesWhatItCannotRead(t *testing.T) {
+	for _, tc := range []struct {
+		rule  string
+		value []string
+	}{
+		{"dnat ip to ip daddr . meta mark . tcp dport . numgen random mod 1 map @eps", []string{"10.1.0.1", "8080"}},
+		{"dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 1 map @eps", []string{"10.1.0.1"}},
+		{"dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 1 map @eps", []string{"fd00::1", "8080"}},
+		{"dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 1 map @eps", []string{"10.1.0.1", "0"}},
+		{"dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 1 map @eps extra", []string{"10.1.0.1", "8080"}},
+		{"ip daddr . meta l4proto . th dport 10.96.0.1", []string{"10.1.0.1", "8080"}},
+		{"ip saddr . ip daddr . th dport @pairs goto ep", []string{"10.1.0.1", "8080"}},
+	} {
+		fake := dataMapTable(t, []string{tc.rule}, [][2][]string{{{"10.96.0.1", "tcp", "80", "0"}, tc.value}})
+		tr := nftablestest.NewTracer(fake, knftables.IPv4Family, "t")
+		if outs, err := tr.Trace(pkt); err == nil {
+			t.Errorf("rule %q with value %q: traced to %v, want an error", tc.rule, tc.value, outs)
+		}
 	}
 }

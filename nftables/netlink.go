@@ -1,0 +1,123 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// netlinkSets are the sets and maps whose elements ApplyElements sends, with
+// the fields of their keys and values: the writer's bulk. The others stay
+// with nft: elements with comments (the no-endpoint maps) and interval sets
+// (nodeport-ips, firewall-allow), whose encodings nft decides.
+var netlinkSets = map[string]struct {
+	key, value []field
+	verdict    bool
+}{
+	endpointsMap:         {key: []field{fAddr, fProto, fPort, fIndex}, value: []field{fAddr, fPort}},
+	nodePortEndpointsMap: {key: []field{fProto, fPort, fIndex}, value: []field{fAddr, fPort}},
+	serviceIPsMap:        {key: []field{fAddr, fProto, fPort}, verdict: true},
+	serviceNodePortsMap:  {key: []field{fProto, fPort}, verdict: true},
+	clusterIPsSet:        {key: []field{fAddr}},
+	hairpinSet:           {key: []field{fAddr, fAddr}},
+	firewallIPsSet:       {key: []field{fAddr, fProto, fPort}},
+}
+
+type field uint8
+
+const (
+	fAddr  field = iota // ipv4_addr or ipv6_addr
+	fProto              // inet_proto: tcp, udp or sctp
+	fPort               // inet_service
+	fIndex              // numgen's result, a 32-bit integer
+)
+
+// netlinkElement reports whether ApplyElements sends el.
+func netlinkElement(el *knftables.Element) bool {
+	_, ok := netlinkSets[el.Set+el.Map]
+	return ok && el.Comment == nil
+}
+
+// encodedElement is an element as nft encodes it in a NEWSETELEM message.
+type encodedElement struct {
+	key, value []byte
+	chain      string // the goto verdict's chain, for a verdict map
+}
+
+// encodeElement encodes el as nft 1.0.6 does: each field of a
+// concatenation takes whole 32-bit registers (padded with zeros), ports
+// are big-endian, numgen's result is a host-order integer, and a verdict
+// map's value is "goto chain". It fails on an element of a set
+// netlinkElement does not take, or a field it cannot read.
+func encodeElement(el *knftables.Element) (encodedElement, error) {
+	var e encodedElement
+	name := el.Set + el.Map
+	spec, ok := netlinkSets[name]
+	if !ok || el.Comment != nil || (el.Map != "") != (spec.verdict || spec.value != nil) {
+		return e, fmt.Errorf("element %v of %s is not sent through netlink", el.Key, name)
+	}
+	v6 := el.Family == knftables.IPv6Family
+	if !v6 && el.Family != knftables.IPv4Family {
+		return e, fmt.Errorf("element %v of %s: family %q", el.Key, name, el.Family)
+	}
+	var err error
+	if e.key, err = encodeFields(spec.key, el.Key, v6); err != nil {
+		return e, fmt.Errorf("element %v of %s: key: %w", el.Key, name, err)
+	}
+	switch {
+	case spec.verdict:
+		chain, ok := strings.CutPrefix(strings.Join(el.Value, " "), "goto ")
+		if !ok || chain == "" || strings.ContainsAny(chain, " \t") {
+			return e, fmt.Errorf("element %v of %s: value %q is not a goto", el.Key, name, el.Value)
+		}
+		e.chain = chain
+	case spec.value != nil:
+		if e.value, err = encodeFields(spec.value, el.Value, v6); err != nil {
+			return e, fmt.Errorf("element %v of %s: value: %w", el.Key, name, err)
+		}
+	case len(el.Value) != 0:
+		return e, fmt.Errorf("element %v of set %s has a value", el.Key, name)
+	}
+	return e, nil
+}
+
+func encodeFields(fields []field, parts []string, v6 bool) ([]byte, error) {
+	if len(parts) != len(fields) {
+		return nil, fmt.Errorf("%d fields, want %d", len(parts), len(fields))
+	}
+	var b []byte
+	for i, f := range fields {
+		p := parts[i]
+		switch f {
+		case fAddr:
+			a, err := netip.ParseAddr(p)
+			if err != nil || a.Zone() != "" || a.Is6() != v6 || a.Is4In6() {
+				return nil, fmt.Errorf("%q is not an address of the family", p)
+			}
+			b = append(b, a.AsSlice()...)
+		case fProto:
+			n, ok := map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}[p]
+			if !ok {
+				return nil, fmt.Errorf("protocol %q", p)
+			}
+			b = append(b, n, 0, 0, 0)
+		case fPort:
+			n, err := strconv.ParseUint(p, 10, 16)
+			if err != nil || n == 0 {
+				return nil, fmt.Errorf("port %q", p)
+			}
+			b = append(binary.BigEndian.AppendUint16(b, uint16(n)), 0, 0)
+		case fIndex:
+			n, err := strconv.ParseUint(p, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("index %q", p)
+			}
+			b = binary.NativeEndian.AppendUint32(b, uint32(n))
+		}
+	}
+	return b, nil
+}
