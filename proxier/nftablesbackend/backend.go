@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,10 @@ type Backend struct {
 	// mu keeps a check from running during a sync, which may delete and
 	// recreate the table.
 	mu sync.Mutex
+	// tableLost is set when a check found the table gone, until a sync
+	// has run: the repair is then pending, and a check does not ask for
+	// it again.
+	tableLost atomic.Bool
 }
 
 var _ proxier.Backend = (*Backend)(nil)
@@ -170,21 +175,47 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		EndpointChanges: in.EndpointChanges,
 		NodeLabels:      in.NodeLabels,
 	})
-	out := []proxier.SyncResult{{
-		Full:                     res.Full,
-		ServicePorts:             res.ServicePorts,
-		Endpoints:                res.Endpoints,
-		NoLocalEndpointsInternal: res.NoLocalEndpointsInternal,
-		NoLocalEndpointsExternal: res.NoLocalEndpointsExternal,
-	}}
 	if b.nft == nil {
 		var err error
 		if res.Transaction.NumOperations() > 0 {
 			_, err = fmt.Fprintf(b.out, "# %s: nft -f input for table %s %s\n%s", b.family, b.w.Family(), b.w.Table(), res.Transaction)
 		}
 		b.w.Applied(err)
-		return out, err
+		return result(res), err
 	}
+	err := b.apply(ctx, res)
+	if err != nil && res.Full && b.tableLost.Load() {
+		// The table is gone, and the writer's memory of it with it: a
+		// full sync trusts that memory (it deletes the chains it
+		// remembers as unused, which are no longer there), and the
+		// kernel refuses it. After the failure the writer lists the
+		// table first, so one more try, at once, is made from what the
+		// kernel holds; the maps are whole, so the same input serves.
+		klog.FromContext(ctx).Info("Full sync after the table's deletion failed; syncing again from a listing of the table", "ipFamily", b.family, "err", err)
+		res = b.w.Sync(ctx, nftables.SyncInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels})
+		err = b.apply(ctx, res)
+	}
+	b.tableLost.Store(false)
+	if err != nil {
+		return result(res), fmt.Errorf("%s %s sync of nftables table %s %s: %w", b.family, syncKind(res.Full), b.w.Family(), b.w.Table(), err)
+	}
+	return result(res), nil
+}
+
+// result is the proxier's view of a writer's result.
+func result(res nftables.SyncResult) []proxier.SyncResult {
+	return []proxier.SyncResult{{
+		Full:                     res.Full,
+		ServicePorts:             res.ServicePorts,
+		Endpoints:                res.Endpoints,
+		NoLocalEndpointsInternal: res.NoLocalEndpointsInternal,
+		NoLocalEndpointsExternal: res.NoLocalEndpointsExternal,
+	}}
+}
+
+// apply runs res's transaction, tells the writer the outcome, and counts
+// a failure.
+func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 	var err error
 	if res.Transaction.NumOperations() > 0 {
 		err = b.nft.Run(ctx, res.Transaction)
@@ -192,19 +223,16 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 	// The writer must hear the outcome either way: after a failure its
 	// next sync is full, and lists the table first.
 	b.w.Applied(err)
-	if err != nil {
-		if b.metrics != nil {
-			inc(b.metrics.NFTablesSyncFailures, b.family)
-			// Stale chains are deleted in the sync's own transaction
-			// (kube-proxy deletes them in a later one): when it fails,
-			// they stay, and the cleanup failed with it.
-			if res.ChainsDeleted > 0 {
-				inc(b.metrics.NFTablesCleanupFailures, b.family)
-			}
+	if err != nil && b.metrics != nil {
+		inc(b.metrics.NFTablesSyncFailures, b.family)
+		// Stale chains are deleted in the sync's own transaction
+		// (kube-proxy deletes them in a later one): when it fails, they
+		// stay, and the cleanup failed with it.
+		if res.ChainsDeleted > 0 {
+			inc(b.metrics.NFTablesCleanupFailures, b.family)
 		}
-		return out, fmt.Errorf("%s %s sync of nftables table %s %s: %w", b.family, syncKind(res.Full), b.w.Family(), b.w.Table(), err)
 	}
-	return out, nil
+	return err
 }
 
 // RequestFullSync is part of proxier.Backend.
@@ -244,7 +272,9 @@ func (b *Backend) checkTable(ctx context.Context, lost func()) {
 		logger.Error(err, "Checking that the nftables table exists; trying again later", "ipFamily", b.family, "table", b.w.Table())
 		return
 	}
-	if !ok {
+	// Once per loss: until a sync has run, the full sync asked for is
+	// still to come (or is being retried by the Proxier).
+	if !ok && !b.tableLost.Swap(true) {
 		logger.Info("The nftables table was deleted by another program; syncing everything", "ipFamily", b.family, "family", b.w.Family(), "table", b.w.Table())
 		lost()
 	}

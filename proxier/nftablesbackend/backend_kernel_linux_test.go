@@ -152,8 +152,8 @@ func TestKernelTableDeleted(t *testing.T) {
 				t.Errorf("table lookup after the repair: %v, %v; want it found", ok, err)
 			}
 			out := ns.MustExec(t, "nft", "list", "table", string(k.b.Family()), k.b.Table())
-			if !strings.Contains(out, "svc-2") {
-				t.Errorf("the repaired table lacks ns/svc-2:\n%s", out)
+			if ip := ipOf(family, 0x60_00_00+2); !strings.Contains(out, ip+" . tcp . 80") {
+				t.Errorf("the repaired table lacks ns/svc-2's %s:\n%s", ip, out)
 			}
 		})
 	}

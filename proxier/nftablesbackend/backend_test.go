@@ -73,8 +73,19 @@ func (f *fakeFamily) addService(name, clusterIP, endpoint string) {
 	f.epTracker.EndpointSliceUpdate(slice(name, endpoint), false)
 }
 
-func (f *fakeFamily) deleteService(name, clusterIP, endpoint string) {
-	f.svcTracker.Update(service(name, clusterIP), nil)
+// addStickyService adds a service with ClientIP affinity, which has
+// chains of its own (per-endpoint affinity sets need them).
+func (f *fakeFamily) addStickyService(name, clusterIP, endpoint string) {
+	svc := service(name, clusterIP)
+	svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	f.svcTracker.Update(nil, svc)
+	f.epTracker.EndpointSliceUpdate(slice(name, endpoint), false)
+}
+
+func (f *fakeFamily) deleteStickyService(name, clusterIP, endpoint string) {
+	svc := service(name, clusterIP)
+	svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	f.svcTracker.Update(svc, nil)
 	f.epTracker.EndpointSliceUpdate(slice(name, endpoint), true)
 }
 
@@ -143,7 +154,7 @@ func TestSyncAppliesAndRecovers(t *testing.T) {
 	if !f.serves("10.96.0.10") {
 		t.Fatalf("the first sync did not program ns/web:\n%s", f.fake.Dump())
 	}
-	f.addService("api", "10.96.0.11", "10.244.0.12")
+	f.addStickyService("api", "10.96.0.11", "10.244.0.12")
 	if full, err := f.sync(t); err != nil || full {
 		t.Fatalf("second sync: full=%v, %v; want a partial one that works", full, err)
 	}
@@ -157,8 +168,8 @@ func TestSyncAppliesAndRecovers(t *testing.T) {
 	}{
 		// Adding a service deletes no chain.
 		{"add", func() { f.addService("db", "10.96.0.12", "10.244.0.13") }, 1, 0},
-		// Deleting one deletes its chains.
-		{"delete", func() { f.deleteService("api", "10.96.0.11", "10.244.0.12") }, 2, 1},
+		// Deleting one with chains of its own deletes them.
+		{"delete", func() { f.deleteStickyService("api", "10.96.0.11", "10.244.0.12") }, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.deleteTable(t)
@@ -321,4 +332,48 @@ func counterValue(t *testing.T, v *prometheus.CounterVec) float64 {
 		}
 	}
 	return 0
+}
+
+// TestTableLostRepairedInOneSync checks that the full sync after the table
+// was found deleted repairs it in one Sync even when the writer's memory
+// is stale (here, a shared chain left unused by a partial sync, which the
+// full sync deletes and which went with the table): the refused attempt is
+// counted, and retried at once from a listing. A second check before that
+// sync does not call lost again.
+func TestTableLostRepairedInOneSync(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFakeFamily(t)
+	two := slice("web", "10.244.0.11")
+	two.Endpoints = append(two.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.0.12"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	f.epTracker.EndpointSliceUpdate(two, false)
+	if full, err := f.sync(t); err != nil || !full {
+		t.Fatalf("first sync: full=%v, %v", full, err)
+	}
+	f.epTracker.EndpointSliceUpdate(slice("web", "10.244.0.11"), false)
+	if full, err := f.sync(t); err != nil || full {
+		t.Fatalf("partial sync to one endpoint: full=%v, %v", full, err)
+	}
+	f.deleteTable(t)
+	losses := 0
+	lost := func() { losses++; f.b.RequestFullSync() }
+	f.b.checkTable(ctx, lost)
+	f.b.checkTable(ctx, lost)
+	if losses != 1 {
+		t.Errorf("lost called %d times for one deletion, want 1", losses)
+	}
+	if full, err := f.sync(t); err != nil || !full {
+		t.Fatalf("the sync after the loss: full=%v, %v; want a full one that works", full, err)
+	}
+	if !f.serves("10.96.0.10") {
+		t.Errorf("the table was not repaired:\n%s", f.fake.Dump())
+	}
+	if got := counterValue(t, f.m.NFTablesSyncFailures); got != 1 {
+		t.Errorf("sync failures %v, want 1: the refused attempt", got)
+	}
+	// The loss is over: a new deletion is a new loss.
+	f.deleteTable(t)
+	f.b.checkTable(ctx, lost)
+	if losses != 2 {
+		t.Errorf("lost called %d times after a second deletion, want 2", losses)
+	}
 }
