@@ -217,6 +217,16 @@ func forEachE2EMode(t *testing.T, ipv6 bool, test func(t *testing.T, m e2eMode))
 
 // newE2EModeNode is newE2ENode for a proxier in mode m.
 func newE2EModeNode(t *testing.T, m e2eMode, cluster *e2eCluster, ipv6 bool) *e2eNode {
+	if m.mode == modeNFTables {
+		// nftables mode writes most services as map elements alone;
+		// one with ClientIP affinity keeps chains of its own (service-
+		// and endpoint-), which the tests of faults in chains need.
+		for i := range cluster.services {
+			if s := &cluster.services[i]; s.name == "victim" {
+				s.spec += "  sessionAffinity: ClientIP\n"
+			}
+		}
+	}
 	k := newE2ENode(t, m.backend, cluster, ipv6)
 	k.mode = m.mode
 	return k
@@ -627,6 +637,7 @@ func testE2E(t *testing.T, m e2eMode) {
 		// Someone deletes victim's rule (in nftables mode its element of
 		// the service-ips map); the partial sync that deletes the victim
 		// Service then fails on it, and the retry is full.
+		failures, cleanups := k.metric(k.syncFailures()), k.metric(nftCleanFail)
 		var victimChains []string
 		if m.mode == modeNFTables {
 			for _, c := range k.nftChains(t) {
@@ -646,13 +657,13 @@ func testE2E(t *testing.T, m e2eMode) {
 			}
 			return nil
 		})
-		if got := k.metric(k.syncFailures()); got != 1 {
-			t.Errorf("%v restore failures, want 1", got)
+		if got := k.metric(k.syncFailures()); got != failures+1 {
+			t.Errorf("%v restore failures, want %v", got, failures+1)
 		}
 		if m.mode == modeNFTables {
 			// The failed transaction was deleting victim's chains.
-			if got := k.metric(nftCleanFail); got != 1 {
-				t.Errorf("%v cleanup failures, want 1", got)
+			if got := k.metric(nftCleanFail); got != cleanups+1 {
+				t.Errorf("%v cleanup failures, want %v", got, cleanups+1)
 			}
 			if len(victimChains) < 2 {
 				t.Errorf("victim had chains %v, want its service and endpoint chains", victimChains)
@@ -678,6 +689,17 @@ func testE2E(t *testing.T, m e2eMode) {
 		// In nftables mode a jump stays within a table, so the other
 		// program's chain is in the proxier's table.
 		if m.mode == modeNFTables {
+			// With affinity, added has a chain to jump to.
+			k.cluster.service("added").spec += "  sessionAffinity: ClientIP\n"
+			k.writeManifest()
+			k.eventually(e2eChange, "added's chain", func() error {
+				for _, c := range k.nftChains(t) {
+					if strings.HasPrefix(c, "service-") && strings.Contains(c, "-e2e/added/tcp/http") {
+						return nil
+					}
+				}
+				return errors.New("not yet")
+			})
 			added := k.nftChainOf(t, "service-", "-e2e/added/tcp/http")
 			k.nft(t, "add", "chain", "ip", "kube-proxy", "e2e-user")
 			k.nft(t, "add", "rule", "ip", "kube-proxy", "e2e-user", "jump", added)
