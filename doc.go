@@ -25,16 +25,19 @@
 //     flows after a sync, and conntrack tuning.
 //   - [github.com/proxykit/proxykit/healthz]: the proxy's own health server
 //     and the per-service health-check node ports.
+//   - [github.com/proxykit/proxykit/nftables]: the service rule writer of
+//     kube-proxy's nftables layout, full and O(change) partial knftables
+//     transactions, and a packet tracer for tests.
 //   - [github.com/proxykit/proxykit/proxier]: the composition of the blocks
-//     into a whole proxy around a Backend, with kube-proxy's iptables and
-//     IPVS modes as ready Backends in proxier/iptablesbackend and
-//     proxier/ipvsbackend.
+//     into a whole proxy around a Backend, with kube-proxy's iptables, IPVS
+//     and nftables modes as ready Backends in proxier/iptablesbackend,
+//     proxier/ipvsbackend and proxier/nftablesbackend.
 //
 // # The data path
 //
 // Data flows in one direction through the blocks:
 //
-//	informers ─▶ changetracker ─▶ runner ─▶ backend (iptables | ipvs+ipset) ─▶ kernel
+//	informers ─▶ changetracker ─▶ runner ─▶ backend (iptables | ipvs+ipset | nftables) ─▶ kernel
 //	                                          └─▶ conntrack cleanup, healthz
 //
 // Event handlers feed Service and EndpointSlice changes to the change
@@ -83,9 +86,10 @@
 //
 // The example binary in examples/proxier is main over the proxier package:
 // kube-proxy's flags, --manifests (bundled YAML instead of an API server),
-// --dry-run, --once and --cleanup, in iptables mode or IPVS mode
-// (--mode ipvs). Its backends.go makes the two modes' Backends with the
-// node set-up each needs:
+// --dry-run, --once and --cleanup, in iptables, IPVS or nftables mode
+// (--mode ipvs, --mode nftables); starting in one mode removes what the
+// others left. Its backends.go makes the modes' Backends with the node
+// set-up each needs:
 //
 //	go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a
 //

@@ -138,4 +138,11 @@ type BackendMetrics struct {
 	// (kubeproxy_sync_proxy_rules_iptables_drift_repairs_total, a
 	// proxykit metric).
 	DriftRepairs *prometheus.CounterVec
+	// NFTablesSyncFailures counts the nftables transactions that failed
+	// (kubeproxy_sync_proxy_rules_nftables_sync_failures_total).
+	NFTablesSyncFailures *prometheus.CounterVec
+	// NFTablesCleanupFailures counts the failures to delete stale
+	// nftables chains
+	// (kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total).
+	NFTablesCleanupFailures *prometheus.CounterVec
 }

@@ -14,10 +14,12 @@
 // (WithMetricsRegisterer); there is no global state.
 //
 // A Backend gets, per family, the tracker's maps and what changed in them
-// (FamilyInput), and applies them. iptables mode
-// (proxier/iptablesbackend) serves one family per Backend; IPVS mode
-// (proxier/ipvsbackend) serves all of them in one. A custom Backend of a
-// few dozen lines is enough for a proxy of one's own; see the Example.
+// (FamilyInput), and applies them. Three ready Backends are kube-proxy's
+// modes: iptables mode (proxier/iptablesbackend) and nftables mode
+// (proxier/nftablesbackend) serve one family per Backend, each family's
+// rules being a table of its own; IPVS mode (proxier/ipvsbackend) serves
+// all of them in one. A custom Backend of a few dozen lines is enough for
+// a proxy of one's own; see the Example.
 //
 //	p, err := proxier.New(client, nodeName,
 //		func(ctx context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
@@ -31,6 +33,8 @@
 // servers listen on ports, nothing more), and imports none of the
 // netlink-backed blocks. Importing it compiles 733 packages (go list
 // -deps), client-go's informers and clientset among them, and no netlink
-// or IPVS library; iptablesbackend adds the iptables block (737 in all),
-// ipvsbackend the netlink libraries of IPVS and ipset (745).
+// or IPVS library; iptablesbackend adds the iptables block (738 in all),
+// ipvsbackend the netlink libraries of IPVS and ipset (746),
+// nftablesbackend the nftables block, knftables and the google/nftables
+// netlink library (750).
 package proxier

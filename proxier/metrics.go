@@ -94,6 +94,14 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 			DriftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Subsystem: subsystem, Name: "sync_proxy_rules_iptables_drift_repairs_total",
 				Help: "Checks that found the top-level iptables chains different from what was applied, each followed by a full sync (a proxykit metric; kube-proxy has none).",
+			}, family),
+			NFTablesSyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Subsystem: subsystem, Name: "sync_proxy_rules_nftables_sync_failures_total",
+				Help: "nftables transactions that failed (the next sync is full).",
+			}, family),
+			NFTablesCleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Subsystem: subsystem, Name: "sync_proxy_rules_nftables_cleanup_failures_total",
+				Help: "Failed nftables transactions that were deleting stale chains, which therefore stay until a later sync deletes them.",
 			}, family)},
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_no_local_endpoints_total",
@@ -111,6 +119,7 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.networkProgramming,
 		m.lastSync, m.lastQueued, m.serviceChanges, m.endpointChanges,
 		m.backend.RestoreFailures, m.backend.PartialRestoreFailures, m.backend.DriftRepairs,
+		m.backend.NFTablesSyncFailures, m.backend.NFTablesCleanupFailures,
 		m.noLocalEndpoints, m.conntrackDeleted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_pending",

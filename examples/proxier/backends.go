@@ -6,18 +6,22 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"
 	"github.com/proxykit/proxykit/proxier/ipvsbackend"
+	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 )
 
 // newBackends is the proxier's backend factory for --mode: one backend per
-// family of the node in iptables mode, one for all of them in IPVS mode.
+// family of the node in iptables and nftables mode, one for all of them in
+// IPVS mode.
 // A family whose iptables cannot be used here is dropped unless it is the
 // node's primary one, as kube-proxy falls back to single stack.
 func newBackends(o *options, env *environment) proxier.NewBackendsFunc {
@@ -28,8 +32,11 @@ func newBackends(o *options, env *environment) proxier.NewBackendsFunc {
 				logger.Info("Ignoring a --cluster-cidr of an IP family the node does not have", "cidr", p)
 			}
 		}
-		if o.mode == modeIPVS {
+		switch o.mode {
+		case modeIPVS:
 			return newIPVSBackends(ctx, o, env, node, m)
+		case modeNFTables:
+			return newNFTablesBackends(ctx, o, env, node, m)
 		}
 		return newIPTablesBackends(ctx, o, env, node, m)
 	}
@@ -49,8 +56,10 @@ func newIPTablesBackends(ctx context.Context, o *options, env *environment, node
 		}
 		acceptInvalid = tuneConntrack(ctx, env.kernel, o.conntrack)
 		// A node that ran IPVS mode before keeps its rules, sets, virtual
-		// servers and dummy interface until they are removed.
+		// servers and dummy interface until they are removed; one that
+		// ran nftables mode, its tables.
 		removeIPVSMode(ctx, env, o.names, ipts)
+		removeNFTablesMode(ctx, env, o.nftTable)
 	}
 	var groups []proxier.BackendGroup
 	for i, family := range families {
@@ -113,6 +122,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 		}
 		tuneConntrack(ctx, env.kernel, o.conntrack)
 		removeIPTablesMode(ctx, o.names, ipts)
+		removeNFTablesMode(ctx, env, o.nftTable)
 	}
 	var cfgs []ipvs.TranslatorConfig
 	for _, family := range families {
@@ -124,6 +134,63 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 		return nil, err
 	}
 	return []proxier.BackendGroup{{Backend: b, Families: families}}, nil
+}
+
+// newNFTablesBackends makes nftables mode's backends, one per family of
+// node, each writing its family's table named o.nftTable. Unless in a dry
+// run, it tunes conntrack and removes what iptables and IPVS mode left. A
+// family other than the primary whose nft cannot be used here is dropped,
+// with a log, as iptables mode drops one whose iptables does not work.
+func newNFTablesBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	logger := klog.FromContext(ctx)
+	if !o.dryRun {
+		tuneConntrack(ctx, env.kernel, o.conntrack)
+		removeIPTablesModes(ctx, env, o.names)
+	}
+	var groups []proxier.BackendGroup
+	for i, family := range node.Families {
+		cfg := nftables.WriterConfig{
+			IPFamily:          family,
+			TableName:         o.nftTable,
+			NodeName:          node.Name,
+			NodeIPs:           node.IPs[family],
+			NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]),
+			ClusterCIDR:       o.clusterCIDR(family),
+			MasqueradeAll:     o.masqueradeAll,
+			MasqueradeBit:     o.masqueradeBit,
+		}
+		var nft knftables.Interface
+		opts := []nftablesbackend.Option{nftablesbackend.WithDryRun(env.stdout), nftablesbackend.WithMetrics(m),
+			nftablesbackend.WithCheckInterval(o.syncPeriod)}
+		if !o.dryRun {
+			var err error
+			nft, err = env.newNFTables(ctx, nftFamily(family), o.nftTable)
+			if err != nil && i == 0 {
+				return nil, fmt.Errorf("--mode nftables: %s: %w", family, err)
+			}
+			if err != nil {
+				logger.Error(err, "Not proxying this IP family", "ipFamily", family)
+				continue
+			}
+			if env.nftTableLookup != nil {
+				opts = append(opts, nftablesbackend.WithTableLookup(env.nftTableLookup(nftFamily(family), o.nftTable)))
+			}
+		}
+		b, err := nftablesbackend.New(ctx, cfg, nft, opts...)
+		if err != nil {
+			return nil, err
+		}
+		groups = append(groups, proxier.BackendGroup{Backend: b, Families: []v1.IPFamily{family}})
+	}
+	return groups, nil
+}
+
+// nftFamily is the nft family of an IP family's table.
+func nftFamily(family v1.IPFamily) knftables.Family {
+	if family == v1.IPv6Protocol {
+		return knftables.IPv6Family
+	}
+	return knftables.IPv4Family
 }
 
 // familyIPTables returns the iptables Interface of each of families, of

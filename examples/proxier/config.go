@@ -219,9 +219,9 @@ func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, given
 	mode := effectiveMode(cfg, o, given)
 	if !given["mode"] {
 		switch mode {
-		case modeIPTables, modeIPVS:
+		case modeIPTables, modeIPVS, modeNFTables:
 		default:
-			return nil, fmt.Errorf("mode: %q is not a mode this proxier has; want %q or %q", cfg.Mode, modeIPTables, modeIPVS)
+			return nil, fmt.Errorf("mode: %q is not a mode this proxier has; want %q, %q or %q", cfg.Mode, modeIPTables, modeIPVS, modeNFTables)
 		}
 		v["mode"] = flagValue{"mode", mode}
 	}
@@ -277,11 +277,16 @@ func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, given
 	}
 
 	// kube-proxy reads masqueradeAll and masqueradeBit from the iptables
-	// section in IPVS mode too.
-	v["masquerade-all"] = flagValue{"iptables.masqueradeAll", strconv.FormatBool(cfg.IPTables.MasqueradeAll)}
-	if b := cfg.IPTables.MasqueradeBit; b != nil {
+	// section in IPVS mode too, and from the nftables section in nftables
+	// mode.
+	masqSection, masqAll, masqBit := "iptables", cfg.IPTables.MasqueradeAll, cfg.IPTables.MasqueradeBit
+	if mode == modeNFTables {
+		masqSection, masqAll, masqBit = "nftables", cfg.NFTables.MasqueradeAll, cfg.NFTables.MasqueradeBit
+	}
+	v["masquerade-all"] = flagValue{masqSection + ".masqueradeAll", strconv.FormatBool(masqAll)}
+	if b := masqBit; b != nil {
 		if *b < 0 || *b > 31 {
-			return nil, fmt.Errorf("iptables.masqueradeBit: %d: must be within the range [0, 31]", *b)
+			return nil, fmt.Errorf("%s.masqueradeBit: %d: must be within the range [0, 31]", masqSection, *b)
 		}
 		bit := int(*b)
 		o.masqueradeBit = &bit
@@ -293,11 +298,14 @@ func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, given
 	v["iptables-localhost-nodeports"] = flagValue{"iptables.localhostNodePorts", strconv.FormatBool(localhost)}
 
 	// The sync periods are the mode's section's. kube-proxy defaults a
-	// zero syncPeriod to 30s in both, and a zero minSyncPeriod to 1s in
-	// the iptables section only.
+	// zero syncPeriod to 30s in each, and a zero minSyncPeriod to 1s in
+	// the iptables and nftables sections.
 	section, sync, minSync, minDefault := "iptables", cfg.IPTables.SyncPeriod.Duration, cfg.IPTables.MinSyncPeriod.Duration, time.Second
-	if mode == modeIPVS {
+	switch mode {
+	case modeIPVS:
 		section, sync, minSync, minDefault = "ipvs", cfg.IPVS.SyncPeriod.Duration, cfg.IPVS.MinSyncPeriod.Duration, 0
+	case modeNFTables:
+		section, sync, minSync = "nftables", cfg.NFTables.SyncPeriod.Duration, cfg.NFTables.MinSyncPeriod.Duration
 	}
 	if sync < 0 {
 		return nil, fmt.Errorf("%s.syncPeriod: %v: must be greater than 0", section, sync)
@@ -352,7 +360,8 @@ func joinPrefixes(ps []netip.Prefix) string {
 
 // nodePortAddressesValue turns the nodePortAddresses list into the
 // --nodeport-addresses value: CIDRs, or the keyword "primary" alone. The
-// keyword "all" means every local address, as no value does.
+// keyword "all" means every local address: it is given as the prefixes of
+// length 0, since no value means "primary" in nftables mode.
 func nodePortAddressesValue(list []string) (string, error) {
 	var cidrs []string
 	primary, all := false, false
@@ -364,7 +373,7 @@ func nodePortAddressesValue(list []string) (string, error) {
 		case "all":
 			all = true
 		case "localhost":
-			return "", fmt.Errorf("%s: %q is not supported; iptables.localhostNodePorts serves IPv4 node ports on localhost in iptables mode", field, s)
+			return "", fmt.Errorf("%s: %q is not supported; iptables.localhostNodePorts serves IPv4 node ports on localhost in iptables mode (nftables mode never serves node ports on localhost)", field, s)
 		default:
 			p, err := netip.ParsePrefix(s)
 			if err != nil {
@@ -379,7 +388,7 @@ func nodePortAddressesValue(list []string) (string, error) {
 	case primary:
 		return "primary", nil
 	case all:
-		return "", nil
+		return "0.0.0.0/0,::/0", nil
 	}
 	return strings.Join(cidrs, ","), nil
 }

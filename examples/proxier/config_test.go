@@ -34,6 +34,7 @@ func kubeadmDefaults(file string) options {
 		minSyncPeriod:      time.Second,
 		driftCheckPeriod:   30 * time.Second,
 		chainPrefix:        "KUBE",
+		nftTable:           "kube-proxy",
 		localhostNodePorts: true,
 		conntrack:          &conntrack.Tuning{TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour},
 	}
@@ -44,6 +45,7 @@ func TestConfigFile(t *testing.T) {
 		kubeadm     = "testdata/config/kubeadm-default.yaml"
 		ipvsFile    = "testdata/config/ipvs.yaml"
 		unsupported = "testdata/config/unsupported.yaml"
+		nftFile     = "testdata/config/nftables.yaml"
 	)
 	with := func(file string, f func(*options)) *options {
 		o := kubeadmDefaults(file)
@@ -92,6 +94,29 @@ func TestConfigFile(t *testing.T) {
 			name: "ipvs mode",
 			args: []string{"--config", ipvsFile},
 			want: with(ipvsFile, ipvsWant),
+		},
+		{
+			// nftables mode reads the nftables section's periods and
+			// masquerading, and serves node ports on the node's own
+			// addresses by default, as kube-proxy.
+			name: "nftables mode",
+			args: []string{"--config", nftFile},
+			want: with(nftFile, func(o *options) {
+				bit16 := 16
+				o.mode, o.syncPeriod, o.minSyncPeriod = modeNFTables, 45*time.Second, 2*time.Second
+				o.masqueradeAll, o.masqueradeBit = true, &bit16
+				o.nodePortPrimary = true
+			}),
+		},
+		{
+			name: "nftables mode, nodePortAddresses all",
+			args: []string{"--config", nftFile, "--nodeport-addresses", "0.0.0.0/0,::/0"},
+			want: with(nftFile, func(o *options) {
+				bit16 := 16
+				o.mode, o.syncPeriod, o.minSyncPeriod = modeNFTables, 45*time.Second, 2*time.Second
+				o.masqueradeAll, o.masqueradeBit = true, &bit16
+				o.nodePortAddresses = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+			}),
 		},
 		{
 			// Flags win whether they come before or after --config;
@@ -191,7 +216,13 @@ func TestConfigFileInvalid(t *testing.T) {
 			wantErr: `nodePortAddresses[0]: "localhost" is not supported`},
 		{name: "healthzBindAddress", file: edit(`healthzBindAddress: ""`, "healthzBindAddress: localhost:10256"),
 			wantErr: "healthzBindAddress"},
-		{name: "mode", file: edit(`mode: ""`, "mode: nftables"), wantErr: `mode: "nftables" is not a mode this proxier has`},
+		{name: "mode", file: edit(`mode: ""`, "mode: kernelspace"), wantErr: `mode: "kernelspace" is not a mode this proxier has`},
+		{name: "nftables.masqueradeBit", file: strings.Replace(edit(`mode: ""`, "mode: nftables"),
+			"nftables:\n  masqueradeAll: false\n  masqueradeBit: null\n", "nftables:\n  masqueradeAll: false\n  masqueradeBit: 32\n", 1),
+			wantErr: "nftables.masqueradeBit: 32: must be within the range [0, 31]"},
+		{name: "nftables.minSyncPeriod", file: strings.Replace(edit(`mode: ""`, "mode: nftables"),
+			"  minSyncPeriod: 0s\n  syncPeriod: 0s\nnodePortAddresses", "  minSyncPeriod: 1m\n  syncPeriod: 0s\nnodePortAddresses", 1),
+			wantErr: "nftables.minSyncPeriod: 1m0s: must not be longer than nftables.syncPeriod (30s)"},
 		{name: "ipvs.scheduler", file: edit(`  scheduler: ""`, "  scheduler: fastest"), args: []string{"--mode", "ipvs"},
 			wantErr: "ipvs.scheduler: unknown IPVS scheduler \"fastest\""},
 		{name: "conntrack.min", file: edit("  min: null", "  min: -1"), wantErr: "conntrack.min: -1: must be greater than or equal to 0"},

@@ -1,7 +1,7 @@
 // Command proxier is a Kubernetes node service proxy composed from the
 // proxykit blocks: the reference composition to read, and to copy, when
-// building a proxier of your own. It runs kube-proxy's iptables mode or its
-// IPVS mode, against an API server or against YAML manifests with no
+// building a proxier of your own. It runs kube-proxy's iptables, IPVS or
+// nftables mode, against an API server or against YAML manifests with no
 // cluster at all:
 //
 //	go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a
@@ -12,13 +12,17 @@
 //	go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a --mode ipvs
 //
 // prints IPVS mode's virtual servers, ipsets and iptables-restore input,
-// with no IPVS in the kernel needed.
+// with no IPVS in the kernel needed, and
+//
+//	go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a --mode nftables
+//
+// prints nftables mode's transactions, as nft -f takes them.
 //
 // # The composition
 //
 // The proxy is package github.com/proxykit/proxykit/proxier, around the
-// Backends of proxier/iptablesbackend and proxier/ipvsbackend; this
-// command is main over it:
+// Backends of proxier/iptablesbackend, proxier/ipvsbackend and
+// proxier/nftablesbackend; this command is main over it:
 //
 //		flags ──▶ options ──▶ proxier.New(client, node, newBackends, options...) ──▶ Run / RunOnce
 //
@@ -29,8 +33,8 @@
 //	  - compose.go translates the options into the package's options;
 //	  - backends.go is the backend factory of --mode, with the node set-up
 //	    each mode needs (conntrack and IPVS sysctls, route_localnet, removing
-//	    the other mode's leftovers);
-//	  - modes.go is --cleanup and the removal of the other mode's leftovers;
+//	    the other modes' leftovers);
+//	  - modes.go is --cleanup and the removal of the other modes' leftovers;
 //	    node.go and options.go the node-port addresses and the flags;
 //	    config.go the --config file; incluster.go where the API server is.
 //
@@ -41,16 +45,18 @@
 // and the fields this proxier ignores are named in one warning),
 // --kubeconfig and --master (neither means the in-cluster configuration),
 // --hostname-override, --mode
-// (iptables or ipvs; ipvs refuses, with the kernel's reason, on a kernel
-// that cannot run it), --cluster-cidr, --masquerade-all,
+// (iptables, ipvs or nftables; ipvs refuses, with the kernel's reason, on a
+// kernel that cannot run it), --cluster-cidr, --masquerade-all,
 // --nodeport-addresses, --iptables-localhost-nodeports (on by default, as
 // in kube-proxy: IPv4 node ports on 127.0.0.1, with route_localnet set
 // and other hosts' packets to 127.0.0.0/8 dropped), --healthz-bind-address,
 // --metrics-bind-address,
-// --sync-period, --min-sync-period, --cleanup (of both modes) and -v; and
+// --sync-period, --min-sync-period, --cleanup (of every mode) and -v; and
 // --manifests PATH (Services, EndpointSlices and Nodes from a YAML file or
 // directory, followed for edits), --dry-run, --once and
 // --iptables-drift-check-period (how often iptables mode checks that no
-// service's top-level rule was deleted by hand). See README.md
+// service's top-level rule was deleted by hand) and --chain-prefix (the
+// names of the chains, ipsets and nftables table the proxier owns, for
+// running beside kube-proxy). See README.md
 // beside this file for the details and the tests.
 package main

@@ -10,12 +10,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxykit/proxykit/internal/kerneltest"
 )
 
 // demoRuns are the demo commands and the golden files of their output.
 var demoRuns = []struct{ command, golden string }{
 	{demoCommand, "demo-cluster.dry-run.golden"},
 	{demoIPVSCommand, "demo-cluster.ipvs.dry-run.golden"},
+	{demoNFTablesCommand, "demo-cluster.nftables.dry-run.golden"},
 }
 
 // demoArgs are command's flags, with the manifests path as seen from this
@@ -55,8 +58,8 @@ func TestDryRunDemoCluster(t *testing.T) {
 		"../../README.md":            {demoCommand},
 		"../../doc.go":               {demoCommand},
 		"testdata/demo-cluster.yaml": {demoCommand},
-		"README.md":                  {demoCommand, demoIPVSCommand},
-		"doc.go":                     {demoCommand, demoIPVSCommand},
+		"README.md":                  {demoCommand, demoIPVSCommand, demoNFTablesCommand},
+		"doc.go":                     {demoCommand, demoIPVSCommand, demoNFTablesCommand},
 	} {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -271,4 +274,35 @@ metadata: {name: [broken
 	if !strings.Contains(out.String(), "-d 10.96.0.10") {
 		t.Errorf("the good Service's rules are missing:\n%s", out.String())
 	}
+}
+
+// TestDryRunNFTablesChecks checks that nftables mode's dry run prints what
+// nft -f takes, both families one after the other: the real nft --check
+// accepts it in an empty namespace, and applies nothing.
+func TestDryRunNFTablesChecks(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	dir := t.TempDir()
+	manifest, err := os.ReadFile(filepath.Join("testdata", "demo-cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The demo's Node, with an IPv6 address too: both families' tables.
+	dual := strings.Replace(string(manifest), "- {type: InternalIP, address: 192.168.10.11}", "- {type: InternalIP, address: 192.168.10.11}\n  - {type: InternalIP, address: \"fd00:10::11\"}", 1)
+	if dual == string(manifest) {
+		t.Fatal("the demo cluster's Node address is not where the test expects it")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(dual), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	log, err := runArgs(t, dryRunEnvironment(t, &out), "--mode", "nftables", "--dry-run", "--manifests", dir, "--hostname-override", "node-a")
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, log)
+	}
+	for _, header := range []string{"# IPv4: nft -f input for table ip kube-proxy\n", "# IPv6: nft -f input for table ip6 kube-proxy\n"} {
+		if !strings.Contains(out.String(), header) {
+			t.Errorf("the dry run lacks %q:\n%s", header, out.String())
+		}
+	}
+	kerneltest.CheckNFT(t, out.Bytes())
 }

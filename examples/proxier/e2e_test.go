@@ -169,10 +169,75 @@ func e2eScenario() *e2eCluster {
 	}
 }
 
+// e2eMode is how an end-to-end test's proxier programs the node.
+type e2eMode struct {
+	// name names the subtest: the iptables backend in iptables mode,
+	// "nftables" in nftables mode.
+	name string
+	// mode is --mode.
+	mode string
+	// backend is the iptables backend iptables mode must pick (the test
+	// marks it with the kubelet's hint chain), and the one the test adds
+	// other programs' rules with in nftables mode.
+	backend iptables.Backend
+}
+
+// e2eModes are the modes every end-to-end scenario runs in: iptables mode
+// on each iptables backend, and nftables mode.
+var e2eModes = []e2eMode{
+	{"legacy", modeIPTables, iptables.BackendLegacy},
+	{"nft", modeIPTables, iptables.BackendNFT},
+	{"nftables", modeNFTables, iptables.BackendNFT},
+}
+
+// tools are the programs the mode's tests run, with IPv6's when ipv6 is
+// set.
+func (m e2eMode) tools(ipv6 bool) []string {
+	tools := e2eTools(m.backend)
+	if ipv6 && m.mode == modeIPTables {
+		b := string(m.backend)
+		tools = append(tools, "ip6tables-"+b, "ip6tables-"+b+"-save", "ip6tables-"+b+"-restore")
+	}
+	if m.mode == modeNFTables {
+		tools = append(tools, "nft")
+	}
+	return tools
+}
+
+// forEachE2EMode runs test in a subtest per mode, each skipped (or failed,
+// with PROXYKIT_REQUIRE_KERNEL=1) where its tools are missing.
+func forEachE2EMode(t *testing.T, ipv6 bool, test func(t *testing.T, m e2eMode)) {
+	for _, m := range e2eModes {
+		t.Run(m.name, func(t *testing.T) {
+			kerneltest.Require(t, m.tools(ipv6)...)
+			test(t, m)
+		})
+	}
+}
+
+// newE2EModeNode is newE2ENode for a proxier in mode m.
+func newE2EModeNode(t *testing.T, m e2eMode, cluster *e2eCluster, ipv6 bool) *e2eNode {
+	if m.mode == modeNFTables {
+		// nftables mode writes most services as map elements alone;
+		// one with ClientIP affinity keeps chains of its own (service-
+		// and endpoint-), which the tests of faults in chains need.
+		for i := range cluster.services {
+			if s := &cluster.services[i]; s.name == "victim" {
+				s.spec += "  sessionAffinity: ClientIP\n"
+			}
+		}
+	}
+	k := newE2ENode(t, m.backend, cluster, ipv6)
+	k.mode = m.mode
+	return k
+}
+
 // e2eNode is the test's world around one proxier.
 type e2eNode struct {
-	t            *testing.T
-	backend      iptables.Backend
+	t       *testing.T
+	backend iptables.Backend
+	// mode, when set, is given to the proxier as --mode.
+	mode         string
 	node, client *kerneltest.NS
 	pods         map[string]*kerneltest.NS
 	dir          string
@@ -260,6 +325,9 @@ func (k *e2eNode) iptables(t testing.TB, p iptables.Protocol, args ...string) st
 // off unless extra turns it on: firing while a test breaks rules on
 // purpose, it would repair them before the test's own sync meets them.
 func (k *e2eNode) proxierArgs(extra ...string) []string {
+	if k.mode != "" {
+		extra = append([]string{"--mode", k.mode}, extra...)
+	}
 	return append([]string{"--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
 		"--sync-period", e2eSyncPeriod.String(), "--min-sync-period", "100ms", "--iptables-drift-check-period", "0",
 		"--healthz-bind-address", e2eNodeIP + ":10256", "--metrics-bind-address", e2eNodeIP + ":10249", "-v", "2"}, extra...)
@@ -305,10 +373,60 @@ func (k *e2eNode) start(args ...string) {
 		}
 		return nil
 	})
+	if k.mode == modeNFTables {
+		if out := k.nft(t, "list", "map", "ip", "kube-proxy", "service-ips"); !strings.Contains(out, " . tcp . ") {
+			t.Fatalf("the table holds no service:\n%s", out)
+		}
+		return
+	}
 	save := k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S", "KUBE-SERVICES")
 	if !strings.Contains(save, "-A KUBE-SERVICES") {
 		t.Fatalf("the %s backend holds no service rules; the proxier picked the wrong one:\n%s", k.backend, save)
 	}
+}
+
+// nft runs the real nft in the node.
+func (k *e2eNode) nft(t testing.TB, args ...string) string {
+	t.Helper()
+	return k.node.MustExec(t, "nft", args...)
+}
+
+// nftChains returns the names of the chains in nftables mode's IPv4 table.
+func (k *e2eNode) nftChains(t testing.TB) []string {
+	t.Helper()
+	var chains []string
+	table := ""
+	for line := range strings.Lines(k.nft(t, "list", "chains", "ip")) {
+		switch f := strings.Fields(line); {
+		case len(f) == 4 && f[0] == "table":
+			table = f[2]
+		case len(f) == 3 && f[0] == "chain" && f[2] == "{" && table == "kube-proxy":
+			chains = append(chains, f[1])
+		}
+	}
+	return chains
+}
+
+// nftChainOf returns the name of the chain of the nftables table whose
+// name holds part, or fails t.
+func (k *e2eNode) nftChainOf(t testing.TB, prefix, part string) string {
+	t.Helper()
+	chains := k.nftChains(t)
+	for _, c := range chains {
+		if strings.HasPrefix(c, prefix) && strings.Contains(c, part) {
+			return c
+		}
+	}
+	t.Fatalf("no chain %s*%s* in %v", prefix, part, chains)
+	return ""
+}
+
+// syncFailures is the metric that counts the mode's failed applies.
+func (k *e2eNode) syncFailures() string {
+	if k.mode == modeNFTables {
+		return nftSyncFails
+	}
+	return restoreFails
 }
 
 // eventually polls check every 100ms until it returns nil, and fails the
@@ -429,29 +547,38 @@ func check(t *testing.T, err error) {
 	}
 }
 
-// TestE2E runs the proxier on each iptables backend through the scenarios
-// of issue 8: every kind of service, churn, faults, health and shutdown.
+// TestE2E runs the proxier in iptables mode on each iptables backend, and
+// in nftables mode, through the scenarios of issues 8 and 15: every kind of
+// service, churn, faults, health and shutdown.
 func TestE2E(t *testing.T) {
-	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
-		t.Run(string(backend), func(t *testing.T) {
-			kerneltest.Require(t, e2eTools(backend)...)
-			testE2E(t, backend)
-		})
-	}
+	forEachE2EMode(t, false, testE2E)
 }
 
 const (
 	fullSyncs    = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
 	partialSyncs = `kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
 	restoreFails = `kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family="IPv4"}`
+	nftSyncFails = `kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"}`
+	nftCleanFail = `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family="IPv4"}`
 )
 
-func testE2E(t *testing.T, backend iptables.Backend) {
-	k := newE2ENode(t, backend, e2eScenario(), false)
+func testE2E(t *testing.T, m e2eMode) {
+	k := newE2EModeNode(t, m, e2eScenario(), false)
 	k.start(k.proxierArgs()...)
 	fulls := k.metric(fullSyncs)
 
 	t.Run("services", func(t *testing.T) { k.checkServices(t, randomCounts) })
+
+	t.Run("hairpin", func(t *testing.T) {
+		// pod-a reaches its own service (internalTrafficPolicy Local:
+		// pod-a is its only endpoint here), and sees the connection
+		// come from the node's bridge address: masqueraded, or its reply
+		// would go straight back to itself and be dropped.
+		r, err := kerneltest.Dial(k.pods["pod-a"], "tcp", netip.MustParseAddrPort("10.96.0.16:80"), 2*time.Second)
+		if err != nil || r.Name != "pod-a" || r.Client != netip.MustParseAddr(e2eBridgeIP) {
+			t.Errorf("pod-a to its own service: reached %q seeing client %v (%v); want pod-a seeing %s", r.Name, r.Client, err, e2eBridgeIP)
+		}
+	})
 
 	t.Run("churn", func(t *testing.T) {
 		partials := k.metric(partialSyncs)
@@ -481,13 +608,20 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 	})
 
 	t.Run("flushed by another program", func(t *testing.T) {
-		// A firewall reload: every table emptied, the canary with it.
-		for _, table := range []string{"mangle", "nat", "filter"} {
-			k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-F")
-			k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-X")
+		// A firewall reload: every table emptied, the canary with it;
+		// in nftables mode, the whole ruleset flushed, as the
+		// nftables service's reload does, the proxier's table with it.
+		if m.mode == modeNFTables {
+			k.nft(t, "flush", "ruleset")
+		} else {
+			for _, table := range []string{"mangle", "nat", "filter"} {
+				k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-F")
+				k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-X")
+			}
 		}
 		// Whether traffic fails in between depends on how soon the
-		// canary is checked; the full sync count shows the resync.
+		// canary (the table check) runs; the full sync count shows the
+		// resync.
 		k.eventually(e2eSyncPeriod+10*time.Second, "rules restored", func() error {
 			return k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b", "pod-c")
 		})
@@ -500,9 +634,21 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 	})
 
 	t.Run("failed restore", func(t *testing.T) {
-		// Someone deletes victim's rule; the partial sync that deletes
-		// the victim Service then fails on it, and the retry is full.
-		k.deleteRule(t, "KUBE-SERVICES", "e2e/victim:http cluster IP")
+		// Someone deletes victim's rule (in nftables mode its element of
+		// the service-ips map); the partial sync that deletes the victim
+		// Service then fails on it, and the retry is full.
+		failures, cleanups := k.metric(k.syncFailures()), k.metric(nftCleanFail)
+		var victimChains []string
+		if m.mode == modeNFTables {
+			for _, c := range k.nftChains(t) {
+				if strings.Contains(c, "-e2e/victim/tcp/http") {
+					victimChains = append(victimChains, c)
+				}
+			}
+			k.nft(t, "delete", "element", "ip", "kube-proxy", "service-ips", "{", "10.96.0.18", ".", "tcp", ".", "80", "}")
+		} else {
+			k.deleteRule(t, "KUBE-SERVICES", "e2e/victim:http cluster IP")
+		}
 		k.cluster.delete("victim")
 		k.writeManifest()
 		k.eventually(e2eSyncPeriod+10*time.Second, "recovery", func() error {
@@ -511,12 +657,27 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 			}
 			return nil
 		})
-		if got := k.metric(restoreFails); got != 1 {
-			t.Errorf("%v restore failures, want 1", got)
+		if got := k.metric(k.syncFailures()); got != failures+1 {
+			t.Errorf("%v restore failures, want %v", got, failures+1)
 		}
-		victim := iptables.ServiceClusterChain(portName("victim", "http"))
-		if strings.Contains(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), string(victim)) {
-			t.Errorf("victim's chain %s is still there", victim)
+		if m.mode == modeNFTables {
+			// The failed transaction was deleting victim's chains.
+			if got := k.metric(nftCleanFail); got != cleanups+1 {
+				t.Errorf("%v cleanup failures, want %v", got, cleanups+1)
+			}
+			if len(victimChains) < 2 {
+				t.Errorf("victim had chains %v, want its service and endpoint chains", victimChains)
+			}
+			for _, c := range k.nftChains(t) {
+				if slices.Contains(victimChains, c) {
+					t.Errorf("victim's chain %s is still there", c)
+				}
+			}
+		} else {
+			victim := iptables.ServiceClusterChain(portName("victim", "http"))
+			if strings.Contains(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), string(victim)) {
+				t.Errorf("victim's chain %s is still there", victim)
+			}
 		}
 		check(t, k.reaches("tcp", "10.96.0.20", 80, 5, "pod-c"))
 		fulls = k.metric(fullSyncs)
@@ -525,20 +686,44 @@ func testE2E(t *testing.T, backend iptables.Backend) {
 	t.Run("stalled syncs", func(t *testing.T) {
 		// Another program's rule jumps to a chain the proxier must
 		// delete: every sync fails until it goes, and /healthz says so.
-		added := iptables.ServiceClusterChain(portName("added", "http"))
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-N", "E2E-USER")
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "E2E-USER", "-j", string(added))
-		failures := k.metric(restoreFails)
+		// In nftables mode a jump stays within a table, so the other
+		// program's chain is in the proxier's table.
+		if m.mode == modeNFTables {
+			// With affinity, added has a chain to jump to.
+			k.cluster.service("added").spec += "  sessionAffinity: ClientIP\n"
+			k.writeManifest()
+			k.eventually(e2eChange, "added's chain", func() error {
+				for _, c := range k.nftChains(t) {
+					if strings.HasPrefix(c, "service-") && strings.Contains(c, "-e2e/added/tcp/http") {
+						return nil
+					}
+				}
+				return errors.New("not yet")
+			})
+			added := k.nftChainOf(t, "service-", "-e2e/added/tcp/http")
+			k.nft(t, "add", "chain", "ip", "kube-proxy", "e2e-user")
+			k.nft(t, "add", "rule", "ip", "kube-proxy", "e2e-user", "jump", added)
+		} else {
+			added := iptables.ServiceClusterChain(portName("added", "http"))
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-N", "E2E-USER")
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "E2E-USER", "-j", string(added))
+		}
+		failures := k.metric(k.syncFailures())
 		k.cluster.delete("added")
 		k.writeManifest()
 		k.eventually(2*e2eSyncPeriod+10*time.Second, "/healthz failing", func() error {
 			return expectGet(k, "http://"+e2eNodeIP+":10256/healthz", 503, `"healthy":false`)
 		})
-		if got := k.metric(restoreFails); got < failures+2 {
+		if got := k.metric(k.syncFailures()); got < failures+2 {
 			t.Errorf("%v restore failures, want at least %v: the syncs should keep failing", got, failures+2)
 		}
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-F", "E2E-USER")
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-X", "E2E-USER")
+		if m.mode == modeNFTables {
+			k.nft(t, "flush", "chain", "ip", "kube-proxy", "e2e-user")
+			k.nft(t, "delete", "chain", "ip", "kube-proxy", "e2e-user")
+		} else {
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-F", "E2E-USER")
+			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-X", "E2E-USER")
+		}
 		k.eventually(e2eSyncPeriod+10*time.Second, "/healthz recovering", func() error {
 			return expectGet(k, "http://"+e2eNodeIP+":10256/healthz", 200, `"healthy":true`)
 		})
@@ -758,46 +943,51 @@ func (k *e2eNode) churn(t *testing.T, n e2eCounts, proxierClearsFlows bool) {
 
 // TestE2EOnceAndCleanup applies one sync with --once, checks that it
 // serves, and removes it with --cleanup, which must leave the node's
-// tables exactly as they were before, other programs' rules included.
+// tables (iptables' and, in nftables mode, nft's whole ruleset) exactly as
+// they were before, other programs' rules included.
 func TestE2EOnceAndCleanup(t *testing.T) {
-	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
-		t.Run(string(backend), func(t *testing.T) {
-			kerneltest.Require(t, e2eTools(backend)...)
-			k := newE2ENode(t, backend, e2eScenario(), false)
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-N", "KUBE-FIREWALL")
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "POSTROUTING", "-s", e2eClusterCIDR, "!", "-d", e2eClusterCIDR, "-j", "MASQUERADE")
-			saveAll := func() string {
-				var all string
-				for _, table := range []string{"filter", "nat", "mangle"} {
-					all += k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-S")
-				}
-				return all
+	forEachE2EMode(t, false, func(t *testing.T, m e2eMode) {
+		k := newE2EModeNode(t, m, e2eScenario(), false)
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-N", "KUBE-FIREWALL")
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "POSTROUTING", "-s", e2eClusterCIDR, "!", "-d", e2eClusterCIDR, "-j", "MASQUERADE")
+		saveAll := func() string {
+			var all string
+			for _, table := range []string{"filter", "nat", "mangle"} {
+				all += k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-S")
 			}
-			before := saveAll()
+			if m.mode == modeNFTables {
+				// Stateless: the counters of the other programs' rules move.
+				all += k.nft(t, "--stateless", "list", "ruleset")
+			}
+			return all
+		}
+		before := saveAll()
 
-			// Localhost node ports rewrite the kubelet's KUBE-FIREWALL, as
-			// kube-proxy does, and cleanup leaves that shared chain to the
-			// kubelet; without them, the kubelet's rules stay untouched.
-			if err := k.runProxier("--once", "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
-				"--iptables-localhost-nodeports=false"); err != nil {
-				t.Fatalf("--once: %v\n%s", err, k.log.String())
-			}
-			check(t, k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b"))
-			check(t, k.reaches("tcp", e2eNodeIP, 30080, 10, "pod-a", "pod-b"))
-			check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
+		// Localhost node ports rewrite the kubelet's KUBE-FIREWALL, as
+		// kube-proxy does, and cleanup leaves that shared chain to the
+		// kubelet; without them, the kubelet's rules stay untouched.
+		if err := k.runProxier("--once", "--mode", m.mode, "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
+			"--iptables-localhost-nodeports=false"); err != nil {
+			t.Fatalf("--once: %v\n%s", err, k.log.String())
+		}
+		// As many tries as randomCounts says, so that a random pick
+		// missing one of two backends is not a failure (10 tries miss
+		// one in 512 runs).
+		check(t, k.reaches("tcp", "10.96.0.10", 80, randomCounts.two, "pod-a", "pod-b"))
+		check(t, k.reaches("tcp", e2eNodeIP, 30080, randomCounts.two, "pod-a", "pod-b"))
+		check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
 
-			if err := k.runProxier("--cleanup"); err != nil {
-				t.Fatalf("--cleanup: %v\n%s", err, k.log.String())
-			}
-			after := saveAll()
-			if before != after {
-				t.Errorf("after --once and --cleanup the tables differ:\nbefore:\n%s\nafter:\n%s", before, after)
-			}
-			check(t, k.unanswered("tcp", e2eClientIP, "10.96.0.10", 80))
-		})
-	}
+		if err := k.runProxier("--cleanup"); err != nil {
+			t.Fatalf("--cleanup: %v\n%s", err, k.log.String())
+		}
+		after := saveAll()
+		if before != after {
+			t.Errorf("after --once and --cleanup the tables differ:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+		check(t, k.unanswered("tcp", e2eClientIP, "10.96.0.10", 80))
+	})
 }
 
 // e2eDualStackCluster is a node with an address of each family, and a
@@ -818,41 +1008,37 @@ func e2eDualStackCluster(more ...e2eService) *e2eCluster {
 // dual-stack Service is reachable on both cluster IPs, and an IPv6-only
 // one on its own.
 func TestE2EDualStack(t *testing.T) {
-	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
-		t.Run(string(backend), func(t *testing.T) {
-			b := string(backend)
-			kerneltest.Require(t, append(e2eTools(backend), "ip6tables-"+b, "ip6tables-"+b+"-save", "ip6tables-"+b+"-restore")...)
-			c := e2eDualStackCluster(e2eService{name: "only6", ports: e2eTCP, pods6: []string{"pod-c"},
-				spec: "  clusterIP: \"fd00:96::11\"\n  clusterIPs: [\"fd00:96::11\"]\n  ipFamilies: [IPv6]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n"})
-			k := newE2ENode(t, backend, c, true)
-			k.start(k.proxierArgs("--cluster-cidr", e2eClusterCIDR+",fd00:244::/64")...)
+	forEachE2EMode(t, true, func(t *testing.T, m e2eMode) {
+		c := e2eDualStackCluster(e2eService{name: "only6", ports: e2eTCP, pods6: []string{"pod-c"},
+			spec: "  clusterIP: \"fd00:96::11\"\n  clusterIPs: [\"fd00:96::11\"]\n  ipFamilies: [IPv6]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n"})
+		k := newE2EModeNode(t, m, c, true)
+		k.start(k.proxierArgs("--cluster-cidr", e2eClusterCIDR+",fd00:244::/64")...)
 
-			check(t, k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b"))
-			for _, dst := range []string{"[fd00:96::10]:80", "[fd00:1::1]:30080", "[fd00:96::11]:80"} {
-				got := map[string]int{}
-				for range 20 {
-					r, err := kerneltest.Dial(k.client, "tcp", netip.MustParseAddrPort(dst), 2*time.Second)
-					if err != nil {
-						t.Fatalf("tcp to %s: %v", dst, err)
-					}
-					got[r.Name]++
+		check(t, k.reaches("tcp", "10.96.0.10", 80, 20, "pod-a", "pod-b"))
+		for _, dst := range []string{"[fd00:96::10]:80", "[fd00:1::1]:30080", "[fd00:96::11]:80"} {
+			got := map[string]int{}
+			for range 20 {
+				r, err := kerneltest.Dial(k.client, "tcp", netip.MustParseAddrPort(dst), 2*time.Second)
+				if err != nil {
+					t.Fatalf("tcp to %s: %v", dst, err)
 				}
-				want := []string{"pod-a", "pod-b"}
-				if dst == "[fd00:96::11]:80" {
-					want = []string{"pod-c"}
-				}
-				for name := range got {
-					if !slices.Contains(want, name) {
-						t.Errorf("tcp to %s reached %s, want only %v", dst, name, want)
-					}
-				}
-				if len(got) != len(want) {
-					t.Errorf("tcp to %s reached %v, want each of %v", dst, got, want)
+				got[r.Name]++
+			}
+			want := []string{"pod-a", "pod-b"}
+			if dst == "[fd00:96::11]:80" {
+				want = []string{"pod-c"}
+			}
+			for name := range got {
+				if !slices.Contains(want, name) {
+					t.Errorf("tcp to %s reached %s, want only %v", dst, name, want)
 				}
 			}
-			if n := k.metric(`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv6"}`); n < 1 {
-				t.Errorf("no IPv6 full sync in the metrics")
+			if len(got) != len(want) {
+				t.Errorf("tcp to %s reached %v, want each of %v", dst, got, want)
 			}
-		})
-	}
+		}
+		if n := k.metric(`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv6"}`); n < 1 {
+			t.Errorf("no IPv6 full sync in the metrics")
+		}
+	})
 }

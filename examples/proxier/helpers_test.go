@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/iptables"
@@ -23,10 +24,11 @@ import (
 
 // demoCommand is the README's first command. The demo cluster's header
 // comment and the golden test use it too. demoIPVSCommand is the same in
-// IPVS mode, which the example's README shows.
+// IPVS mode and in nftables mode, which the example's README shows.
 const (
-	demoCommand     = "go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a"
-	demoIPVSCommand = demoCommand + " --mode ipvs"
+	demoCommand         = "go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a"
+	demoIPVSCommand     = demoCommand + " --mode ipvs"
+	demoNFTablesCommand = demoCommand + " --mode nftables"
 )
 
 // testLogger returns a context whose logger writes to buf, at verbosity v.
@@ -70,6 +72,10 @@ func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 	env.kernel = nil
 	env.openIPVS = func(context.Context, bool) (*ipvsbackend.Kernel, error) {
 		t.Error("a dry run opened IPVS")
+		return nil, fmt.Errorf("not in a dry run")
+	}
+	env.newNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
+		t.Error("a dry run made an nftables Interface")
 		return nil, fmt.Errorf("not in a dry run")
 	}
 	env.hostAddresses = func() ([]netip.Addr, error) {

@@ -19,12 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/clustertest"
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/nftables"
 )
 
 // scaleEnv adds 10,000 services to TestProgrammingLatency, which then takes
@@ -48,9 +50,11 @@ const latencyServicesPerFile = 100
 // restore. Beside it, the test times iptables-restore alone applying the
 // same partial payload (rendered by a writer in the test, run through an
 // Interface with a lock of its own) in a namespace of its own, and the
-// first full restore. The figures are logged (go test -v); it runs at
-// 1,000 services of 10 endpoints on both backends (about 25 s), and also at
-// 10,000 (minutes) when PROXYKIT_E2E_SCALE=1.
+// first full restore; in nftables mode, nft -f alone applying the same
+// transactions. The figures are logged (go test -v); it runs at 1,000
+// services of 10 endpoints in each mode (iptables mode on both backends,
+// and nftables mode; about 40 s), and also at 10,000 (minutes) when
+// PROXYKIT_E2E_SCALE=1.
 func TestProgrammingLatency(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping programming-latency measurements in -short mode")
@@ -59,17 +63,18 @@ func TestProgrammingLatency(t *testing.T) {
 	if os.Getenv(scaleEnv) == "1" {
 		sizes = append(sizes, 10000)
 	}
-	for _, backend := range []iptables.Backend{iptables.BackendLegacy, iptables.BackendNFT} {
+	for _, m := range e2eModes {
 		for _, services := range sizes {
-			t.Run(fmt.Sprintf("%s/%dx10", backend, services), func(t *testing.T) {
-				kerneltest.Require(t, e2eTools(backend)...)
-				testProgrammingLatency(t, backend, services, 10)
+			t.Run(fmt.Sprintf("%s/%dx10", m.name, services), func(t *testing.T) {
+				kerneltest.Require(t, m.tools(false)...)
+				testProgrammingLatency(t, m, services, 10)
 			})
 		}
 	}
 }
 
-func testProgrammingLatency(t *testing.T, backend iptables.Backend, services, endpoints int) {
+func testProgrammingLatency(t *testing.T, m e2eMode, services, endpoints int) {
+	backend := m.backend
 	objs := clustertest.Cluster(services, endpoints)
 	var svcs []*v1.Service
 	var eps []*discoveryv1.EndpointSlice
@@ -126,7 +131,7 @@ func testProgrammingLatency(t *testing.T, backend iptables.Backend, services, en
 		t.Fatal(err)
 	}
 	var log logBuffer
-	cmd := exec.Command(proxierBinary(t), "--manifests", dir, "--hostname-override", "node-a", "--cluster-cidr", "10.128.0.0/10",
+	cmd := exec.Command(proxierBinary(t), "--mode", m.mode, "--manifests", dir, "--hostname-override", "node-a", "--cluster-cidr", "10.128.0.0/10",
 		"--healthz-bind-address", "", "--metrics-bind-address", "127.0.0.1:10249")
 	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lockFile)
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -186,9 +191,8 @@ func testProgrammingLatency(t *testing.T, backend iptables.Backend, services, en
 		}
 		return nil
 	})
-	m := metrics()
 	t.Logf("%s %dx%d: proxier start to first full sync %v; the full sync itself took %.2fs",
-		backend, services, endpoints, time.Since(started).Round(time.Millisecond), m[full+sumSuffix])
+		m.name, services, endpoints, time.Since(started).Round(time.Millisecond), metrics()[full+sumSuffix])
 
 	// Changes, each to another service in another file, after a pause
 	// longer than --min-sync-period so that the runner may sync at once.
@@ -218,11 +222,89 @@ func testProgrammingLatency(t *testing.T, backend iptables.Backend, services, en
 		latencies = append(latencies, after[programming+sumSuffix]-before[programming+sumSuffix])
 		syncs = append(syncs, (after[partial+sumSuffix]-before[partial+sumSuffix])/(after[partial+countSuffix]-before[partial+countSuffix]))
 	}
-	t.Logf("%s %dx%d: network programming latency %s; partial sync %s", backend, services, endpoints, spreadOf(latencies), spreadOf(syncs))
+	t.Logf("%s %dx%d: network programming latency %s; partial sync %s", m.name, services, endpoints, spreadOf(latencies), spreadOf(syncs))
 
-	restoreFull, restorePartial := bareRestore(t, backend, objs, eps[(services/changes+1)%services])
+	changed := eps[(services/changes+1)%services]
+	if m.mode == modeNFTables {
+		applyFull, applyPartial := bareNFT(t, objs, changed)
+		t.Logf("%s %dx%d: nft -f alone, same transactions: first full %v, partial (one endpoint) %v",
+			m.name, services, endpoints, applyFull.Round(time.Millisecond), applyPartial.Round(time.Millisecond))
+		return
+	}
+	restoreFull, restorePartial := bareRestore(t, backend, objs, changed)
 	t.Logf("%s %dx%d: iptables-restore alone, same rules: first full %v, partial (one endpoint) %v",
-		backend, services, endpoints, restoreFull.Round(time.Millisecond), restorePartial.Round(time.Millisecond))
+		m.name, services, endpoints, restoreFull.Round(time.Millisecond), restorePartial.Round(time.Millisecond))
+}
+
+// latencyTrackers returns trackers fed with objs, the slice named as
+// changed as it was before the change.
+func latencyTrackers(objs []runtime.Object, changed *discoveryv1.EndpointSlice) (*changetracker.ServiceChangeTracker, *changetracker.EndpointsChangeTracker) {
+	quiet := changetracker.WithLogger(klog.Background().V(10))
+	svcTracker := changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil, quiet)
+	epTracker := changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil, quiet)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			svcTracker.Update(nil, o)
+		case *discoveryv1.EndpointSlice:
+			if o.Name == changed.Name {
+				o = o.DeepCopy()
+				o.Endpoints[1].Conditions.Ready = ptr.To(true)
+			}
+			epTracker.EndpointSliceUpdate(o, false)
+		}
+	}
+	return svcTracker, epTracker
+}
+
+// bareNFT is bareRestore in nftables mode: it times nft -f applying the
+// first full transaction of objs and the partial one of the change, in a
+// fresh namespace.
+func bareNFT(t *testing.T, objs []runtime.Object, changed *discoveryv1.EndpointSlice) (full, partial time.Duration) {
+	ctx := context.Background()
+	svcTracker, epTracker := latencyTrackers(objs, changed)
+	ns := kerneltest.NewNS(t)
+	var nft knftables.Interface
+	if err := ns.Do(func() (err error) {
+		nft, err = knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var nodePorts []netip.Prefix
+	for _, ip := range objsNodeIPs(objs) {
+		nodePorts = append(nodePorts, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a",
+		NodeIPs: objsNodeIPs(objs), NodePortAddresses: nodePorts, ClusterCIDR: prefix("10.128.0.0/10")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
+	apply := func(wantFull bool) time.Duration {
+		t.Helper()
+		var took time.Duration
+		// In the namespace: a full sync may list the table first.
+		err := ns.Do(func() error {
+			res := w.Sync(ctx, nftables.SyncInput{Services: svcMap, Endpoints: epMap,
+				ServiceChanges: svcMap.Update(svcTracker), EndpointChanges: epMap.Update(epTracker)})
+			if res.Full != wantFull || !wantFull && res.ServicePortsWritten != 1 {
+				return fmt.Errorf("rendered a full=%v sync of %d service ports, want full=%v", res.Full, res.ServicePortsWritten, wantFull)
+			}
+			start := time.Now()
+			err := nft.Run(ctx, res.Transaction)
+			took = time.Since(start)
+			w.Applied(err)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return took
+	}
+	full = apply(true)
+	epTracker.EndpointSliceUpdate(changed, false)
+	return full, apply(false)
 }
 
 // spreadOf prints the median and range of seconds as milliseconds.
@@ -239,22 +321,7 @@ func spreadOf(secs []float64) string {
 // RestoreAll applying each in a fresh namespace, with nothing else around.
 func bareRestore(t *testing.T, backend iptables.Backend, objs []runtime.Object, changed *discoveryv1.EndpointSlice) (full, partial time.Duration) {
 	ctx := context.Background()
-	quiet := changetracker.WithLogger(klog.Background().V(10))
-	svcTracker := changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil, quiet)
-	epTracker := changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil, quiet)
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *v1.Service:
-			svcTracker.Update(nil, o)
-		case *discoveryv1.EndpointSlice:
-			if o.Name == changed.Name {
-				// As it was before the change.
-				o = o.DeepCopy()
-				o.Endpoints[1].Conditions.Ready = ptr.To(true)
-			}
-			epTracker.EndpointSliceUpdate(o, false)
-		}
-	}
+	svcTracker, epTracker := latencyTrackers(objs, changed)
 	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a",
 		NodeIPs: objsNodeIPs(objs), ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: true}
 	if backend == iptables.BackendNFT {

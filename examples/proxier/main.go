@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/healthz"
@@ -21,6 +22,7 @@ import (
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxier/ipvsbackend"
+	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 )
 
 func main() {
@@ -63,6 +65,13 @@ type environment struct {
 	// openIPVS opens IPVS mode's kernel side, with the IPVS table when
 	// table is set (see ipvsbackend.OpenKernel).
 	openIPVS func(ctx context.Context, table bool) (*ipvsbackend.Kernel, error)
+	// newNFTables makes the knftables Interface of nftables mode's table
+	// of one family.
+	newNFTables func(ctx context.Context, family knftables.Family, table string) (knftables.Interface, error)
+	// nftTableLookup, when set, is how nftables mode checks that its
+	// table of one family still exists, instead of asking the kernel
+	// over netlink.
+	nftTableLookup func(family knftables.Family, table string) nftablesbackend.TableLookup
 	// hostAddresses lists the node's addresses when no Node object gives
 	// them.
 	hostAddresses func() ([]netip.Addr, error)
@@ -84,9 +93,12 @@ func realEnvironment(stdout io.Writer) *environment {
 		newIPTables: func(ctx context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
 			return iptables.New(ctx, p, iptables.WithBackend(b), iptables.WithLockFile(lockFile))
 		},
-		conntrack:     conntrack.New(),
-		kernel:        kernel.New(),
-		openIPVS:      ipvsbackend.OpenKernel,
+		conntrack: conntrack.New(),
+		kernel:    kernel.New(),
+		openIPVS:  ipvsbackend.OpenKernel,
+		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
+			return knftables.New(family, table)
+		},
 		hostAddresses: proxier.HostAddresses,
 		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig

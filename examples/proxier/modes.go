@@ -6,10 +6,12 @@ import (
 	"fmt"
 
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/nftables"
 )
 
 // Switching modes, and --cleanup.
@@ -26,6 +28,13 @@ import (
 // makes (ipvs.FindLeftovers): a restart in the same mode must not touch
 // the rules still serving traffic, which is why kube-proxy stopped
 // cleaning up at start-up (kubernetes#75360).
+//
+// nftables mode shares nothing with the other two: its tables (one per
+// family, named after --chain-prefix) hold all of it. So, as kube-proxy
+// does, a proxier in iptables or IPVS mode deletes them at every start, and
+// one in nftables mode removes every chain of the prefix of either other
+// mode (and, when IPVS mode's are among them, IPVS mode's ipsets, virtual
+// servers and dummy interface).
 
 // removeIPTablesMode removes, from each of ipts, the rules a proxier in
 // iptables mode left, for IPVS mode to start on.
@@ -40,6 +49,68 @@ func removeIPVSMode(ctx context.Context, env *environment, names *ipvs.ModeNames
 	if removeModeRules(ctx, names, ipts, "IPVS", func(l ipvs.Leftovers) bool { return l.IPVSMode }) {
 		if err := cleanupIPVSNode(ctx, env, names); err != nil {
 			klog.FromContext(ctx).Error(err, "Removing IPVS mode's ipsets, virtual servers and dummy interface")
+		}
+	}
+}
+
+// removeNFTablesMode deletes nftables mode's table of both families, for
+// iptables or IPVS mode to start on. A failure is logged: the other modes'
+// rules work beside the table, though the table's take the traffic first.
+func removeNFTablesMode(ctx context.Context, env *environment, table string) {
+	if err := cleanupNFTables(ctx, env, table); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing the tables of nftables mode")
+	}
+}
+
+// cleanupNFTables deletes the table of both families; one that does not
+// exist is no error, and neither is a node where nft cannot be used (no
+// nft binary, or no nf_tables in the kernel): no proxier wrote a table
+// there, and none could be deleted.
+func cleanupNFTables(ctx context.Context, env *environment, table string) error {
+	if _, err := env.newNFTables(ctx, knftables.IPv4Family, table); err != nil {
+		klog.FromContext(ctx).Info("Not looking for nftables mode's tables: nft is not usable here", "reason", err)
+		return nil
+	}
+	return nftables.Cleanup(ctx, table, func(f knftables.Family, t string) (knftables.Interface, error) {
+		return env.newNFTables(ctx, f, t)
+	})
+}
+
+// removeIPTablesModes removes, from both families, every chain of iptables
+// and IPVS mode and, if IPVS mode's were among them, its ipsets, virtual
+// servers and dummy interface, for nftables mode to start on. A node
+// without a working iptables has none of them. Failures are logged: the
+// other modes' rules work beside nftables mode's table.
+func removeIPTablesModes(ctx context.Context, env *environment, names *ipvs.ModeNames) {
+	logger := klog.FromContext(ctx)
+	b, err := env.detectBackend(ctx)
+	if err != nil {
+		logger.Info("Not looking for the rules of iptables or IPVS mode: no usable iptables", "reason", err)
+		return
+	}
+	ipvsMode := false
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		ipt, err := env.newIPTables(ctx, proto, b)
+		if err != nil {
+			logger.V(2).Info("Not looking for the rules of iptables or IPVS mode in this family: no usable iptables", "family", proto, "reason", err)
+			continue
+		}
+		l, err := names.FindLeftovers(ctx, ipt)
+		if err != nil {
+			logger.Error(err, "Looking for the rules of IPVS mode", "family", proto)
+		}
+		ipvsMode = ipvsMode || l.IPVSMode
+		n, err := cleanupRules(ctx, ipt, names)
+		if err != nil {
+			logger.Error(err, "Removing the rules of iptables and IPVS mode", "family", proto)
+		}
+		if n > 0 {
+			logger.Info("Removed the rules of a proxier that ran here in iptables or IPVS mode", "family", proto, "chains", n)
+		}
+	}
+	if ipvsMode {
+		if err := cleanupIPVSNode(ctx, env, names); err != nil {
+			logger.Error(err, "Removing IPVS mode's ipsets, virtual servers and dummy interface")
 		}
 	}
 }
@@ -62,26 +133,33 @@ func removeModeRules(ctx context.Context, names *ipvs.ModeNames, ipts []iptables
 		}
 		seen = true
 		logger.Info("Removing the rules of a proxier that ran here in another mode", "mode", mode, "family", ipt.Protocol())
-		if err := cleanupRules(ctx, ipt, names); err != nil {
+		if _, err := cleanupRules(ctx, ipt, names); err != nil {
 			logger.Error(err, "Removing the rules of the other mode", "mode", mode, "family", ipt.Protocol())
 		}
 	}
 	return seen
 }
 
-// cleanup is --cleanup: it removes what either mode made, whatever --mode
-// says, as kube-proxy's --cleanup does: the chains and jump rules of both
-// modes in both IP families, from the iptables backend this node uses, and
-// IPVS mode's ipsets, virtual servers and dummy interface. A family whose
-// iptables is missing (no ip6tables, say) has nothing to clean. Chains and
-// sets are those of names (--chain-prefix): another prefix's stay.
-func cleanup(ctx context.Context, env *environment, names *ipvs.ModeNames) error {
+// cleanup is --cleanup: it removes what any mode made, whatever --mode
+// says, as kube-proxy's --cleanup does: nftables mode's table of both
+// families, the chains and jump rules of iptables and IPVS mode in both IP
+// families, from the iptables backend this node uses, and IPVS mode's
+// ipsets, virtual servers and dummy interface. A family whose iptables is
+// missing (no ip6tables, say) has nothing to clean. Chains, sets and the
+// table are those of names and table (--chain-prefix): another prefix's
+// stay.
+func cleanup(ctx context.Context, env *environment, names *ipvs.ModeNames, table string) error {
 	logger := klog.FromContext(ctx)
+	var errs []error
+	if err := cleanupNFTables(ctx, env, table); err != nil {
+		errs = append(errs, err)
+	} else {
+		logger.Info("Removed the proxier's nftables tables", "table", table)
+	}
 	b, err := env.detectBackend(ctx)
 	if err != nil {
-		return fmt.Errorf("cleanup: %w", err)
+		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
-	var errs []error
 	cleaned := 0
 	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
 		ipt, err := env.newIPTables(ctx, proto, b)
@@ -90,7 +168,7 @@ func cleanup(ctx context.Context, env *environment, names *ipvs.ModeNames) error
 			continue
 		}
 		cleaned++
-		if err := cleanupRules(ctx, ipt, names); err != nil {
+		if _, err := cleanupRules(ctx, ipt, names); err != nil {
 			errs = append(errs, err)
 		}
 		logger.Info("Removed the proxier's rules", "family", proto, "backend", b)
@@ -110,13 +188,13 @@ func cleanup(ctx context.Context, env *environment, names *ipvs.ModeNames) error
 // (KUBE-MARK-MASQ, which iptables mode's per-service chains and IPVS
 // mode's KUBE-NODE-PORT both jump to, among others), so neither mode's
 // cleanup alone could delete them while the other's rules are there. It
-// finds nothing to do on a clean node.
-func cleanupRules(ctx context.Context, ipt iptables.Interface, names *ipvs.ModeNames) error {
+// finds nothing to do on a clean node. It returns how many chains it
+// removed.
+func cleanupRules(ctx context.Context, ipt iptables.Interface, names *ipvs.ModeNames) (int, error) {
 	// The owner takes the chains of either mode.
-	_, err := iptables.CleanupChains(ctx, ipt, func(t iptables.Table, c iptables.Chain) bool {
+	return iptables.CleanupChains(ctx, ipt, func(t iptables.Table, c iptables.Chain) bool {
 		return names.Chains().IsWriterChain(t, c) || names.IsModeChain(t, c)
 	})
-	return err
 }
 
 // cleanupIPVSNode removes IPVS mode's ipsets, virtual servers and dummy

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
@@ -152,6 +153,7 @@ func TestOnceAndCleanup(t *testing.T) {
 		{"iptables", [][]string{{"--mode", "iptables"}}},
 		{"ipvs", [][]string{{"--mode", "ipvs"}}},
 		{"both modes' rules", [][]string{{"--mode", "iptables"}, {"--mode", "ipvs"}}},
+		{"nftables", [][]string{{"--mode", "nftables"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			node := newFakeNode(t).withIPVS(t)
@@ -183,10 +185,19 @@ func TestOnceAndCleanup(t *testing.T) {
 			if len(node.listeners) != 0 {
 				t.Errorf("--once opened listeners: %v", node.listeners)
 			}
+			nftablesMode := slices.ContainsFunc(tc.modes, func(m []string) bool { return m[1] == modeNFTables })
+			if got := strings.Contains(node.nftDump(knftables.IPv4Family, "kube-proxy"), "10.96.0.10 . tcp . 80"); got != nftablesMode {
+				t.Errorf("before --cleanup, nftables mode's table serves 10.96.0.10: %v, want %v:\n%s", got, nftablesMode, node.nftDump(knftables.IPv4Family, "kube-proxy"))
+			}
 			if log, err := runArgs(t, env, "--cleanup"); err != nil {
 				t.Fatalf("--cleanup: %v\n%s", err, log)
 			}
 			unchanged(t, "--once and --cleanup")
+			for _, f := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+				if d := node.nftDump(f, "kube-proxy"); d != "" {
+					t.Errorf("after --cleanup the %s table is left:\n%s", f, d)
+				}
+			}
 			if n := node.ipvsOpen.Load(); n != 0 {
 				t.Errorf("%d IPVS nodes left open", n)
 			}
@@ -294,6 +305,129 @@ func TestModeSwitch(t *testing.T) {
 	unchanged(t, "switching modes and --cleanup")
 }
 
+// TestModeSwitchNFTables: nftables mode removes every rule of iptables and
+// IPVS mode and IPVS mode's ipsets, virtual servers and dummy interface;
+// iptables and IPVS mode remove nftables mode's tables; a restart in
+// nftables mode keeps its table; and all of it is of --chain-prefix's
+// names alone.
+func TestModeSwitchNFTables(t *testing.T) {
+	ctx := context.Background()
+	node := newFakeNode(t).withIPVS(t)
+	unchanged := node.withForeignState(t)
+	env := node.environment(t, io.Discard)
+	once := func(t *testing.T, mode string, extra ...string) {
+		t.Helper()
+		args := append([]string{"--once", "--mode", mode, "--manifests", "testdata", "--hostname-override", "node-a",
+			"--iptables-localhost-nodeports=false"}, extra...)
+		if log, err := runArgs(t, env, args...); err != nil {
+			t.Fatalf("--once --mode %s: %v\n%s", mode, err, log)
+		}
+	}
+	const served = "add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 "
+	names, err := ipvs.NewModeNames(iptables.DefaultChainPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nftServes := func() bool { return strings.Contains(node.nftDump(knftables.IPv4Family, "kube-proxy"), served) }
+	noOtherModes := func(t *testing.T, after string) {
+		t.Helper()
+		if l, err := ipvs.FindLeftovers(ctx, node.ipt4); err != nil || l != (ipvs.Leftovers{}) {
+			t.Errorf("after %s the node holds %+v (%v):\n%s", after, l, err, node.ipt4.Dump())
+		}
+		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter, iptables.TableMangle} {
+			for _, c := range node.ipt4.Chains(table) {
+				if names.Chains().IsWriterChain(table, c) || names.IsModeChain(table, c) {
+					t.Errorf("after %s the other modes' chain %s %s is left", after, table, c)
+				}
+			}
+		}
+		if d := node.lb.Dump(); d != "" {
+			t.Errorf("after %s IPVS mode's virtual servers are left:\n%s", after, d)
+		}
+		if strings.Contains(node.sets.Dump(), ipvs.SetPrefix) {
+			t.Errorf("after %s IPVS mode's sets are left:\n%s", after, node.sets.Dump())
+		}
+		if _, err := node.binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
+			t.Errorf("after %s %s: %v, want it gone", after, ipvs.DummyDevice, err)
+		}
+		if !nftServes() {
+			t.Errorf("after %s nftables mode's table does not serve 10.96.0.10:\n%s", after, node.nftDump(knftables.IPv4Family, "kube-proxy"))
+		}
+	}
+	noTables := func(t *testing.T, after string) {
+		t.Helper()
+		for _, f := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+			if d := node.nftDump(f, "kube-proxy"); d != "" {
+				t.Errorf("after %s nftables mode's %s table is left:\n%s", after, f, d)
+			}
+		}
+	}
+
+	once(t, modeIPTables)
+	once(t, modeNFTables)
+	noOtherModes(t, "switching from iptables to nftables mode")
+	once(t, modeNFTables)
+	noOtherModes(t, "a restart in nftables mode")
+
+	once(t, modeIPVS)
+	noTables(t, "switching from nftables to IPVS mode")
+	if !strings.Contains(node.lb.Dump(), "TCP 10.96.0.10:80 rr") {
+		t.Errorf("IPVS mode's virtual servers are missing:\n%s", node.lb.Dump())
+	}
+	once(t, modeNFTables)
+	noOtherModes(t, "switching from IPVS to nftables mode")
+
+	once(t, modeIPTables)
+	noTables(t, "switching from nftables to iptables mode")
+
+	// Another prefix's proxier in nftables mode has a table of its own,
+	// and leaves this one's rules, and this one leaves its table.
+	once(t, modeNFTables, "--chain-prefix", "PK")
+	if !strings.Contains(node.nftDump(knftables.IPv4Family, "pk-proxy"), "add table ip pk-proxy") {
+		t.Errorf("--chain-prefix PK made no table pk-proxy:\n%s", node.nftDump(knftables.IPv4Family, "pk-proxy"))
+	}
+	if l, err := ipvs.FindLeftovers(ctx, node.ipt4); err != nil || !l.IPTablesMode {
+		t.Errorf("nftables mode of prefix PK removed the KUBE prefix's iptables rules: %+v, %v", l, err)
+	}
+	once(t, modeIPTables)
+	if node.nftDump(knftables.IPv4Family, "pk-proxy") == "" {
+		t.Error("iptables mode of prefix KUBE deleted the table of prefix PK")
+	}
+	if log, err := runArgs(t, env, "--cleanup", "--chain-prefix", "PK"); err != nil {
+		t.Fatalf("--cleanup --chain-prefix PK: %v\n%s", err, log)
+	}
+	if d := node.nftDump(knftables.IPv4Family, "pk-proxy"); d != "" {
+		t.Errorf("--cleanup --chain-prefix PK left its table:\n%s", d)
+	}
+
+	if log, err := runArgs(t, env, "--cleanup"); err != nil {
+		t.Fatalf("--cleanup: %v\n%s", err, log)
+	}
+	unchanged(t, "switching modes and --cleanup")
+	noTables(t, "--cleanup")
+}
+
+// TestWithoutNFT checks that on a node where nft cannot be used, iptables
+// mode starts and --cleanup succeeds (there is no nftables table to
+// remove), and nftables mode refuses with the reason.
+func TestWithoutNFT(t *testing.T) {
+	node := newFakeNode(t)
+	env := node.environment(t, io.Discard)
+	env.newNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
+		return nil, errors.New("could not run nft: exec: \"nft\": executable file not found in $PATH")
+	}
+	once := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a"}
+	if log, err := runArgs(t, env, append(once, "--mode", "iptables")...); err != nil {
+		t.Fatalf("--once in iptables mode: %v\n%s", err, log)
+	}
+	if log, err := runArgs(t, env, "--cleanup"); err != nil {
+		t.Fatalf("--cleanup: %v\n%s", err, log)
+	}
+	if _, err := runArgs(t, env, append(once, "--mode", "nftables")...); err == nil || !strings.Contains(err.Error(), "executable file not found") {
+		t.Errorf("--once in nftables mode without nft: %v, want the reason", err)
+	}
+}
+
 // TestCleanupWithoutIPTables checks that --cleanup fails when no family's
 // iptables works, rather than reporting success.
 func TestCleanupWithoutIPTables(t *testing.T) {
@@ -331,4 +465,22 @@ func TestLocalhostNodePorts(t *testing.T) {
 			}
 		})
 	}
+	// nftables mode never serves node ports on localhost, as kube-proxy's
+	// without its feature gate: the flag, on by default, changes nothing.
+	t.Run("nftables", func(t *testing.T) {
+		node := newFakeNode(t)
+		args := []string{"--once", "--mode", "nftables", "--manifests", "testdata", "--hostname-override", "node-a", "--iptables-localhost-nodeports=true"}
+		if log, err := runArgs(t, node.environment(t, io.Discard), args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, log)
+		}
+		if v, err := os.ReadFile(filepath.Join(node.root, "proc/sys/net/ipv4/conf/all/route_localnet")); err != nil || string(v) != "0\n" {
+			t.Errorf("route_localnet: %q, %v; want it left at 0", v, err)
+		}
+		if dump := node.ipt4.Dump(); strings.Contains(dump, "KUBE-FIREWALL") {
+			t.Errorf("nftables mode wrote iptables rules:\n%s", dump)
+		}
+		if d := node.nftDump(knftables.IPv4Family, "kube-proxy"); !strings.Contains(d, "service-nodeports") {
+			t.Errorf("nftables mode's table has no node ports:\n%s", d)
+		}
+	})
 }

@@ -23,6 +23,7 @@ import (
 const (
 	modeIPTables = "iptables"
 	modeIPVS     = "ipvs"
+	modeNFTables = "nftables"
 )
 
 // options are the command line, parsed and checked.
@@ -52,6 +53,9 @@ type options struct {
 	// the kernel with it, in either mode.
 	chainPrefix string
 	names       *ipvs.ModeNames
+	// nftTable is the nftables table of nftables mode, named after
+	// --chain-prefix (see nftTableName).
+	nftTable string
 
 	// localhostNodePorts is --iptables-localhost-nodeports.
 	localhostNodePorts bool
@@ -92,10 +96,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty, with --master empty too, means the in-cluster configuration.")
 	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server (overrides any value in the kubeconfig).")
 	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "The name of this node, if not the host name.")
-	fs.StringVar(&o.mode, "mode", modeIPTables, "Which proxy mode to use: 'iptables' or 'ipvs'.")
+	fs.StringVar(&o.mode, "mode", modeIPTables, "Which proxy mode to use: 'iptables', 'ipvs' or 'nftables'.")
 	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "The pod network, at most one CIDR per IP family, comma-separated. Traffic to cluster IPs from outside it is masqueraded.")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "Masquerade all traffic to cluster IPs.")
-	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses.")
+	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses in iptables and IPVS mode, 'primary' in nftables mode (as kube-proxy); 0.0.0.0/0,::/0 means all in every mode.")
 	fs.BoolVar(&o.localhostNodePorts, "iptables-localhost-nodeports", true, "In iptables mode, serve IPv4 node ports on 127.0.0.1 too (sets net.ipv4.conf.all.route_localnet=1 and drops other hosts' packets to 127.0.0.0/8); IPv6 node ports are never served on localhost.")
 	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:"+defaultHealthzPort, "The IP address and port of the health server (/healthz, /livez); empty disables it.")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+defaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
@@ -107,7 +111,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Print what the first full sync would apply and exit; touch nothing and need no privileges.")
 	fs.BoolVar(&o.once, "once", false, "Apply one full sync and exit.")
 	// Not a kube-proxy flag: kube-proxy's names are fixed.
-	fs.StringVar(&o.chainPrefix, "chain-prefix", iptables.DefaultChainPrefix, "Prefix of every iptables chain and ipset the proxier owns (KUBE-SERVICES, KUBE-SVC-*, KUBE-CLUSTER-IP, ...), at most 5 letters, digits or underscores: give a proxier that runs beside kube-proxy, or beside another proxier, one of its own. --cleanup removes this prefix's only.")
+	fs.StringVar(&o.chainPrefix, "chain-prefix", iptables.DefaultChainPrefix, "Prefix of every iptables chain and ipset the proxier owns (KUBE-SERVICES, KUBE-SVC-*, KUBE-CLUSTER-IP, ...), at most 5 letters, digits or underscores, and the name of its nftables table, the prefix lower-cased followed by '-proxy' (KUBE: kube-proxy, kube-proxy's table): give a proxier that runs beside kube-proxy, or beside another proxier, one of its own. --cleanup and mode switches remove this prefix's only.")
 	// Of klog's flags, only -v, as kube-proxy users know it.
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -140,6 +144,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--chain-prefix: %w", err)
 	}
 	o.chainPrefix = o.names.Chains().Prefix()
+	o.nftTable = nftTableName(o.chainPrefix)
 	if o.healthzBindAddress, err = bindAddress("--healthz-bind-address", o.healthzBindAddress, defaultHealthzPort); err != nil {
 		return nil, err
 	}
@@ -147,11 +152,16 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	switch o.mode {
-	case modeIPTables, modeIPVS:
+	case modeIPTables, modeIPVS, modeNFTables:
 	case "":
 		o.mode = modeIPTables
 	default:
-		return nil, fmt.Errorf("--mode %q: want %q or %q", o.mode, modeIPTables, modeIPVS)
+		return nil, fmt.Errorf("--mode %q: want %q, %q or %q", o.mode, modeIPTables, modeIPVS, modeNFTables)
+	}
+	// kube-proxy's nftables mode serves node ports on the node's own
+	// addresses unless told otherwise: its nodePortAddresses default.
+	if o.mode == modeNFTables && !o.nodePortPrimary && len(o.nodePortAddresses) == 0 {
+		o.nodePortPrimary = true
 	}
 	if o.syncPeriod <= 0 {
 		return nil, fmt.Errorf("--sync-period %v: must be positive", o.syncPeriod)
@@ -170,6 +180,16 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	return o, nil
 }
+
+// nftTableName is the nftables table of chain prefix p: p lower-cased and
+// "-proxy", so that kube-proxy's prefix, KUBE, names kube-proxy's table.
+// One flag names all the proxier owns in the kernel, in every mode: a
+// proxier given a prefix of its own to run beside kube-proxy (or another
+// proxier) also gets a table of its own, and its mode switches and
+// --cleanup leave the other's table alone. Prefixes that differ only in
+// case name the same table. A prefix starts with a letter, so the name is
+// one nft takes.
+func nftTableName(p string) string { return strings.ToLower(p) + "-proxy" }
 
 // nodeName returns --hostname-override, or the host name, lower-cased as
 // node names are.

@@ -24,6 +24,7 @@ func TestParseOptions(t *testing.T) {
 		minSyncPeriod:      time.Second,
 		driftCheckPeriod:   30 * time.Second,
 		chainPrefix:        "KUBE",
+		nftTable:           "kube-proxy",
 		localhostNodePorts: true,
 	}
 	with := func(f func(*options)) *options {
@@ -67,11 +68,20 @@ func TestParseOptions(t *testing.T) {
 		{args: []string{"--iptables-drift-check-period", "0"}, want: with(func(o *options) { o.driftCheckPeriod = 0 })},
 		{args: []string{"--iptables-drift-check-period", "2m"}, want: with(func(o *options) { o.driftCheckPeriod = 2 * time.Minute })},
 		{args: []string{"--iptables-drift-check-period", "-1s"}, wantErr: "--iptables-drift-check-period"},
-		{args: []string{"--chain-prefix", "PXYB"}, want: with(func(o *options) { o.chainPrefix = "PXYB" })},
+		{args: []string{"--chain-prefix", "PXYB"}, want: with(func(o *options) { o.chainPrefix, o.nftTable = "PXYB", "pxyb-proxy" })},
 		{args: []string{"--chain-prefix", "KUBE-B"}, wantErr: `--chain-prefix: IPVS mode: chain prefix "KUBE-B": character '-'`},
 		{args: []string{"--chain-prefix", "PROXYB"}, wantErr: "--chain-prefix: IPVS mode: chain prefix \"PROXYB\": chain PROXYB-SOURCE-RANGES-FIREWALL is longer"},
 		{args: []string{"--chain-prefix", ""}, want: &defaults},
-		{args: []string{"--mode", "nftables"}, wantErr: `--mode "nftables"`},
+		// nftables mode serves node ports on the node's own addresses
+		// unless told otherwise, as kube-proxy's.
+		{args: []string{"--mode", "nftables"}, want: with(func(o *options) { o.mode, o.nodePortPrimary = modeNFTables, true })},
+		{
+			args: []string{"--mode", "nftables", "--nodeport-addresses", "0.0.0.0/0"},
+			want: with(func(o *options) {
+				o.mode, o.nodePortAddresses = modeNFTables, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+			}),
+		},
+		{args: []string{"--mode", "userspace"}, wantErr: `--mode "userspace"`},
 		{args: []string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, wantErr: "at most one per IP family"},
 		{args: []string{"--cluster-cidr", "10.0.0.0"}, wantErr: "--cluster-cidr"},
 		{args: []string{"--nodeport-addresses", "nonsense"}, wantErr: "--nodeport-addresses"},

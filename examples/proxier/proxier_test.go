@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
 	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
@@ -30,6 +31,7 @@ import (
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"
 	"github.com/proxykit/proxykit/proxier/ipvsbackend"
+	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 )
 
 // eventually polls check every 50ms until it returns nil, and fails t with
@@ -113,6 +115,24 @@ type fakeNode struct {
 	root                            string
 	mu                              sync.Mutex
 	listeners                       map[string]string
+	// nfts are nftables mode's Fakes, by family and table.
+	nfts map[string]*knftables.Fake
+}
+
+// nft returns the Fake of family's table, made on first use.
+func (n *fakeNode) nft(family knftables.Family, table string) *knftables.Fake {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	key := string(family) + " " + table
+	if n.nfts[key] == nil {
+		n.nfts[key] = knftables.NewFake(family, table)
+	}
+	return n.nfts[key]
+}
+
+// nftDump returns the state of family's table ("" if there is none).
+func (n *fakeNode) nftDump(family knftables.Family, table string) string {
+	return n.nft(family, table).Dump()
 }
 
 func newFakeNode(t *testing.T) *fakeNode {
@@ -123,6 +143,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 		sets:      ipsettest.NewFake(),
 		root:      t.TempDir(),
 		listeners: map[string]string{},
+		nfts:      map[string]*knftables.Fake{},
 	}
 	n.lostSet.Store("")
 	exists := func(name string) bool {
@@ -214,6 +235,17 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			n.ipvsOpens.Add(1)
 			n.ipvsOpen.Add(1)
 			return node, nil
+		},
+		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
+			return n.nft(family, table), nil
+		},
+		nftTableLookup: func(family knftables.Family, table string) nftablesbackend.TableLookup {
+			return func(context.Context) (bool, error) {
+				fake := n.nft(family, table)
+				fake.RLock()
+				defer fake.RUnlock()
+				return fake.Table != nil, nil
+			}
 		},
 		hostAddresses: func() ([]netip.Addr, error) {
 			t.Error("the node's addresses were taken from the host, not its Node object")
@@ -319,6 +351,35 @@ func (r *fakeRun) metric(t *testing.T, name string) float64 {
 	return m[name]
 }
 
+// editDemo returns the demo cluster with the api Service's endpoint on
+// node-a and the dns Service's on node-b removed.
+func editDemo(t *testing.T, demo string) string {
+	t.Helper()
+	edited := strings.Replace(demo, "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
+	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
+	if strings.Count(edited, "\n") != strings.Count(demo, "\n")-2 {
+		t.Fatal("the demo file's endpoints changed: the edit does not apply")
+	}
+	return edited
+}
+
+// waitEditSynced waits until the sync of editDemo's edit shows: the
+// health-check node port of hcURL (shop/api's) says no local endpoint, and
+// conntrack holds no flow (the one to dns on node-b is stale).
+func (r *fakeRun) waitEditSynced(t *testing.T, hcURL string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the edit's sync", func() error {
+		code, body, err := httpGet(hcURL)
+		if err != nil || code != http.StatusServiceUnavailable {
+			return fmt.Errorf("health-check node port: %d %s %v", code, body, err)
+		}
+		if flows := r.node.ct.Flows(); len(flows) != 0 {
+			return fmt.Errorf("conntrack still holds %v", flows)
+		}
+		return nil
+	})
+}
+
 // stop cancels the run and checks that it returns nil.
 func (r *fakeRun) stop(t *testing.T) {
 	t.Helper()
@@ -394,25 +455,12 @@ func TestProxierWithFakes(t *testing.T) {
 
 	// The edit: the api Service loses its endpoint on this node, dns its
 	// endpoint on node-b.
-	edited := strings.Replace(demo, "- {addresses: [10.244.1.30], nodeName: node-a, conditions: {ready: true}}\n", "", 1)
-	edited = strings.Replace(edited, "- {addresses: [10.244.2.53], nodeName: node-b, conditions: {ready: true}}\n", "", 1)
+	edited := editDemo(t, demo)
 	// The EndpointSlice controller stamps the time of the change that
 	// caused an update; network programming latency is measured from it.
 	edited = strings.Replace(edited, "  name: api-1\n", "  name: api-1\n  annotations: {endpoints.kubernetes.io/last-change-trigger-time: \""+time.Now().Format(time.RFC3339Nano)+"\"}\n", 1)
-	if edited == demo {
-		t.Fatal("the edit changed nothing")
-	}
 	r.edit(t, edited)
-	eventually(t, 10*time.Second, "the edit's sync", func() error {
-		code, body, err := httpGet(hcURL)
-		if err != nil || code != http.StatusServiceUnavailable {
-			return fmt.Errorf("health-check node port: %d %s %v", code, body, err)
-		}
-		if flows := node.ct.Flows(); len(flows) != 0 {
-			return fmt.Errorf("conntrack still holds %v", flows)
-		}
-		return nil
-	})
+	r.waitEditSynced(t, hcURL)
 	if got := metric(full); got != 1 {
 		t.Errorf("%d full syncs after the edit, want still 1", int(got))
 	}
@@ -541,5 +589,107 @@ func checkHTTP(t *testing.T, url string, code int, body string) {
 	gotCode, gotBody, err := httpGet(url)
 	if err != nil || gotCode != code || !strings.Contains(gotBody, body) {
 		t.Errorf("GET %s = %d %q, %v; want %d with %q", url, gotCode, gotBody, err, code, body)
+	}
+}
+
+// TestNFTablesModeWithFakes runs the whole composition in nftables mode
+// against knftables' Fake and the conntrack fake, on the demo cluster: the
+// first sync is full, an edit is a partial sync that reaches the table,
+// conntrack and the health-check node port, the table deleted by another
+// program comes back with a full sync, a partial sync that fails on an
+// element deleted by hand is counted and followed by a full one, and
+// cancelling leaves the table.
+func TestNFTablesModeWithFakes(t *testing.T) {
+	node := newFakeNode(t)
+	stale := conntracktest.NewFlow(conntrack.ProtocolUDP, netip.MustParseAddrPort("10.244.1.20:40000"),
+		netip.MustParseAddrPort("10.96.0.53:53"), netip.MustParseAddrPort("10.244.2.53:53"))
+	if err := node.ct.AddFlows(stale); err != nil {
+		t.Fatal(err)
+	}
+	r := startOnFakes(t, node, "--mode", "nftables")
+	metric := func(name string) float64 { t.Helper(); return r.metric(t, name) }
+	const (
+		full        = `kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+		partial     = `kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}`
+		webElement  = "add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 "
+		webChainKey = "-shop/web/tcp/http"
+	)
+	nft := node.nft(knftables.IPv4Family, "kube-proxy")
+	dump := func() string { return node.nftDump(knftables.IPv4Family, "kube-proxy") }
+	eventually(t, 10*time.Second, "first sync", func() error {
+		if strings.Contains(dump(), webElement) {
+			return nil
+		}
+		return fmt.Errorf("the table holds:\n%s", dump())
+	})
+	if got := metric(full); got != 1 {
+		t.Errorf("%v full syncs after the first, want 1", got)
+	}
+	if d := node.nftDump(knftables.IPv6Family, "kube-proxy"); d != "" {
+		t.Errorf("the IPv4-only node got an IPv6 table:\n%s", d)
+	}
+	// Node ports, and so health checks, are on the node's own address,
+	// as kube-proxy's nftables mode has them by default.
+	hcURL := node.url(t, "192.168.10.11:32000", "/")
+	checkHTTP(t, hcURL, 200, `"localEndpoints":1`)
+
+	edited := editDemo(t, r.demo)
+	r.edit(t, edited)
+	r.waitEditSynced(t, hcURL)
+	if got := metric(full); got != 1 {
+		t.Errorf("%v full syncs after the edit, want still 1", got)
+	}
+	if got := metric(partial); got < 1 {
+		t.Errorf("%v partial syncs after the edit, want at least 1", got)
+	}
+	if strings.Contains(dump(), "10.244.2.53") {
+		t.Errorf("the endpoint the edit removed is still in the table:\n%s", dump())
+	}
+
+	// Another program deletes the table (nft flush ruleset): the check
+	// between syncs sees it, and a full sync writes it again.
+	tx := nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := nft.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "resync after the table's deletion", func() error {
+		if got := metric(full); got != 2 {
+			return fmt.Errorf("%v full syncs", got)
+		}
+		if !strings.Contains(dump(), webElement) {
+			return errors.New("web's element is not back")
+		}
+		return nil
+	})
+
+	// web's element deleted by hand: the partial sync that deletes web
+	// fails on it, and the retry is a full sync that puts things right.
+	failures := metric(`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"}`)
+	tx = nft.NewTransaction()
+	tx.Delete(&knftables.Element{Map: "service-ips", Key: []string{"10.96.0.10", "tcp", "80"}})
+	if err := nft.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	i, j := strings.Index(edited, "# UDP DNS"), strings.Index(edited, "# ClusterIP, TCP")
+	if i < 0 || j < 0 || j > i {
+		t.Fatal("the demo file's layout changed")
+	}
+	r.edit(t, edited[:j]+edited[i:])
+	eventually(t, 10*time.Second, "recovery from a failed transaction", func() error {
+		if got := metric(full); got != 3 {
+			return fmt.Errorf("%v full syncs", got)
+		}
+		if strings.Contains(dump(), webElement) || strings.Contains(dump(), webChainKey) {
+			return errors.New("web's element or chains are still there")
+		}
+		return nil
+	})
+	if got := metric(`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"}`); got != failures+1 {
+		t.Errorf("sync failures %v, want %v", got, failures+1)
+	}
+	r.stop(t)
+	if !strings.Contains(dump(), "add table ip kube-proxy") {
+		t.Error("the table went with the proxier")
 	}
 }

@@ -28,7 +28,7 @@ const manifestSettle = 100 * time.Millisecond
 // with --dry-run and --once.
 func run(ctx context.Context, o *options, env *environment) error {
 	if o.cleanup {
-		return cleanup(ctx, env, o.names)
+		return cleanup(ctx, env, o.names, o.nftTable)
 	}
 	longRunning := !o.dryRun && !o.once
 	nodeName, err := o.nodeName()

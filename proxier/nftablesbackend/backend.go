@@ -1,0 +1,306 @@
+package nftablesbackend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxier"
+)
+
+// Backend is nftables mode for one IP family: the nftables service rule
+// writer renders full or partial transactions for the family's table, and
+// a knftables.Interface runs them (nft -f). Its Sync takes that family's
+// input alone: give each family a Backend, and a BackendGroup, of its own.
+type Backend struct {
+	family v1.IPFamily
+	w      *nftables.Writer
+	// nft runs the transactions; nil in a dry run, which prints them to
+	// out instead.
+	nft     knftables.Interface
+	out     io.Writer
+	metrics *proxier.BackendMetrics
+	// lookup reports whether the table exists; Run calls it every
+	// checkInterval. nil in a dry run.
+	lookup        TableLookup
+	closeLookup   func() error
+	checkInterval time.Duration
+	// mu keeps a check from running during a sync, which may delete and
+	// recreate the table.
+	mu sync.Mutex
+	// tableLost is set when a check found the table gone, until a sync
+	// has run: the repair is then pending, and a check does not ask for
+	// it again.
+	tableLost atomic.Bool
+}
+
+var _ proxier.Backend = (*Backend)(nil)
+
+// TableLookup reports whether the table the Backend writes exists in the
+// kernel; an error means it could not tell.
+type TableLookup func(ctx context.Context) (bool, error)
+
+// Option configures a Backend; see New.
+type Option func(*Backend)
+
+// WithDryRun makes a Backend made without an Interface print each sync's
+// transaction to out, after a comment line naming the family and the
+// table, as `nft -f` takes it, instead of discarding it.
+func WithDryRun(out io.Writer) Option {
+	return func(b *Backend) {
+		if out != nil {
+			b.out = out
+		}
+	}
+}
+
+// WithMetrics makes the Backend count its failed transactions on
+// m.NFTablesSyncFailures, and those of them that were deleting stale
+// chains on m.NFTablesCleanupFailures (nil: on nothing).
+func WithMetrics(m *proxier.BackendMetrics) Option {
+	return func(b *Backend) { b.metrics = m }
+}
+
+// WithCheckInterval sets how often Run checks that the table still
+// exists (the default is proxier.DefaultSyncPeriod, the period at which
+// iptables mode checks its canary). A period that is not positive keeps
+// the default.
+func WithCheckInterval(d time.Duration) Option {
+	return func(b *Backend) {
+		if d > 0 {
+			b.checkInterval = d
+		}
+	}
+}
+
+// WithTableLookup replaces how Run finds out whether the table exists
+// (by default one netlink request for the table alone, in the network
+// namespace New ran in); for tests, and for a caller whose Interface
+// does not run nft in this network namespace. It is ignored in a dry run.
+func WithTableLookup(f TableLookup) Option {
+	return func(b *Backend) {
+		if f != nil {
+			b.lookup = f
+		}
+	}
+}
+
+// fullSyncPeriod bounds the time between full syncs, as in kube-proxy: a
+// partial sync trusts that the kernel still holds what the last sync
+// wrote, and once an hour that trust is renewed.
+const fullSyncPeriod = time.Hour
+
+// New makes the Backend of one family. cfg carries the family, the table
+// and the node's settings; New sets its FullSyncPeriod (an hour, as
+// kube-proxy's). nft runs the transactions and must be made for cfg's
+// family and table (knftables.New(family, table)); a nil nft makes a dry
+// run, which runs nothing and prints each sync's transaction (WithDryRun).
+//
+// Unless in a dry run or given WithTableLookup, New opens the netlink
+// socket Run checks the table with, in the network namespace of the
+// calling thread; Close closes it. New fails when the writer refuses cfg,
+// or when that socket cannot be opened (on other systems than Linux, it
+// always fails without WithTableLookup).
+func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface, opts ...Option) (*Backend, error) {
+	cfg.FullSyncPeriod = fullSyncPeriod
+	renderer := nft
+	if renderer == nil {
+		// A dry run renders through a Fake, which holds no table: the
+		// first full sync finds nothing to delete, and its transaction
+		// is what an empty node would be given.
+		family := knftables.IPv4Family
+		if cfg.IPFamily == v1.IPv6Protocol {
+			family = knftables.IPv6Family
+		}
+		table := cfg.TableName
+		if table == "" {
+			table = nftables.DefaultTableName
+		}
+		renderer = knftables.NewFake(family, table)
+	}
+	w, err := nftables.NewWriter(renderer, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s nftables rule writer: %w", cfg.IPFamily, err)
+	}
+	b := &Backend{family: cfg.IPFamily, w: w, nft: nft, out: io.Discard, checkInterval: proxier.DefaultSyncPeriod}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(b)
+		}
+	}
+	if nft == nil {
+		b.lookup = nil
+		return b, nil
+	}
+	if b.lookup == nil {
+		lookup, closeFn, err := netlinkTableLookup(w.Family(), w.Table())
+		if err != nil {
+			return nil, fmt.Errorf("%s nftables backend: opening the netlink socket that watches table %s %s: %w", cfg.IPFamily, w.Family(), w.Table(), err)
+		}
+		b.lookup, b.closeLookup = lookup, closeFn
+	}
+	return b, nil
+}
+
+// Family returns the nft family of the Backend's table, "ip" or "ip6".
+func (b *Backend) Family() knftables.Family { return b.w.Family() }
+
+// Table returns the name of the Backend's table.
+func (b *Backend) Table() string { return b.w.Table() }
+
+// Sync is part of proxier.Backend. It takes one input, of the Backend's
+// family, and fails on any other. A failed transaction changes nothing in
+// the kernel (nft applies a transaction whole or not at all) and makes the
+// next sync full.
+func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+	if len(ins) != 1 || ins[0].Family != b.family {
+		return make([]proxier.SyncResult, len(ins)), fmt.Errorf("%s nftables backend: given %d inputs, want one of its family", b.family, len(ins))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	in := ins[0]
+	res := b.w.Sync(ctx, nftables.SyncInput{
+		Services:        in.Services,
+		Endpoints:       in.Endpoints,
+		ServiceChanges:  in.ServiceChanges,
+		EndpointChanges: in.EndpointChanges,
+		NodeLabels:      in.NodeLabels,
+	})
+	if b.nft == nil {
+		var err error
+		if res.Transaction.NumOperations() > 0 {
+			_, err = fmt.Fprintf(b.out, "# %s: nft -f input for table %s %s\n%s", b.family, b.w.Family(), b.w.Table(), res.Transaction)
+		}
+		b.w.Applied(err)
+		return result(res), err
+	}
+	err := b.apply(ctx, res)
+	if err != nil && res.Full && b.tableLost.Load() {
+		// The table is gone, and the writer's memory of it with it: a
+		// full sync trusts that memory (it deletes the chains it
+		// remembers as unused, which are no longer there), and the
+		// kernel refuses it. After the failure the writer lists the
+		// table first, so one more try, at once, is made from what the
+		// kernel holds; the maps are whole, so the same input serves.
+		klog.FromContext(ctx).Info("Full sync after the table's deletion failed; syncing again from a listing of the table", "ipFamily", b.family, "err", err)
+		res = b.w.Sync(ctx, nftables.SyncInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels})
+		err = b.apply(ctx, res)
+	}
+	b.tableLost.Store(false)
+	if err != nil {
+		return result(res), fmt.Errorf("%s %s sync of nftables table %s %s: %w", b.family, syncKind(res.Full), b.w.Family(), b.w.Table(), err)
+	}
+	return result(res), nil
+}
+
+// result is the proxier's view of a writer's result.
+func result(res nftables.SyncResult) []proxier.SyncResult {
+	return []proxier.SyncResult{{
+		Full:                     res.Full,
+		ServicePorts:             res.ServicePorts,
+		Endpoints:                res.Endpoints,
+		NoLocalEndpointsInternal: res.NoLocalEndpointsInternal,
+		NoLocalEndpointsExternal: res.NoLocalEndpointsExternal,
+	}}
+}
+
+// apply runs res's transaction, tells the writer the outcome, and counts
+// a failure.
+func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
+	var err error
+	if res.Transaction.NumOperations() > 0 {
+		err = b.nft.Run(ctx, res.Transaction)
+	}
+	// The writer must hear the outcome either way: after a failure its
+	// next sync is full, and lists the table first.
+	b.w.Applied(err)
+	if err != nil && b.metrics != nil {
+		inc(b.metrics.NFTablesSyncFailures, b.family)
+		// Stale chains are deleted in the sync's own transaction
+		// (kube-proxy deletes them in a later one): when it fails, they
+		// stay, and the cleanup failed with it.
+		if res.ChainsDeleted > 0 {
+			inc(b.metrics.NFTablesCleanupFailures, b.family)
+		}
+	}
+	return err
+}
+
+// RequestFullSync is part of proxier.Backend.
+func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
+
+// Run is part of proxier.Backend. Every check interval it asks the kernel
+// whether the table still exists, and calls lost when it does not: nft
+// flush ruleset (a firewall service's reload) or nft delete table took it.
+// A partial sync would fail on the missing table anyway, but with nothing
+// changing no sync comes, and the services would stay down until the
+// hourly full sync. A check waits for a sync in progress; a check that
+// cannot tell is logged, and the next one tries again. In a dry run Run
+// returns at once.
+func (b *Backend) Run(ctx context.Context, lost func()) {
+	if b.lookup == nil {
+		return
+	}
+	t := time.NewTicker(b.checkInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.checkTable(ctx, lost)
+		}
+	}
+}
+
+// checkTable calls lost if the table is gone.
+func (b *Backend) checkTable(ctx context.Context, lost func()) {
+	b.mu.Lock()
+	ok, err := b.lookup(ctx)
+	b.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		logger.Error(err, "Checking that the nftables table exists; trying again later", "ipFamily", b.family, "table", b.w.Table())
+		return
+	}
+	// Once per loss: until a sync has run, the full sync asked for is
+	// still to come (or is being retried by the Proxier).
+	if !ok && !b.tableLost.Swap(true) {
+		logger.Info("The nftables table was deleted by another program; syncing everything", "ipFamily", b.family, "family", b.w.Family(), "table", b.w.Table())
+		lost()
+	}
+}
+
+// Close closes the netlink socket of the table check, if New opened one.
+// The Backend must not be used after.
+func (b *Backend) Close() error {
+	if b.closeLookup == nil {
+		return nil
+	}
+	err := b.closeLookup()
+	b.closeLookup = nil
+	return err
+}
+
+// inc adds one to the series of family in v, if there is a v.
+func inc(v *prometheus.CounterVec, family v1.IPFamily) {
+	if v != nil {
+		v.WithLabelValues(string(family)).Inc()
+	}
+}
+
+func syncKind(full bool) string {
+	if full {
+		return "full"
+	}
+	return "partial"
+}

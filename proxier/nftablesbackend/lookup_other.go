@@ -1,0 +1,14 @@
+//go:build !linux
+
+package nftablesbackend
+
+import (
+	"errors"
+
+	"sigs.k8s.io/knftables"
+)
+
+// netlinkTableLookup fails: there is no nf_tables netlink off Linux.
+func netlinkTableLookup(knftables.Family, string) (TableLookup, func() error, error) {
+	return nil, nil, errors.New("not supported on this operating system")
+}
