@@ -34,6 +34,8 @@ type Backend struct {
 	lookup        TableLookup
 	closeLookup   func() error
 	checkInterval time.Duration
+	// fullSyncPeriod is the writer's FullSyncPeriod.
+	fullSyncPeriod time.Duration
 	// mu keeps a check from running during a sync, which may delete and
 	// recreate the table.
 	mu sync.Mutex
@@ -82,6 +84,20 @@ func WithCheckInterval(d time.Duration) Option {
 	}
 }
 
+// WithFullSyncPeriod sets how often the writer resyncs the whole table
+// (nftables.WriterConfig.FullSyncPeriod; the default is an hour, as
+// kube-proxy's). Outside a dry run the resync reads the kernel first
+// (nftables.NewKernelState): when nothing was committed since the
+// Backend's own last transaction it is skipped, and otherwise only what
+// drifted is repaired. A period that is not positive keeps the default.
+func WithFullSyncPeriod(d time.Duration) Option {
+	return func(b *Backend) {
+		if d > 0 {
+			b.fullSyncPeriod = d
+		}
+	}
+}
+
 // WithTableLookup replaces how Run finds out whether the table exists
 // (by default one netlink request for the table alone, in the network
 // namespace New ran in); for tests, and for a caller whose Interface
@@ -101,9 +117,12 @@ const fullSyncPeriod = time.Hour
 
 // New makes the Backend of one family. cfg carries the family, the table
 // and the node's settings; New sets its FullSyncPeriod (an hour, as
-// kube-proxy's). nft runs the transactions and must be made for cfg's
-// family and table (knftables.New(family, table)); a nil nft makes a dry
-// run, which runs nothing and prints each sync's transaction (WithDryRun).
+// kube-proxy's, or WithFullSyncPeriod's) and, outside a dry run and unless
+// cfg has one, its KernelState, so that the periodic resync repairs what
+// drifted instead of rewriting the table. nft runs the transactions and
+// must be made for cfg's family and table (knftables.New(family, table));
+// a nil nft makes a dry run, which runs nothing and prints each sync's
+// transaction (WithDryRun).
 //
 // Unless in a dry run or given WithTableLookup, New opens the netlink
 // socket Run checks the table with, in the network namespace of the
@@ -111,7 +130,20 @@ const fullSyncPeriod = time.Hour
 // or when that socket cannot be opened (on other systems than Linux, it
 // always fails without WithTableLookup).
 func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface, opts ...Option) (*Backend, error) {
-	cfg.FullSyncPeriod = fullSyncPeriod
+	b := &Backend{family: cfg.IPFamily, nft: nft, out: io.Discard, checkInterval: proxier.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(b)
+		}
+	}
+	cfg.FullSyncPeriod = b.fullSyncPeriod
+	if nft != nil && cfg.KernelState == nil {
+		// The periodic resync reads the generation and, when others
+		// committed, compares by key, instead of rewriting the table
+		// (BENCHMARKS.md, "Periodic resync without a rewrite"). 0: the
+		// namespace of the thread that syncs, the one nft runs in.
+		cfg.KernelState = nftables.NewKernelState(0)
+	}
 	renderer := nft
 	if renderer == nil {
 		// A dry run renders through a Fake, which holds no table: the
@@ -131,12 +163,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 	if err != nil {
 		return nil, fmt.Errorf("%s nftables rule writer: %w", cfg.IPFamily, err)
 	}
-	b := &Backend{family: cfg.IPFamily, w: w, nft: nft, out: io.Discard, checkInterval: proxier.DefaultSyncPeriod}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(b)
-		}
-	}
+	b.w = w
 	if nft == nil {
 		b.lookup = nil
 		return b, nil

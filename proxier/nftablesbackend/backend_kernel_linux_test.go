@@ -231,3 +231,41 @@ func BenchmarkTableCheck(b *testing.B) {
 		}
 	})
 }
+
+// TestKernelPeriodicResync checks, with the real nft and kernel and for
+// each family, that the Backend's periodic resync reads the kernel instead
+// of rewriting the table: with nothing committed since its own sync it is
+// partial (skipped), and an element deleted by hand is put back by a
+// partial sync, not a full one.
+func TestKernelPeriodicResync(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	ns := kerneltest.NewNS(t)
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(family), func(t *testing.T) {
+			// Every sync is due for a resync.
+			k := newKernelFamily(t, ns, family, 3, 2, WithFullSyncPeriod(time.Nanosecond))
+			none := func() bool {
+				return k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{})
+			}
+			if none() {
+				t.Error("the resync with nothing changed was a full sync; want it skipped")
+			}
+			fam, table := string(k.b.Family()), k.b.Table()
+			key := ipOf(family, 0x60_00_00+1) + " . tcp . 80 . 0"
+			list := func() string { return ns.MustExec(t, "nft", "list", "map", fam, table, "endpoints") }
+			if !strings.Contains(list(), key) {
+				t.Fatalf("the endpoints map lacks %q:\n%s", key, list())
+			}
+			ns.MustExec(t, "nft", "delete", "element", fam, table, "endpoints", "{ "+key+" }")
+			if strings.Contains(list(), key) {
+				t.Fatalf("the element %q is still there after its deletion", key)
+			}
+			if none() {
+				t.Error("the resync after an element's deletion was a full sync; want a partial repair")
+			}
+			if !strings.Contains(list(), key) {
+				t.Errorf("the resync did not put back %q:\n%s", key, list())
+			}
+		})
+	}
+}

@@ -18,6 +18,13 @@
 // before the data maps: nft's cost grows with the table, the request's
 // does not).
 //
+// The writer's periodic full resync (hourly, WithFullSyncPeriod) reads the
+// kernel instead of rewriting the table: when nothing was committed in the
+// namespace since the Backend's own last transaction it is skipped (tens
+// of microseconds), and otherwise the elements and rule counts it wrote
+// are compared by key and only what drifted is repaired, in a partial
+// sync (nftables.NewKernelState; TestKernelPeriodicResync).
+//
 // What the mode needs of the node beyond the table (conntrack tuning,
 // removing another mode's rules) is the caller's: see examples/proxier's
 // backends.go.
