@@ -172,6 +172,9 @@ func newNFTablesBackends(ctx context.Context, o *options, env *environment, node
 				logger.Error(err, "Not proxying this IP family", "ipFamily", family)
 				continue
 			}
+			if env.nftApplyElements != nil {
+				opts = append(opts, nftablesbackend.WithSplitFirstLoad(env.nftApplyElements))
+			}
 			if env.nftTableLookup != nil {
 				opts = append(opts, nftablesbackend.WithTableLookup(env.nftTableLookup(nftFamily(family), o.nftTable)))
 			}

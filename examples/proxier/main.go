@@ -20,6 +20,7 @@ import (
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 	"github.com/proxykit/proxykit/proxier/nftablesbackend"
@@ -72,6 +73,10 @@ type environment struct {
 	// table of one family still exists, instead of asking the kernel
 	// over netlink.
 	nftTableLookup func(family knftables.Family, table string) nftablesbackend.TableLookup
+	// nftApplyElements, when set, sends the elements of nftables mode's
+	// first load into a missing table through netlink (the real kernel
+	// only: nil where newNFTables makes fakes).
+	nftApplyElements func([]*knftables.Element) error
 	// hostAddresses lists the node's addresses when no Node object gives
 	// them.
 	hostAddresses func() ([]netip.Addr, error)
@@ -99,7 +104,8 @@ func realEnvironment(stdout io.Writer) *environment {
 		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			return knftables.New(family, table)
 		},
-		hostAddresses: proxier.HostAddresses,
+		nftApplyElements: nftables.ApplyElements,
+		hostAddresses:    proxier.HostAddresses,
 		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig
 			return lc.Listen(ctx, network, address)

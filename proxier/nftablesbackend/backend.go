@@ -36,6 +36,9 @@ type Backend struct {
 	checkInterval time.Duration
 	// fullSyncPeriod is the writer's FullSyncPeriod.
 	fullSyncPeriod time.Duration
+	// applyElements, when not nil, sends the elements of a split first
+	// load (WithSplitFirstLoad).
+	applyElements func([]*knftables.Element) error
 	// mu keeps a check from running during a sync, which may delete and
 	// recreate the table.
 	mu sync.Mutex
@@ -98,6 +101,24 @@ func WithFullSyncPeriod(d time.Duration) Option {
 	}
 }
 
+// WithSplitFirstLoad makes a full sync into a missing table (the first on
+// the node, or after the table was deleted) send the bulk of its elements
+// with apply after nft has created the rest, instead of through nft's
+// parser: nftables.WriterConfig.SplitFirstLoad, 0.36 s instead of 1.7 s
+// for 10,000 services of 10 endpoints (BENCHMARKS.md). apply nil means
+// nftables.ApplyElements, which talks to the network namespace of the
+// thread that syncs; it must reach the kernel nft's Interface runs in, so
+// leave this off over a knftables.Fake. Ignored in a dry run, which prints
+// everything as nft -f takes it.
+func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
+	return func(b *Backend) {
+		if apply == nil {
+			apply = nftables.ApplyElements
+		}
+		b.applyElements = apply
+	}
+}
+
 // WithTableLookup replaces how Run finds out whether the table exists
 // (by default one netlink request for the table alone, in the network
 // namespace New ran in); for tests, and for a caller whose Interface
@@ -137,6 +158,10 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		}
 	}
 	cfg.FullSyncPeriod = b.fullSyncPeriod
+	if nft == nil {
+		b.applyElements = nil
+	}
+	cfg.SplitFirstLoad = b.applyElements != nil
 	if nft != nil && cfg.KernelState == nil {
 		// The periodic resync reads the generation and, when others
 		// committed, compares by key, instead of rewriting the table
@@ -246,6 +271,15 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 	var err error
 	if res.Transaction.NumOperations() > 0 {
 		err = b.nft.Run(ctx, res.Transaction)
+	}
+	if err == nil && len(res.Elements) > 0 {
+		// A split first load: the table, chains and rules are in; the
+		// elements follow in one netlink batch. Should it fail, the
+		// table stands without them and the next sync, full, fills it
+		// through nft.
+		if err = b.applyElements(res.Elements); err != nil {
+			err = fmt.Errorf("adding %d elements through netlink: %w", len(res.Elements), err)
+		}
 	}
 	// The writer must hear the outcome either way: after a failure its
 	// next sync is full, and lists the table first.

@@ -269,3 +269,42 @@ func TestKernelPeriodicResync(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelSplitFirstLoad checks, with the real nft and kernel and for
+// each family, that WithSplitFirstLoad's first sync (into a missing table)
+// leaves the endpoints in the kernel although they went through netlink,
+// and that later partial syncs work on that table.
+func TestKernelSplitFirstLoad(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	ns := kerneltest.NewNS(t)
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(family), func(t *testing.T) {
+			var sent int
+			apply := func(els []*knftables.Element) error {
+				sent += len(els)
+				return nftables.ApplyElements(els)
+			}
+			k := newKernelFamily(t, ns, family, 3, 2, WithSplitFirstLoad(apply))
+			if sent == 0 {
+				t.Fatal("the first load sent no element through netlink")
+			}
+			fam, table := string(k.b.Family()), k.b.Table()
+			out := ns.MustExec(t, "nft", "list", "map", fam, table, "endpoints")
+			for i := range 3 {
+				for e := range 2 {
+					key := fmt.Sprintf("%s . tcp . 80 . %d", ipOf(family, 0x60_00_00+i), e)
+					if !strings.Contains(out, key) {
+						t.Errorf("the endpoints map lacks %q:\n%s", key, out)
+					}
+				}
+			}
+			before := sent
+			if k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{}) {
+				t.Error("the sync after the split load was full")
+			}
+			if sent != before {
+				t.Errorf("a sync into the existing table sent %d elements through netlink; only a load into a missing table is split", sent-before)
+			}
+		})
+	}
+}
