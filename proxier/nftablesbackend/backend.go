@@ -2,6 +2,7 @@ package nftablesbackend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -39,6 +40,9 @@ type Backend struct {
 	// applyElements, when not nil, sends the elements of a split first
 	// load (WithSplitFirstLoad).
 	applyElements func([]*knftables.Element) error
+	// watcher follows nf_tables' commits for the periodic resync; nil
+	// in a dry run, or when the monitor group could not be joined.
+	watcher *nftables.KernelWatcher
 	// mu keeps a check from running during a sync, which may delete and
 	// recreate the table.
 	mu sync.Mutex
@@ -164,10 +168,18 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 	cfg.SplitFirstLoad = b.applyElements != nil
 	if nft != nil && cfg.KernelState == nil {
 		// The periodic resync reads the generation and, when others
-		// committed, compares by key, instead of rewriting the table
-		// (BENCHMARKS.md, "Periodic resync without a rewrite"). 0: the
-		// namespace of the thread that syncs, the one nft runs in.
-		cfg.KernelState = nftables.NewKernelState(0)
+		// committed, looks only at what their batches changed in the
+		// table (the watcher) or, without one, compares by key, instead
+		// of rewriting the table (BENCHMARKS.md, "Periodic resync
+		// without a rewrite"). 0: the namespace of the calling thread,
+		// the one nft runs in.
+		kw, err := nftables.WatchKernel(0)
+		if err != nil {
+			klog.FromContext(ctx).Info("Not following nf_tables' commits; a periodic resync after another program's commit compares the whole table by key", "ipFamily", cfg.IPFamily, "err", err)
+			cfg.KernelState = nftables.NewKernelState(0)
+		} else {
+			cfg.KernelState, b.watcher = kw, kw
+		}
 	}
 	renderer := nft
 	if renderer == nil {
@@ -186,6 +198,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 	}
 	w, err := nftables.NewWriter(renderer, cfg)
 	if err != nil {
+		b.Close()
 		return nil, fmt.Errorf("%s nftables rule writer: %w", cfg.IPFamily, err)
 	}
 	b.w = w
@@ -196,6 +209,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 	if b.lookup == nil {
 		lookup, closeFn, err := netlinkTableLookup(w.Family(), w.Table())
 		if err != nil {
+			b.Close()
 			return nil, fmt.Errorf("%s nftables backend: opening the netlink socket that watches table %s %s: %w", cfg.IPFamily, w.Family(), w.Table(), err)
 		}
 		b.lookup, b.closeLookup = lookup, closeFn
@@ -268,18 +282,31 @@ func result(res nftables.SyncResult) []proxier.SyncResult {
 // apply runs res's transaction, tells the writer the outcome, and counts
 // a failure.
 func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
-	var err error
-	if res.Transaction.NumOperations() > 0 {
-		err = b.nft.Run(ctx, res.Transaction)
-	}
-	if err == nil && len(res.Elements) > 0 {
-		// A split first load: the table, chains and rules are in; the
-		// elements follow in one netlink batch. Should it fail, the
-		// table stands without them and the next sync, full, fills it
-		// through nft.
-		if err = b.applyElements(res.Elements); err != nil {
-			err = fmt.Errorf("adding %d elements through netlink: %w", len(res.Elements), err)
+	run := func() error {
+		if res.Transaction.NumOperations() > 0 {
+			if err := b.nft.Run(ctx, res.Transaction); err != nil {
+				return err
+			}
 		}
+		if len(res.Elements) > 0 {
+			// A split first load: the table, chains and rules are in;
+			// the elements follow in one netlink batch. Should it fail,
+			// the table stands without them and the next sync, full,
+			// fills it through nft.
+			if err := b.applyElements(res.Elements); err != nil {
+				return fmt.Errorf("adding %d elements through netlink: %w", len(res.Elements), err)
+			}
+		}
+		return nil
+	}
+	var err error
+	if res.Full && b.watcher != nil {
+		// A full sync's batches would make the kernel build a
+		// notification per object for the watcher; the next resync
+		// compares instead (nftables.KernelWatcher.Quiet).
+		err = b.watcher.Quiet(run)
+	} else {
+		err = run()
 	}
 	// The writer must hear the outcome either way: after a failure its
 	// next sync is full, and lists the table first.
@@ -341,15 +368,20 @@ func (b *Backend) checkTable(ctx context.Context, lost func()) {
 	}
 }
 
-// Close closes the netlink socket of the table check, if New opened one.
-// The Backend must not be used after.
+// Close closes the netlink sockets of the table check and of the
+// watcher of nf_tables' commits, if New opened them. The Backend must not
+// be used after.
 func (b *Backend) Close() error {
-	if b.closeLookup == nil {
-		return nil
+	var errs []error
+	if b.closeLookup != nil {
+		errs = append(errs, b.closeLookup())
+		b.closeLookup = nil
 	}
-	err := b.closeLookup()
-	b.closeLookup = nil
-	return err
+	if b.watcher != nil {
+		errs = append(errs, b.watcher.Close())
+		b.watcher = nil
+	}
+	return errors.Join(errs...)
 }
 
 // inc adds one to the series of family in v, if there is a v.

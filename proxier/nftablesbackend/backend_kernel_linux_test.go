@@ -233,10 +233,11 @@ func BenchmarkTableCheck(b *testing.B) {
 }
 
 // TestKernelPeriodicResync checks, with the real nft and kernel and for
-// each family, that the Backend's periodic resync reads the kernel instead
-// of rewriting the table: with nothing committed since its own sync it is
-// partial (skipped), and an element deleted by hand is put back by a
-// partial sync, not a full one.
+// each family, that the Backend's periodic resync follows nf_tables'
+// commits and reads the kernel instead of rewriting the table: with
+// nothing committed since its own sync, or only another program's commit
+// to another table, it is partial, and an element deleted by hand is put
+// back by a partial sync, not a full one.
 func TestKernelPeriodicResync(t *testing.T) {
 	kerneltest.Require(t, "nft")
 	ns := kerneltest.NewNS(t)
@@ -247,10 +248,18 @@ func TestKernelPeriodicResync(t *testing.T) {
 			none := func() bool {
 				return k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{})
 			}
+			if k.b.watcher == nil {
+				t.Error("the Backend does not follow nf_tables' commits; want a KernelWatcher")
+			}
 			if none() {
 				t.Error("the resync with nothing changed was a full sync; want it skipped")
 			}
 			fam, table := string(k.b.Family()), k.b.Table()
+			// Another program's commit to a table of its own.
+			ns.MustExec(t, "nft", "add", "table", fam, "other-"+table)
+			if none() {
+				t.Error("the resync after another program's commit to its own table was a full sync")
+			}
 			key := ipOf(family, 0x60_00_00+1) + " . tcp . 80 . 0"
 			list := func() string { return ns.MustExec(t, "nft", "list", "map", fam, table, "endpoints") }
 			if !strings.Contains(list(), key) {
