@@ -27,9 +27,10 @@
 // partial sync (about a millisecond to find a deleted element at 10,000
 // services). Full syncs run with the watcher out of the group
 // (KernelWatcher.Quiet), so that the kernel builds no notification per
-// object; the next resync then compares the elements and rule counts it
-// wrote by key, as it does when the group cannot be joined
-// (nftables.NewKernelState). TestKernelPeriodicResync.
+// object; what others commit meanwhile, or after lost notifications, makes
+// the next resync compare the elements and rule counts it wrote by key, as
+// it does when the group cannot be joined (nftables.NewKernelState).
+// TestKernelPeriodicResync.
 //
 // What the mode needs of the node beyond the table (conntrack tuning,
 // removing another mode's rules) is the caller's: see examples/proxier's
