@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/metricstest"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	"github.com/proxykit/proxykit/proxier"
@@ -137,7 +138,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 	if losses != 1 {
 		t.Fatalf("lost called %d times after the jump was deleted, want 1", losses)
 	}
-	if got := counterValue(t, f.m.DriftRepairs); got != 1 {
+	if got := metricstest.CounterValue(t, f.m.DriftRepairs); got != 1 {
 		t.Errorf("drift repairs %v, want 1", got)
 	}
 	if !f.sync(t) {
@@ -184,25 +185,6 @@ func TestIPTablesBackendStaleChainsAtStart(t *testing.T) {
 			t.Errorf("chain %s of the live service is missing", c)
 		}
 	}
-}
-
-// counterValue returns the value of v's one series, or 0 if it has none.
-func counterValue(t *testing.T, v *prometheus.CounterVec) float64 {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(v); err != nil {
-		t.Fatal(err)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // TestSyncRefusesOtherInputs checks that a Backend, which serves one

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/metricstest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
 )
@@ -177,10 +178,10 @@ func TestSyncAppliesAndRecovers(t *testing.T) {
 			if full, err := f.sync(t); err == nil || full {
 				t.Fatalf("partial sync with the table gone: full=%v, %v; want a partial one that fails", full, err)
 			}
-			if got := counterValue(t, f.m.NFTablesSyncFailures); got != tc.wantSync {
+			if got := metricstest.CounterValue(t, f.m.NFTablesSyncFailures); got != tc.wantSync {
 				t.Errorf("sync failures %v, want %v", got, tc.wantSync)
 			}
-			if got := counterValue(t, f.m.NFTablesCleanupFailures); got != tc.wantCleanup {
+			if got := metricstest.CounterValue(t, f.m.NFTablesCleanupFailures); got != tc.wantCleanup {
 				t.Errorf("cleanup failures %v, want %v", got, tc.wantCleanup)
 			}
 			if full, err := f.sync(t); err != nil || !full {
@@ -315,25 +316,6 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	}
 }
 
-// counterValue returns the value of v's one series, or 0 if it has none.
-func counterValue(t *testing.T, v *prometheus.CounterVec) float64 {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(v); err != nil {
-		t.Fatal(err)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // TestTableLostRepairedInOneSync checks that the full sync after the table
 // was found deleted repairs it in one Sync even when the writer's memory
 // is stale (here, a shared chain left unused by a partial sync, which the
@@ -367,7 +349,7 @@ func TestTableLostRepairedInOneSync(t *testing.T) {
 	if !f.serves("10.96.0.10") {
 		t.Errorf("the table was not repaired:\n%s", f.fake.Dump())
 	}
-	if got := counterValue(t, f.m.NFTablesSyncFailures); got != 1 {
+	if got := metricstest.CounterValue(t, f.m.NFTablesSyncFailures); got != 1 {
 		t.Errorf("sync failures %v, want 1: the refused attempt", got)
 	}
 	// The loss is over: a new deletion is a new loss.
