@@ -10,10 +10,28 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// netlinkSets are the sets and maps whose elements ApplyElements sends, with
-// the fields of their keys and values: the writer's bulk. The others stay
-// with nft: elements with comments (the no-endpoint maps) and interval sets
-// (nodeport-ips, firewall-allow), whose encodings nft decides.
+// ElementBatch is a change of set and map elements that ApplyElementBatch
+// sends as one nf_tables batch: SyncResult.Batch of a partial sync that
+// changes nothing else (WriterConfig.NetlinkElementSyncs).
+type ElementBatch struct {
+	// Delete are the elements to delete, found by their keys: values and
+	// comments are not sent. The kernel refuses the batch if one is not
+	// there.
+	Delete []*knftables.Element
+	// Add are the elements to add, after the deletions. The kernel
+	// refuses the batch if one's key is there with another value, and
+	// takes one that is there with its value as it is.
+	Add []*knftables.Element
+}
+
+// Len returns the number of elements in the batch.
+func (b ElementBatch) Len() int { return len(b.Delete) + len(b.Add) }
+
+// netlinkSets are the sets and maps whose elements ApplyElements and
+// ApplyElementBatch send, with the fields of their keys and values: the
+// writer's bulk. The others stay with nft: elements with comments (the
+// no-endpoint maps) and interval sets (nodeport-ips, firewall-allow), whose
+// encodings nft decides.
 var netlinkSets = map[string]struct {
 	key, value []field
 	verdict    bool
@@ -36,7 +54,8 @@ const (
 	fIndex              // numgen's result, a 32-bit integer
 )
 
-// netlinkElement reports whether ApplyElements sends el.
+// netlinkElement reports whether ApplyElements and ApplyElementBatch send
+// el.
 func netlinkElement(el *knftables.Element) bool {
 	_, ok := netlinkSets[el.Set+el.Map]
 	return ok && el.Comment == nil
@@ -54,6 +73,17 @@ type encodedElement struct {
 // map's value is "goto chain". It fails on an element of a set
 // netlinkElement does not take, or a field it cannot read.
 func encodeElement(el *knftables.Element) (encodedElement, error) {
+	return encode(el, false)
+}
+
+// encodeKey encodes el's key alone, for a deletion: el is checked as by
+// encodeElement, except its value, which is not read.
+func encodeKey(el *knftables.Element) ([]byte, error) {
+	e, err := encode(el, true)
+	return e.key, err
+}
+
+func encode(el *knftables.Element, keyOnly bool) (encodedElement, error) {
 	var e encodedElement
 	name := el.Set + el.Map
 	spec, ok := netlinkSets[name]
@@ -69,6 +99,7 @@ func encodeElement(el *knftables.Element) (encodedElement, error) {
 		return e, fmt.Errorf("element %v of %s: key: %w", el.Key, name, err)
 	}
 	switch {
+	case keyOnly:
 	case spec.verdict:
 		chain, ok := strings.CutPrefix(strings.Join(el.Value, " "), "goto ")
 		if !ok || chain == "" || strings.ContainsAny(chain, " \t") {

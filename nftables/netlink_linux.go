@@ -16,14 +16,26 @@ const elementsPerMessage = 512
 
 // ApplyElements adds elements, SyncResult.Elements of a split full sync,
 // to their sets and maps in the kernel through nf_tables netlink, as one
-// batch: the kernel applies all of them or none. It talks to the network
-// namespace of the calling thread. Each element must name its family and
-// table, as the Writer's do. It fails before sending anything if an
-// element is not one the Writer splits off, and with the kernel's error if
-// the batch is refused (an element that exists with another value, a set
-// that does not exist). No elements is no batch and no error.
+// batch: ApplyElementBatch with these additions alone, whose rules it
+// follows.
 func ApplyElements(elements []*knftables.Element) error {
-	if len(elements) == 0 {
+	return ApplyElementBatch(ElementBatch{Add: elements})
+}
+
+// ApplyElementBatch sends b to the kernel through nf_tables netlink as one
+// batch, which the kernel commits whole or not at all: first every
+// deletion (by key), then every addition, in that order, as a Writer's
+// transaction orders them. It talks to the network namespace of the
+// calling thread, and commits one batch (one nf_tables generation) when it
+// succeeds. Each element must name its family and table, as the Writer's
+// do, and be one netlinkElement takes (a set or map of the Writer's bulk,
+// no comment). It fails before sending anything if one is not, and with
+// the kernel's error, having changed nothing, if the kernel refuses the
+// batch: a deletion of an element that is not there, an addition whose
+// key is there with another value, a set, table or chain that does not
+// exist. An empty batch is not sent and is no error.
+func ApplyElementBatch(b ElementBatch) error {
+	if b.Len() == 0 {
 		return nil
 	}
 	type setID struct {
@@ -31,50 +43,95 @@ func ApplyElements(elements []*knftables.Element) error {
 		table  string
 		name   string
 	}
+	type group struct {
+		set   *nftables.Set
+		elems []nftables.SetElement
+	}
 	sets := map[setID]*nftables.Set{}
-	var order []setID
-	byset := map[setID][]nftables.SetElement{}
-	for _, el := range elements {
-		enc, err := encodeElement(el)
-		if err != nil {
-			return err
-		}
-		if el.Table == "" {
-			return fmt.Errorf("element %v of %s names no table", el.Key, el.Set+el.Map)
-		}
-		id := setID{el.Family, el.Table, el.Set + el.Map}
-		if sets[id] == nil {
-			fam := nftables.TableFamilyIPv4
-			if el.Family == knftables.IPv6Family {
-				fam = nftables.TableFamilyIPv6
+	// groups collects one operation's elements by set, in the order the
+	// sets first appear.
+	groups := func(elements []*knftables.Element, keyOnly bool) ([]*group, error) {
+		var out []*group
+		index := map[setID]*group{}
+		for _, el := range elements {
+			var enc encodedElement
+			var err error
+			if keyOnly {
+				enc.key, err = encodeKey(el)
+			} else {
+				enc, err = encodeElement(el)
 			}
-			sets[id] = &nftables.Set{Table: &nftables.Table{Family: fam, Name: el.Table}, Name: id.name, IsMap: el.Map != ""}
-			order = append(order, id)
+			if err != nil {
+				return nil, err
+			}
+			if el.Table == "" {
+				return nil, fmt.Errorf("element %v of %s names no table", el.Key, el.Set+el.Map)
+			}
+			id := setID{el.Family, el.Table, el.Set + el.Map}
+			if sets[id] == nil {
+				fam := nftables.TableFamilyIPv4
+				if el.Family == knftables.IPv6Family {
+					fam = nftables.TableFamilyIPv6
+				}
+				sets[id] = &nftables.Set{Table: &nftables.Table{Family: fam, Name: el.Table}, Name: id.name, IsMap: el.Map != ""}
+			}
+			g := index[id]
+			if g == nil {
+				g = &group{set: sets[id]}
+				index[id] = g
+				out = append(out, g)
+			}
+			se := nftables.SetElement{Key: enc.key, Val: enc.value}
+			if enc.chain != "" {
+				se.VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: enc.chain}
+			}
+			g.elems = append(g.elems, se)
 		}
-		se := nftables.SetElement{Key: enc.key, Val: enc.value}
-		if enc.chain != "" {
-			se.VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: enc.chain}
-		}
-		byset[id] = append(byset[id], se)
+		return out, nil
+	}
+	dels, err := groups(b.Delete, true)
+	if err != nil {
+		return err
+	}
+	adds, err := groups(b.Add, false)
+	if err != nil {
+		return err
 	}
 	conn, err := nftables.New(nftables.WithSockOptions(bigBuffers))
 	if err != nil {
 		return fmt.Errorf("nftables netlink: %w", err)
 	}
-	for _, id := range order {
-		elems := byset[id]
-		for len(elems) > 0 {
-			n := min(len(elems), elementsPerMessage)
-			if err := conn.SetAddElements(sets[id], elems[:n]); err != nil {
-				return fmt.Errorf("nftables netlink: elements of %s %s %s: %w", id.family, id.table, id.name, err)
+	for _, op := range []struct {
+		verb   string
+		groups []*group
+		queue  func(*nftables.Set, []nftables.SetElement) error
+	}{
+		{"deleting", dels, conn.SetDeleteElements},
+		{"adding", adds, conn.SetAddElements},
+	} {
+		for _, g := range op.groups {
+			elems := g.elems
+			for len(elems) > 0 {
+				n := min(len(elems), elementsPerMessage)
+				if err := op.queue(g.set, elems[:n]); err != nil {
+					return fmt.Errorf("nftables netlink: %s elements of %s %s %s: %w", op.verb, familyName(g.set), g.set.Table.Name, g.set.Name, err)
+				}
+				elems = elems[n:]
 			}
-			elems = elems[n:]
 		}
 	}
 	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("nftables netlink: adding %d elements: %w", len(elements), err)
+		return fmt.Errorf("nftables netlink: deleting %d and adding %d elements: %w", len(b.Delete), len(b.Add), err)
 	}
 	return nil
+}
+
+// familyName is the nft family of s's table, for errors.
+func familyName(s *nftables.Set) knftables.Family {
+	if s.Table.Family == nftables.TableFamilyIPv6 {
+		return knftables.IPv6Family
+	}
+	return knftables.IPv4Family
 }
 
 // bigBuffers lets one batch carry a whole table's elements: google/nftables

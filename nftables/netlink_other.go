@@ -16,3 +16,12 @@ func ApplyElements(elements []*knftables.Element) error {
 	}
 	return errors.New("nftables netlink: not supported on this platform")
 }
+
+// ApplyElementBatch sends b through nf_tables netlink, which exists on
+// Linux only: here it fails unless b is empty.
+func ApplyElementBatch(b ElementBatch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	return errors.New("nftables netlink: not supported on this platform")
+}

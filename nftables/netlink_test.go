@@ -68,3 +68,43 @@ func TestEncodeElement(t *testing.T) {
 		})
 	}
 }
+
+// TestEncodeKey checks the key of a deletion: the same bytes as the
+// addition's key, the value not read (a deletion is found by its key), and
+// the element still refused where the addition is for its set or key.
+func TestEncodeKey(t *testing.T) {
+	el := func(e knftables.Element) *knftables.Element {
+		e.Family, e.Table = knftables.IPv4Family, "t"
+		return &e
+	}
+	for _, tc := range []struct {
+		name string
+		el   *knftables.Element
+		want []byte // nil: an error
+	}{
+		{"endpoint", el(knftables.Element{Map: endpointsMap, Key: []string{"10.96.0.1", "tcp", "80", "0"}, Value: []string{"10.0.0.5", "8080"}}),
+			append([]byte{10, 96, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0}, binary.NativeEndian.AppendUint32(nil, 0)...)},
+		{"value not read", el(knftables.Element{Map: serviceIPsMap, Key: []string{"10.96.0.1", "tcp", "80"}, Value: []string{"drop"}}),
+			[]byte{10, 96, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0}},
+		{"cluster IP", el(knftables.Element{Set: clusterIPsSet, Key: []string{"10.96.0.1"}}), []byte{10, 96, 0, 1}},
+		{"comment stays with nft", el(knftables.Element{Map: serviceIPsMap, Key: []string{"10.96.0.1", "tcp", "80"}, Comment: ptr.To("x")}), nil},
+		{"interval set", el(knftables.Element{Set: firewallAllowSet, Key: []string{"10.96.0.1", "tcp", "80", "10.0.0.0/8"}}), nil},
+		{"bad key", el(knftables.Element{Set: clusterIPsSet, Key: []string{"10.96.0.1/32"}}), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := encodeKey(tc.el)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("encoded %v, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

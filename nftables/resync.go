@@ -121,8 +121,9 @@ func (r Resync) String() string {
 // the writer's memory says. A sync reads the generation g0 before its
 // transaction is run (in Sync) and g1 after (in Applied). The kernel bumps
 // the generation once per committed batch, so g1 == g0 + the number of
-// batches the caller ran (one; two for a split load; none for an empty
-// transaction) means no one else committed between the two reads, and
+// batches the caller ran (one: the transaction, or the netlink batch of a
+// partial sync that NetlinkElementSyncs sends; two for a split load; none
+// for an empty transaction) means no one else committed between the two reads, and
 // then the kernel at g1 is the kernel at g0 plus our transaction: if the
 // kernel at g0 was what memory said (g0 == base, or a full sync that
 // rewrote everything, or a drift check that read the kernel after g0 and

@@ -146,6 +146,19 @@ type WriterConfig struct {
 	// services are unreachable, as they were before. Every other sync is
 	// one transaction, as without it.
 	SplitFirstLoad bool
+
+	// NetlinkElementSyncs, when true, makes a partial sync whose every
+	// change is a deletion or an addition of an element that
+	// ApplyElementBatch can send (an element without a comment of a
+	// set or map that is not an interval set) return them in
+	// SyncResult.Batch, with an empty Transaction, so that the most
+	// common change, endpoints coming and going, reaches the kernel as
+	// one netlink batch without an exec of nft and its parser
+	// (BENCHMARKS.md). The batch is atomic as the transaction would be.
+	// A sync that changes anything else (a chain, a rule, an element with
+	// a comment, an interval set) is one Transaction, whole, as without
+	// it, and so is every full sync.
+	NetlinkElementSyncs bool
 }
 
 // SyncInput is what [Writer.Sync] renders.
@@ -174,7 +187,8 @@ type SyncResult struct {
 	// Interface given to NewWriter (or print it with String for a dry
 	// run) and report the outcome with Writer.Applied. A partial sync that
 	// found nothing to change returns an empty transaction
-	// (NumOperations 0), which need not be run (report Applied(nil)). The
+	// (NumOperations 0), which need not be run (report Applied(nil)), and
+	// so does one whose changes are in Batch instead. The
 	// objects in it are shared with later transactions and must not be
 	// changed.
 	Transaction *knftables.Transaction
@@ -191,6 +205,11 @@ type SyncResult struct {
 	// first, then ApplyElements with these, and report the first error of
 	// the two (or nil) to Writer.Applied. Nil otherwise.
 	Elements []*knftables.Element
+	// Batch, for a partial sync that NetlinkElementSyncs sends through
+	// netlink, holds its changes, deletions first, and Transaction is
+	// then empty: run ApplyElementBatch with it (where nft would run)
+	// and report its error (or nil) to Writer.Applied. Nil otherwise.
+	Batch *ElementBatch
 	// Resync says what the sync did about a periodic resync that was due.
 	Resync Resync
 	// Drifted counts the elements and chains that a ResyncChecked sync
@@ -561,7 +580,14 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 
 	tx := w.nft.NewTransaction()
 	var split []*knftables.Element
-	for _, phase := range [][]op{w.elemDels, w.chainOps, w.setOps, w.rules, w.elemAdds, w.finalDels} {
+	var batch *ElementBatch
+	phases := [][]op{w.elemDels, w.chainOps, w.setOps, w.rules, w.elemAdds, w.finalDels}
+	if !full && w.cfg.NetlinkElementSyncs {
+		if batch = w.elementBatch(); batch != nil {
+			phases = nil
+		}
+	}
+	for _, phase := range phases {
 		for _, o := range phase {
 			switch o.verb {
 			case opAdd:
@@ -582,7 +608,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	if tx.NumOperations() > 0 {
 		w.gt.batches++
 	}
-	if len(split) > 0 {
+	if len(split) > 0 || batch != nil {
 		w.gt.batches++
 	}
 	res := SyncResult{
@@ -591,6 +617,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		Drifted:                  drifted,
 		Transaction:              tx,
 		Elements:                 split,
+		Batch:                    batch,
 		ServicePortsWritten:      written,
 		ChainsDeleted:            w.chainsDeleted,
 		ServicePorts:             w.totalPorts,
@@ -598,10 +625,40 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		NoLocalEndpointsInternal: w.noLocalInt,
 		NoLocalEndpointsExternal: w.noLocalExt,
 	}
+	netlinkElements := 0
+	if batch != nil {
+		netlinkElements = batch.Len()
+	}
 	logger.V(2).Info("Rendered nftables transaction", "ipFamily", w.cfg.IPFamily, "table", w.table, "full", full,
-		"servicePortsWritten", written, "operations", tx.NumOperations(), "chainsDeleted", res.ChainsDeleted, "resync", resync, "drifted", drifted,
+		"servicePortsWritten", written, "operations", tx.NumOperations(), "netlinkElements", netlinkElements, "chainsDeleted", res.ChainsDeleted, "resync", resync, "drifted", drifted,
 		"servicePorts", res.ServicePorts, "endpoints", res.Endpoints)
 	return res
+}
+
+// elementBatch returns the rendered partial sync as an ElementBatch when
+// it is only deletions and additions of elements that ApplyElementBatch
+// sends (NetlinkElementSyncs), and nil when anything else is in it, or
+// nothing is. The deletions come first, as in the transaction, so that an
+// element whose value changes is deleted before it is added again.
+func (w *Writer) elementBatch() *ElementBatch {
+	if len(w.chainOps)+len(w.setOps)+len(w.rules)+len(w.finalDels) > 0 || len(w.elemDels)+len(w.elemAdds) == 0 {
+		return nil
+	}
+	b := &ElementBatch{Delete: make([]*knftables.Element, 0, len(w.elemDels)), Add: make([]*knftables.Element, 0, len(w.elemAdds))}
+	for _, part := range []struct {
+		ops  []op
+		verb opVerb
+		to   *[]*knftables.Element
+	}{{w.elemDels, opDelete, &b.Delete}, {w.elemAdds, opAdd, &b.Add}} {
+		for _, o := range part.ops {
+			el, ok := o.obj.(*knftables.Element)
+			if !ok || o.verb != part.verb || !netlinkElement(el) {
+				return nil
+			}
+			*part.to = append(*part.to, el)
+		}
+	}
+	return b
 }
 
 // syncFull renders everything the writer owns and returns how many

@@ -180,8 +180,9 @@ type resyncRig struct {
 const resyncPeriod = time.Hour
 
 // newResyncRig makes a rig whose writer has no KernelState (state ""), a
-// fakeKernel ("plain") or a watchingKernel ("watch").
-func newResyncRig(t *testing.T, state string) *resyncRig {
+// fakeKernel ("plain") or a watchingKernel ("watch"), and whatever opts
+// change in its configuration.
+func newResyncRig(t *testing.T, state string, opts ...func(*nftables.WriterConfig)) *resyncRig {
 	k := &fakeKernel{Fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName), touched: map[uint32]nftables.TableChanges{}}
 	clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 	cfg := baseConfig()
@@ -192,6 +193,9 @@ func newResyncRig(t *testing.T, state string) *resyncRig {
 		cfg.KernelState = k
 	case "watch":
 		cfg.KernelState = &watchingKernel{fakeKernel: k}
+	}
+	for _, opt := range opts {
+		opt(&cfg)
 	}
 	w, err := nftables.NewWriter(k, cfg)
 	if err != nil {
@@ -211,14 +215,19 @@ func newResyncRig(t *testing.T, state string) *resyncRig {
 	return r
 }
 
-// sync runs one sync as a proxier does (an empty transaction is not run).
+// sync runs one sync as a proxier does (an empty transaction is not run;
+// a netlink batch runs as one transaction, one generation).
 func (r *resyncRig) sync() nftables.SyncResult {
 	r.t.Helper()
 	res := r.w.Sync(context.Background(), r.c.input())
+	tx := res.Transaction
+	if res.Batch != nil {
+		tx = batchTransaction(r.k.Fake, res.Batch)
+	}
 	var err error
-	if res.Transaction.NumOperations() > 0 {
-		if err = nftablestest.CheckTransaction(r.k.Fake, res.Transaction); err == nil {
-			err = r.k.Run(context.Background(), res.Transaction)
+	if tx.NumOperations() > 0 {
+		if err = nftablestest.CheckTransaction(r.k.Fake, tx); err == nil {
+			err = r.k.Run(context.Background(), tx)
 		}
 	}
 	r.w.Applied(err)
