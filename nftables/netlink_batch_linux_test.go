@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
@@ -342,5 +343,78 @@ func TestWriterNetlinkElementSyncsKernel(t *testing.T) {
 			}
 			reach("repaired", netip.AddrPortFrom(addr(tc.svc(3)), 80), "pod-a")
 		})
+	}
+}
+
+// TestWriterNetlinkElementSyncsResyncKernel checks, against the real
+// kernel, with a netlink KernelState and with a KernelWatcher, that a
+// batch counts as the writer's own commit: ApplyElementBatch commits one
+// generation, so after a partial sync sent as a batch the periodic resync
+// is skipped; and that an element another program deletes afterwards is
+// still found and put back (by a batch too).
+func TestWriterNetlinkElementSyncsResyncKernel(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	for _, watch := range []bool{false, true} {
+		for _, fam := range batchFamilies {
+			t.Run(fmt.Sprintf("watch=%v/%s", watch, fam.family), func(t *testing.T) {
+				ns := kerneltest.NewNS(t)
+				state := nsKernelState(t, ns, watch)
+				var nft knftables.Interface
+				if err := ns.Do(func() (err error) { nft, err = knftables.New(fam.nft, nftables.DefaultTableName); return err }); err != nil {
+					t.Fatal(err)
+				}
+				clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
+				w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: fam.family, NodeName: node,
+					FullSyncPeriod: time.Hour, Clock: clock, KernelState: state, NetlinkElementSyncs: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := newCluster(fam.family, node)
+				sync := func(what string, want nftables.Resync, wantBatch bool) nftables.SyncResult {
+					t.Helper()
+					res := w.Sync(context.Background(), c.input())
+					err := ns.Do(func() error {
+						if res.Batch != nil {
+							return nftables.ApplyElementBatch(*res.Batch)
+						}
+						if res.Transaction.NumOperations() == 0 {
+							return nil
+						}
+						run := func() error { return nft.Run(context.Background(), res.Transaction) }
+						if kw, ok := state.(*nftables.KernelWatcher); ok && res.Full {
+							return kw.Quiet(run)
+						}
+						return run()
+					})
+					w.Applied(err)
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					if res.Resync != want || (res.Batch != nil) != wantBatch {
+						t.Fatalf("%s: resync %v, batch %v; want %v, batch %v\n%s", what, res.Resync, res.Batch != nil, want, wantBatch, res.Transaction)
+					}
+					return res
+				}
+				c.setService(makeService("ns", "web", fam.svc(1)))
+				c.setEndpoints("ns", "web", tcp8080, local(fam.podA), remote(fam.podB))
+				sync("first load", nftables.ResyncNone, false)
+				c.setEndpoints("ns", "web", tcp8080, local(fam.extra), remote(fam.podB))
+				sync("endpoint replaced", nftables.ResyncNone, true)
+				clock.Step(time.Hour)
+				sync("resync after the writer's batch", nftables.ResyncSkipped, false)
+
+				key := fam.svc(1) + " . tcp . 80 . 1"
+				ns.MustExec(t, "nft", "delete", "element", string(fam.nft), nftables.DefaultTableName, "endpoints", "{ "+key+" }")
+				clock.Step(time.Hour)
+				if res := sync("resync after another's deletion", nftables.ResyncChecked, true); res.Drifted != 1 {
+					t.Errorf("resync after another's deletion: %d drifted, want 1", res.Drifted)
+				}
+				if out := ns.MustExec(t, "nft", "list", "map", string(fam.nft), nftables.DefaultTableName, "endpoints"); !strings.Contains(out, key) {
+					t.Errorf("the repair did not put back %q:\n%s", key, out)
+				}
+				clock.Step(time.Hour)
+				sync("resync after the repair", nftables.ResyncSkipped, false)
+			})
+		}
 	}
 }

@@ -175,6 +175,9 @@ func newNFTablesBackends(ctx context.Context, o *options, env *environment, node
 			if env.nftApplyElements != nil {
 				opts = append(opts, nftablesbackend.WithSplitFirstLoad(env.nftApplyElements))
 			}
+			if env.nftApplyBatch != nil {
+				opts = append(opts, nftablesbackend.WithNetlinkElementSyncs(env.nftApplyBatch))
+			}
 			if env.nftTableLookup != nil {
 				opts = append(opts, nftablesbackend.WithTableLookup(env.nftTableLookup(nftFamily(family), o.nftTable)))
 			}

@@ -77,6 +77,10 @@ type environment struct {
 	// first load into a missing table through netlink (the real kernel
 	// only: nil where newNFTables makes fakes).
 	nftApplyElements func([]*knftables.Element) error
+	// nftApplyBatch, when set, sends nftables mode's partial syncs that
+	// change only elements as one netlink batch (the real kernel only,
+	// like nftApplyElements).
+	nftApplyBatch func(nftables.ElementBatch) error
 	// hostAddresses lists the node's addresses when no Node object gives
 	// them.
 	hostAddresses func() ([]netip.Addr, error)
@@ -105,6 +109,7 @@ func realEnvironment(stdout io.Writer) *environment {
 			return knftables.New(family, table)
 		},
 		nftApplyElements: nftables.ApplyElements,
+		nftApplyBatch:    nftables.ApplyElementBatch,
 		hostAddresses:    proxier.HostAddresses,
 		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig

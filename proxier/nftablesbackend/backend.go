@@ -40,6 +40,9 @@ type Backend struct {
 	// applyElements, when not nil, sends the elements of a split first
 	// load (WithSplitFirstLoad).
 	applyElements func([]*knftables.Element) error
+	// applyBatch, when not nil, sends the element changes of a partial
+	// sync that changes only elements (WithNetlinkElementSyncs).
+	applyBatch func(nftables.ElementBatch) error
 	// watcher follows nf_tables' commits for the periodic resync; nil
 	// in a dry run, or when the monitor group could not be joined.
 	watcher *nftables.KernelWatcher
@@ -123,6 +126,28 @@ func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
 	}
 }
 
+// WithNetlinkElementSyncs makes a partial sync whose only changes are
+// elements of the writer's big maps and sets (endpoints coming and going,
+// services added or removed whose chains exist: the common case) reach the
+// kernel as one netlink batch sent by apply, instead of an exec of nft -f:
+// nftables.WriterConfig.NetlinkElementSyncs, which says which syncs
+// qualify (BENCHMARKS.md, "nftables mode end to end"). The batch is
+// atomic as the transaction is, and its outcome reaches the writer and
+// the metrics the same way: a refused batch changes nothing, counts as a
+// failed sync, and makes the next sync full. apply nil means
+// nftables.ApplyElementBatch, which talks to the network namespace of the
+// thread that syncs; it must reach the kernel nft's Interface runs in, so
+// leave this off over a knftables.Fake. Ignored in a dry run, which prints
+// every transaction as nft -f takes it.
+func WithNetlinkElementSyncs(apply func(nftables.ElementBatch) error) Option {
+	return func(b *Backend) {
+		if apply == nil {
+			apply = nftables.ApplyElementBatch
+		}
+		b.applyBatch = apply
+	}
+}
+
 // WithTableLookup replaces how Run finds out whether the table exists
 // (by default one netlink request for the table alone, in the network
 // namespace New ran in); for tests, and for a caller whose Interface
@@ -163,9 +188,10 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 	}
 	cfg.FullSyncPeriod = b.fullSyncPeriod
 	if nft == nil {
-		b.applyElements = nil
+		b.applyElements, b.applyBatch = nil, nil
 	}
 	cfg.SplitFirstLoad = b.applyElements != nil
+	cfg.NetlinkElementSyncs = b.applyBatch != nil
 	if nft != nil && cfg.KernelState == nil {
 		// The periodic resync reads the generation and, when others
 		// committed, looks only at what their batches changed in the
@@ -295,6 +321,13 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 			// fills it through nft.
 			if err := b.applyElements(res.Elements); err != nil {
 				return fmt.Errorf("adding %d elements through netlink: %w", len(res.Elements), err)
+			}
+		}
+		if res.Batch != nil {
+			// A partial sync of elements alone, in one batch instead of
+			// nft's transaction: all of it or nothing, as nft's.
+			if err := b.applyBatch(*res.Batch); err != nil {
+				return fmt.Errorf("deleting %d and adding %d elements through netlink: %w", len(res.Batch.Delete), len(res.Batch.Add), err)
 			}
 		}
 		return nil

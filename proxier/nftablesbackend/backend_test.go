@@ -3,6 +3,7 @@ package nftablesbackend
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -357,5 +358,120 @@ func TestTableLostRepairedInOneSync(t *testing.T) {
 	f.b.checkTable(ctx, lost)
 	if losses != 2 {
 		t.Errorf("lost called %d times after a second deletion, want 2", losses)
+	}
+}
+
+// countingFake is a Fake that counts the transactions run on it.
+type countingFake struct {
+	*knftables.Fake
+	runs int
+}
+
+func (c *countingFake) Run(ctx context.Context, tx *knftables.Transaction) error {
+	c.runs++
+	return c.Fake.Run(ctx, tx)
+}
+
+// TestNetlinkElementSyncs checks that with WithNetlinkElementSyncs a
+// partial sync of elements alone goes to apply as one batch and not to
+// nft, that one with chains (an affinity service) and full syncs go to
+// nft, and that a batch apply refuses fails the sync, counts a sync
+// failure, and makes the next sync full.
+func TestNetlinkElementSyncs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fake := &countingFake{Fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)}
+	m := newMetrics()
+	var batches int
+	var refuse error
+	apply := func(b nftables.ElementBatch) error {
+		batches++
+		if refuse != nil {
+			return refuse
+		}
+		// As ApplyElementBatch does in the kernel: one transaction,
+		// deletions first.
+		tx := fake.NewTransaction()
+		for _, el := range b.Delete {
+			tx.Delete(el)
+		}
+		for _, el := range b.Add {
+			tx.Add(el)
+		}
+		return fake.Fake.Run(context.Background(), tx)
+	}
+	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake,
+		WithMetrics(m), WithTableLookup(tableExists(fake.Fake)), WithNetlinkElementSyncs(apply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeFamily{b: b, fake: fake.Fake, m: m,
+		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
+		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
+		svcMap:     changetracker.ServicePortMap{},
+		epMap:      changetracker.EndpointsMap{},
+	}
+	f.addService("web", "10.96.0.10", "10.244.0.11")
+	step := func(what string, change func(), wantFull, wantErr bool, wantRuns, wantBatches int) {
+		t.Helper()
+		runs, calls := fake.runs, batches
+		change()
+		full, err := f.sync(t)
+		if full != wantFull || (err != nil) != wantErr {
+			t.Fatalf("%s: full=%v, error %v; want full=%v, error %v", what, full, err, wantFull, wantErr)
+		}
+		if fake.runs-runs != wantRuns || batches-calls != wantBatches {
+			t.Errorf("%s: %d nft transactions and %d netlink batches, want %d and %d", what, fake.runs-runs, batches-calls, wantRuns, wantBatches)
+		}
+	}
+	step("first sync", func() {}, true, false, 1, 0)
+	// ns/web's one endpoint made the shared chains of one endpoint.
+	step("service added", func() { f.addService("db", "10.96.0.12", "10.244.0.13") }, false, false, 0, 1)
+	if !f.serves("10.96.0.12") {
+		t.Fatalf("the batch did not program ns/db:\n%s", f.fake.Dump())
+	}
+	step("affinity service added", func() { f.addStickyService("api", "10.96.0.11", "10.244.0.12") }, false, false, 1, 0)
+	refuse = errors.New("netlink: no such file or directory")
+	step("batch refused", func() { f.addService("cache", "10.96.0.13", "10.244.0.14") }, false, true, 0, 1)
+	refuse = nil
+	if got := metricstest.CounterValue(t, m.NFTablesSyncFailures); got != 1 {
+		t.Errorf("sync failures %v, want 1", got)
+	}
+	if f.serves("10.96.0.13") {
+		t.Errorf("the refused batch programmed ns/cache")
+	}
+	step("sync after the refused batch", func() {}, true, false, 1, 0)
+	if !f.serves("10.96.0.13") {
+		t.Errorf("the full sync did not program ns/cache:\n%s", f.fake.Dump())
+	}
+}
+
+// TestDryRunPrintsElementSyncs checks that a dry run ignores
+// WithNetlinkElementSyncs: a partial sync of elements alone is printed as
+// nft -f takes it, and nothing is sent.
+func TestDryRunPrintsElementSyncs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var out bytes.Buffer
+	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil, WithDryRun(&out),
+		WithNetlinkElementSyncs(func(nftables.ElementBatch) error { t.Error("a dry run sent a netlink batch"); return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeFamily{b: b,
+		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
+		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
+		svcMap:     changetracker.ServicePortMap{},
+		epMap:      changetracker.EndpointsMap{},
+	}
+	f.addService("web", "10.96.0.10", "10.244.0.11")
+	if full, err := f.sync(t); err != nil || !full {
+		t.Fatalf("first sync: full=%v, %v", full, err)
+	}
+	out.Reset()
+	f.addService("db", "10.96.0.12", "10.244.0.13")
+	if full, err := f.sync(t); err != nil || full {
+		t.Fatalf("service added: full=%v, %v; want a partial sync", full, err)
+	}
+	if want := "add element ip kube-proxy service-ips { 10.96.0.12 . tcp . 80 : goto "; !strings.Contains(out.String(), want) {
+		t.Errorf("dry run of an element-only partial sync printed:\n%s\nwant a line starting %q", out.String(), want)
 	}
 }
