@@ -29,8 +29,9 @@ import (
 	"github.com/proxykit/proxykit/nftables"
 )
 
-// scaleEnv adds 10,000 services to TestProgrammingLatency, which then takes
-// minutes.
+// scaleEnv adds 10,000 services to TestProgrammingLatency, and 30,000 in
+// nftables mode (iptables mode would take many minutes to load them); it
+// then takes minutes.
 const scaleEnv = "PROXYKIT_E2E_SCALE"
 
 // triggerPlaceholder stands for the last-change-trigger-time in the YAML
@@ -53,17 +54,23 @@ const latencyServicesPerFile = 100
 // first full restore; in nftables mode, nft -f alone applying the same
 // transactions. The figures are logged (go test -v); it runs at 1,000
 // services of 10 endpoints in each mode (iptables mode on both backends,
-// and nftables mode; about 40 s), and also at 10,000 (minutes) when
-// PROXYKIT_E2E_SCALE=1.
+// and nftables mode; about 40 s), and also at 10,000, and at 30,000 in
+// nftables mode (minutes), when PROXYKIT_E2E_SCALE=1. In nftables mode it
+// also times a change of endpoints alone (no new chain) sent as the
+// proxier sends it, one netlink batch, and the same change through nft -f.
 func TestProgrammingLatency(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping programming-latency measurements in -short mode")
 	}
-	sizes := []int{1000}
-	if os.Getenv(scaleEnv) == "1" {
-		sizes = append(sizes, 10000)
-	}
+	scale := os.Getenv(scaleEnv) == "1"
 	for _, m := range e2eModes {
+		sizes := []int{1000}
+		if scale {
+			sizes = append(sizes, 10000)
+			if m.mode == modeNFTables {
+				sizes = append(sizes, 30000)
+			}
+		}
 		for _, services := range sizes {
 			t.Run(fmt.Sprintf("%s/%dx10", m.name, services), func(t *testing.T) {
 				kerneltest.Require(t, m.tools(false)...)
@@ -226,9 +233,14 @@ func testProgrammingLatency(t *testing.T, m e2eMode, services, endpoints int) {
 
 	changed := eps[(services/changes+1)%services]
 	if m.mode == modeNFTables {
-		applyFull, applyPartial := bareNFT(t, objs, changed)
+		// A slice none of the changes above touched.
+		bare := bareNFT(t, objs, changed, eps[services/(2*changes)])
 		t.Logf("%s %dx%d: nft -f alone, same transactions: first full %v, partial (one endpoint) %v",
-			m.name, services, endpoints, applyFull.Round(time.Millisecond), applyPartial.Round(time.Millisecond))
+			m.name, services, endpoints, bare.full.Round(time.Millisecond), bare.partial.Round(10*time.Microsecond))
+		if bare.elements > 0 {
+			t.Logf("%s %dx%d: the same kind of change to another service and back (%d elements), %d times each: as one netlink batch %s; through nft -f %s",
+				m.name, services, endpoints, bare.elements, len(bare.netlink), spreadOf(bare.netlink), spreadOf(bare.nftElements))
+		}
 		return
 	}
 	restoreFull, restorePartial := bareRestore(t, backend, objs, changed)
@@ -257,10 +269,28 @@ func latencyTrackers(objs []runtime.Object, changed *discoveryv1.EndpointSlice) 
 	return svcTracker, epTracker
 }
 
+// bareTimes are bareNFT's figures.
+type bareTimes struct {
+	// full and partial are nft -f applying the first full transaction
+	// and the partial one of the change (as a transaction, also when
+	// the proxier sends it as a batch).
+	full, partial time.Duration
+	// netlink are the seconds ApplyElementBatch took to apply the batch
+	// of the same kind of change to another service, as the proxier
+	// sends it, and nftElements those nft -f took to undo it, given the
+	// batch as a transaction, a few times in turn; elements counts the
+	// elements of a batch (0: the change was not of elements alone, and
+	// nothing was timed).
+	netlink, nftElements []float64
+	elements             int
+}
+
 // bareNFT is bareRestore in nftables mode: it times nft -f applying the
 // first full transaction of objs and the partial one of the change, in a
-// fresh namespace.
-func bareNFT(t *testing.T, objs []runtime.Object, changed *discoveryv1.EndpointSlice) (full, partial time.Duration) {
+// fresh namespace; then the same change to other (a slice as changed was
+// before its change) and back, a few times, through netlink and through
+// nft -f in turn, when it changes elements alone.
+func bareNFT(t *testing.T, objs []runtime.Object, changed, other *discoveryv1.EndpointSlice) bareTimes {
 	ctx := context.Background()
 	svcTracker, epTracker := latencyTrackers(objs, changed)
 	ns := kerneltest.NewNS(t)
@@ -276,14 +306,16 @@ func bareNFT(t *testing.T, objs []runtime.Object, changed *discoveryv1.EndpointS
 		nodePorts = append(nodePorts, netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a",
-		NodeIPs: objsNodeIPs(objs), NodePortAddresses: nodePorts, ClusterCIDR: prefix("10.128.0.0/10")})
+		NodeIPs: objsNodeIPs(objs), NodePortAddresses: nodePorts, ClusterCIDR: prefix("10.128.0.0/10"), NetlinkElementSyncs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
-	apply := func(wantFull bool) time.Duration {
+	// apply times the sync's transaction through nft -f, or its batch
+	// through netlink, or the batch as a transaction through nft -f when
+	// asNFT.
+	apply := func(wantFull, asNFT bool) (took time.Duration, elements int) {
 		t.Helper()
-		var took time.Duration
 		// In the namespace: a full sync may list the table first.
 		err := ns.Do(func() error {
 			res := w.Sync(ctx, nftables.SyncInput{Services: svcMap, Endpoints: epMap,
@@ -291,8 +323,26 @@ func bareNFT(t *testing.T, objs []runtime.Object, changed *discoveryv1.EndpointS
 			if res.Full != wantFull || !wantFull && res.ServicePortsWritten != 1 {
 				return fmt.Errorf("rendered a full=%v sync of %d service ports, want full=%v", res.Full, res.ServicePortsWritten, wantFull)
 			}
+			tx := res.Transaction
+			if res.Batch != nil {
+				elements = res.Batch.Len()
+				if asNFT {
+					tx = nft.NewTransaction()
+					for _, el := range res.Batch.Delete {
+						tx.Delete(el)
+					}
+					for _, el := range res.Batch.Add {
+						tx.Add(el)
+					}
+				}
+			}
 			start := time.Now()
-			err := nft.Run(ctx, res.Transaction)
+			var err error
+			if res.Batch != nil && !asNFT {
+				err = nftables.ApplyElementBatch(*res.Batch)
+			} else {
+				err = nft.Run(ctx, tx)
+			}
 			took = time.Since(start)
 			w.Applied(err)
 			return err
@@ -300,11 +350,28 @@ func bareNFT(t *testing.T, objs []runtime.Object, changed *discoveryv1.EndpointS
 		if err != nil {
 			t.Fatal(err)
 		}
-		return took
+		return took, elements
 	}
-	full = apply(true)
+	var out bareTimes
+	out.full, _ = apply(true, false)
 	epTracker.EndpointSliceUpdate(changed, false)
-	return full, apply(false)
+	out.partial, _ = apply(false, true)
+	// The shared chains of the new endpoint count exist now, if they
+	// did not before.
+	edited := other.DeepCopy()
+	edited.Endpoints[1].Conditions.Ready = ptr.To(false)
+	for range 5 {
+		epTracker.EndpointSliceUpdate(edited, false)
+		took, n := apply(false, false)
+		if n == 0 {
+			return out
+		}
+		out.netlink, out.elements = append(out.netlink, took.Seconds()), n
+		epTracker.EndpointSliceUpdate(other, false)
+		took, _ = apply(false, true)
+		out.nftElements = append(out.nftElements, took.Seconds())
+	}
+	return out
 }
 
 // spreadOf prints the median and range of seconds as milliseconds.
