@@ -19,7 +19,11 @@ type KernelState interface {
 	// Generation returns the nf_tables generation of the namespace the
 	// writer's table is in: a counter the kernel bumps once for every
 	// committed batch (transaction) of any table, and never for a batch
-	// it refused.
+	// it refused. It is read before and after every sync's transaction
+	// or batch: an implementation that closes a netfilter socket after
+	// each read waits, on the close after a batch that deleted elements,
+	// for the kernel to free them (an RCU grace period; see the package
+	// doc's Transport).
 	Generation() (uint32, error)
 	// RuleCounts returns the chains of the table and the number of rules
 	// each holds. It fails with an error wrapping ErrTableNotFound when

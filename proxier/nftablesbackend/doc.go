@@ -3,9 +3,14 @@
 // own, renders the family's table with the nftables service rule writer
 // (full syncs, and partial ones holding only what changed) and runs each
 // transaction with nft -f through knftables; nft applies it whole or not
-// at all, and after a failure the next sync is full. Made without a
+// at all, and after a failure the next sync is full. With
+// WithNetlinkElementSyncs, a partial sync that changes only elements of
+// the big maps and sets (endpoints coming and going: the common case) is
+// sent as one nf_tables netlink batch instead, just as atomic, without the
+// exec of nft; with WithSplitFirstLoad, a load into a missing table sends
+// its elements that way after nft has made the rest. Made without a
 // knftables.Interface it is a dry run that prints the transactions as
-// nft -f takes them.
+// nft -f takes them, and sends nothing through netlink.
 //
 // Between syncs its Run asks the kernel, over netlink, whether the table
 // still exists, and asks for a full resync when another program deleted
