@@ -27,6 +27,17 @@ type ElementBatch struct {
 // Len returns the number of elements in the batch.
 func (b ElementBatch) Len() int { return len(b.Delete) + len(b.Add) }
 
+// AddTo queues b's deletions, then its additions, on tx: the same changes
+// as one nft transaction, for a knftables.Fake or a dry run.
+func (b ElementBatch) AddTo(tx *knftables.Transaction) {
+	for _, el := range b.Delete {
+		tx.Delete(el)
+	}
+	for _, el := range b.Add {
+		tx.Add(el)
+	}
+}
+
 // netlinkSets are the sets and maps whose elements ApplyElements and
 // ApplyElementBatch send, with the fields of their keys and values: the
 // writer's bulk. The others stay with nft: elements with comments (the

@@ -139,12 +139,7 @@ func TestApplyElementBatchKernel(t *testing.T) {
 			apply := func(b nftables.ElementBatch) (netlinkErr, nftErr error) {
 				netlinkErr = sides[0].ns.Do(func() error { return nftables.ApplyElementBatch(b) })
 				tx := sides[1].nft.NewTransaction()
-				for _, e := range b.Delete {
-					tx.Delete(e)
-				}
-				for _, e := range b.Add {
-					tx.Add(e)
-				}
+				b.AddTo(tx)
 				nftErr = sides[1].ns.Do(func() error { return sides[1].nft.Run(context.Background(), tx) })
 				return netlinkErr, nftErr
 			}

@@ -13,18 +13,13 @@ import (
 	nftablestest "github.com/proxykit/proxykit/nftables/testing"
 )
 
-// batchTransaction is b as one knftables transaction on fake: its
-// deletions, then its additions. Run on the Fake, it stands for
-// ApplyElementBatch on the kernel (TestApplyElementBatchKernel checks that
-// the kernel makes the same of both).
+// batchTransaction is b as one knftables transaction on fake. Run on the
+// Fake, it stands for ApplyElementBatch on the kernel
+// (TestApplyElementBatchKernel checks that the kernel makes the same of
+// both).
 func batchTransaction(fake *knftables.Fake, b *nftables.ElementBatch) *knftables.Transaction {
 	tx := fake.NewTransaction()
-	for _, el := range b.Delete {
-		tx.Delete(el)
-	}
-	for _, el := range b.Add {
-		tx.Add(el)
-	}
+	b.AddTo(tx)
 	return tx
 }
 

@@ -328,12 +328,7 @@ func bareNFT(t *testing.T, objs []runtime.Object, changed, other *discoveryv1.En
 				elements = res.Batch.Len()
 				if asNFT {
 					tx = nft.NewTransaction()
-					for _, el := range res.Batch.Delete {
-						tx.Delete(el)
-					}
-					for _, el := range res.Batch.Add {
-						tx.Add(el)
-					}
+					res.Batch.AddTo(tx)
 				}
 			}
 			start := time.Now()

@@ -60,14 +60,20 @@ func newFakeFamily(t *testing.T) *fakeFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeFamily{b: b, fake: fake, m: m,
+	f := familyOf(b, fake, m)
+	f.addService("web", "10.96.0.10", "10.244.0.11")
+	return f
+}
+
+// familyOf is a fakeFamily of b, which writes to fake (nil in a dry run)
+// and counts on m, with empty trackers and maps.
+func familyOf(b *Backend, fake *knftables.Fake, m *proxier.BackendMetrics) *fakeFamily {
+	return &fakeFamily{b: b, fake: fake, m: m,
 		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
 		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
 		svcMap:     changetracker.ServicePortMap{},
 		epMap:      changetracker.EndpointsMap{},
 	}
-	f.addService("web", "10.96.0.10", "10.244.0.11")
-	return f
 }
 
 func (f *fakeFamily) addService(name, clusterIP, endpoint string) {
@@ -391,12 +397,7 @@ func TestNetlinkElementSyncs(t *testing.T) {
 		// As ApplyElementBatch does in the kernel: one transaction,
 		// deletions first.
 		tx := fake.NewTransaction()
-		for _, el := range b.Delete {
-			tx.Delete(el)
-		}
-		for _, el := range b.Add {
-			tx.Add(el)
-		}
+		b.AddTo(tx)
 		return fake.Fake.Run(context.Background(), tx)
 	}
 	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake,
@@ -404,12 +405,7 @@ func TestNetlinkElementSyncs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeFamily{b: b, fake: fake.Fake, m: m,
-		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
-		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
-		svcMap:     changetracker.ServicePortMap{},
-		epMap:      changetracker.EndpointsMap{},
-	}
+	f := familyOf(b, fake.Fake, m)
 	f.addService("web", "10.96.0.10", "10.244.0.11")
 	step := func(what string, change func(), wantFull, wantErr bool, wantRuns, wantBatches int) {
 		t.Helper()
@@ -456,12 +452,7 @@ func TestDryRunPrintsElementSyncs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeFamily{b: b,
-		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
-		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
-		svcMap:     changetracker.ServicePortMap{},
-		epMap:      changetracker.EndpointsMap{},
-	}
+	f := familyOf(b, nil, nil)
 	f.addService("web", "10.96.0.10", "10.244.0.11")
 	if full, err := f.sync(t); err != nil || !full {
 		t.Fatalf("first sync: full=%v, %v", full, err)
