@@ -149,8 +149,9 @@ type WriterConfig struct {
 
 	// NetlinkElementSyncs, when true, makes a partial sync whose every
 	// change is a deletion or an addition of an element that
-	// ApplyElementBatch can send (an element without a comment of a
-	// set or map that is not an interval set) return them in
+	// ApplyElementBatch can send (one without a comment, of endpoints,
+	// nodeport-endpoints, service-ips, service-nodeports, cluster-ips,
+	// hairpin-endpoints or firewall-ips) return them in
 	// SyncResult.Batch, with an empty Transaction, so that the most
 	// common change, endpoints coming and going, reaches the kernel as
 	// one netlink batch without an exec of nft and its parser
@@ -209,6 +210,7 @@ type SyncResult struct {
 	// netlink, holds its changes, deletions first, and Transaction is
 	// then empty: run ApplyElementBatch with it (where nft would run)
 	// and report its error (or nil) to Writer.Applied. Nil otherwise.
+	// Its elements are shared as the transaction's objects are.
 	Batch *ElementBatch
 	// Resync says what the sync did about a periodic resync that was due.
 	Resync Resync
