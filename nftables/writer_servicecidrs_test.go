@@ -63,21 +63,13 @@ func (tc serviceCIDRCase) cluster() *cluster {
 	return c
 }
 
-func (tc serviceCIDRCase) trace(t *testing.T, w *nftables.Writer, tr *nftablestest.Tracer, dst string, port int) []outcome {
+func (tc serviceCIDRCase) trace(t *testing.T, tr *nftablestest.Tracer, dst string, port int) []outcome {
 	t.Helper()
 	outs, err := tr.Trace(nftablestest.Packet{Src: addr(tc.client), Dst: addr(dst), Protocol: v1.ProtocolTCP, DstPort: port})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []outcome
-	for _, o := range outs {
-		g := outcome{Verdict: o.Verdict, Masquerade: o.Masquerade}
-		if o.DNAT.IsValid() {
-			g.DNAT = o.DNAT.String()
-		}
-		got = append(got, g)
-	}
-	return got
+	return outcomesOf(outs)
 }
 
 // TestWriterServiceCIDRs checks, in both families, the rules a sync's
@@ -104,7 +96,7 @@ func TestWriterServiceCIDRs(t *testing.T) {
 				if dst == "" {
 					return
 				}
-				if diff := cmp.Diff(want, tc.trace(t, w, tr, dst, port)); diff != "" {
+				if diff := cmp.Diff(want, tc.trace(t, tr, dst, port)); diff != "" {
 					t.Errorf("%s (%s:%d), outcomes (-want +got):\n%s", name, dst, port, diff)
 				}
 			}

@@ -94,19 +94,7 @@ func TestProxierServiceCIDRs(t *testing.T) {
 		serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:96::/112"))
 	b := newCIDRBackend()
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	p, err := proxier.New(client, "node-a", perFamily(b), proxier.WithSyncPeriods(0, time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run returned %v after cancel, want nil", err)
-		}
-	})
+	startProxierIn(t, klog.NewContext(context.Background(), logger), client, perFamily(b), proxier.WithSyncPeriods(0, time.Hour))
 	cidrs := client.NetworkingV1().ServiceCIDRs()
 
 	want := func(step string, v4, v6 []string) {
