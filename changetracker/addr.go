@@ -83,3 +83,11 @@ func familyOf(ip netip.Addr) v1.IPFamily {
 	}
 	return ""
 }
+
+// ParseCIDR parses a CIDR the way the API server accepts one in an
+// object's spec (a ServiceCIDR's, say): strictly, or with the IPv4 octets
+// with leading zeros that old API servers let through
+// (kubernetes#108074). The prefix is masked ("10.0.0.1/8" is 10.0.0.0/8),
+// and an IPv4-mapped IPv6 prefix is taken as IPv4. It reports false for
+// anything else, an address without a length included.
+func ParseCIDR(s string) (netip.Prefix, bool) { return parsePrefix(s) }

@@ -68,7 +68,9 @@
 // A Writer remembers what it wrote. A partial sync holds only the elements
 // (and the per-service chains and affinity sets, for the two kinds above)
 // of the services named in the change results: it never flushes a
-// top-level chain, map or set. Replacing an endpoint rewrites one element
+// top-level map or set, nor a top-level chain but one: when
+// SyncInput.ServiceCIDRs changed, cluster-ips-check (its two rules) is
+// flushed and written again, alone. Replacing an endpoint rewrites one element
 // per address the service has; removing one moves the last endpoint into
 // its index and points the service's elements at the shared chain of one
 // fewer (a ClusterIP service's endpoint of ten going is 5 element

@@ -109,9 +109,12 @@ type WriterConfig struct {
 	// traffic for masquerading; nil means DefaultMasqueradeBit.
 	MasqueradeBit *int
 
-	// ServiceCIDRs are the ranges cluster IPs are allocated from. New
-	// connections to an address inside them that no service has are
-	// dropped, as kube-proxy does; empty means none are.
+	// ServiceCIDRs are the ranges cluster IPs are allocated from when a
+	// sync's SyncInput.ServiceCIDRs is empty: a default for a caller that
+	// knows them statically (an API server that does not serve
+	// ServiceCIDR objects). New connections to an address inside them
+	// that no service has are dropped, as kube-proxy does; empty means
+	// none are. NewWriter refuses a prefix of the other family.
 	ServiceCIDRs []netip.Prefix
 
 	// FullSyncPeriod, when positive, makes a sync a periodic resync if
@@ -178,6 +181,16 @@ type SyncInput struct {
 	// NodeLabels are this node's labels, for topology. A change from the
 	// previous sync makes the sync full. Sync copies them.
 	NodeLabels map[string]string
+	// ServiceCIDRs are the ranges cluster IPs are allocated from (those
+	// of the cluster's ServiceCIDR objects): new connections to an
+	// address inside them that no service has are dropped, and those to
+	// a cluster IP on a port its service lacks are rejected. Empty means
+	// WriterConfig.ServiceCIDRs. They may nest or overlap, as ServiceCIDR
+	// objects may while a range is being widened: Sync merges them. A
+	// prefix of the other family, or not valid, is logged and skipped.
+	// A change from the previous sync rewrites the cluster-ips-check
+	// chain alone, in a partial sync. Sync does not keep the slice.
+	ServiceCIDRs []netip.Prefix
 }
 
 // SyncResult is what [Writer.Sync] produced.
@@ -262,7 +275,10 @@ type Writer struct {
 	baseFresh  bool // the base chains were recreated once
 	lastFull   time.Time
 	nodeLabels map[string]string
-	unapplied  bool
+	// serviceCIDRs are the merged ranges the cluster-ips-check chain
+	// drops (or will once the sync being rendered is applied).
+	serviceCIDRs []netip.Prefix
+	unapplied    bool
 
 	ports  map[types.NamespacedName][]*portState
 	gen    uint64
@@ -534,6 +550,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)
 	}
+	cidrsChanged := w.setServiceCIDRs(logger, in.ServiceCIDRs)
 	for _, p := range []*[]op{&w.elemDels, &w.chainOps, &w.setOps, &w.rules, &w.elemAdds, &w.finalDels} {
 		clear(*p)
 		*p = (*p)[:0]
@@ -571,6 +588,10 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 			for _, t := range w.tables {
 				t.diff(w, &w.elemDels, &w.elemAdds)
 			}
+		}
+		// Unless a drift repair rewrote it already, with the new ranges.
+		if cidrsChanged && !w.flushes(clusterIPsCheckChain) {
+			w.rewriteChains([]string{clusterIPsCheckChain})
 		}
 	}
 	w.needFull = false
@@ -1092,9 +1113,9 @@ func (w *Writer) writeStatic() {
 	// service does not have; those to an address of a service CIDR that
 	// no service has are dropped.
 	rule(clusterIPsCheckChain, dst, "@", clusterIPsSet, "reject")
-	if len(w.cfg.ServiceCIDRs) > 0 {
-		cidrs := make([]string, 0, 2*len(w.cfg.ServiceCIDRs))
-		for i, p := range w.cfg.ServiceCIDRs {
+	if len(w.serviceCIDRs) > 0 {
+		cidrs := make([]string, 0, 2*len(w.serviceCIDRs))
+		for i, p := range w.serviceCIDRs {
 			if i > 0 {
 				cidrs = append(cidrs, ",")
 			}

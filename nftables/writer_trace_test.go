@@ -19,6 +19,19 @@ type outcome struct {
 	Masquerade bool
 }
 
+// outcomesOf returns the tracer's outcomes without their chains.
+func outcomesOf(outs []nftablestest.Outcome) []outcome {
+	var got []outcome
+	for _, o := range outs {
+		g := outcome{Verdict: o.Verdict, Masquerade: o.Masquerade}
+		if o.DNAT.IsValid() {
+			g.DNAT = o.DNAT.String()
+		}
+		got = append(got, g)
+	}
+	return got
+}
+
 func dnat(ap string, masq bool) outcome {
 	return outcome{Verdict: nftablestest.Accept, DNAT: ap, Masquerade: masq}
 }
@@ -97,14 +110,7 @@ func TestWriterTrace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []outcome
-			for _, o := range outs {
-				g := outcome{Verdict: o.Verdict, Masquerade: o.Masquerade}
-				if o.DNAT.IsValid() {
-					g.DNAT = o.DNAT.String()
-				}
-				got = append(got, g)
-			}
+			got := outcomesOf(outs)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("outcomes (-want +got):\n%s\nchains: %v", diff, outs)
 			}

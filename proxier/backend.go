@@ -69,6 +69,19 @@ type FamilyInput struct {
 	// is seen or after it is deleted. When they change the Proxier asks
 	// for a Sync, and the backend should make it full.
 	NodeLabels map[string]string
+	// ServiceCIDRs are the family's ranges of the cluster's ServiceCIDR
+	// objects (networking.k8s.io/v1), the ranges cluster IPs are
+	// allocated from: sorted, without duplicates, but they may nest or
+	// overlap, as the objects do while a range is widened. An object the
+	// API server would refuse is logged and left out. When they change
+	// the Proxier asks for a Sync; a backend needs rewrite only what
+	// depends on them (nftables mode drops new connections to an address
+	// inside them that no service has). Nil until the objects are listed,
+	// when there are none, and when the API server does not serve them
+	// or the proxy may not read them (see Proxier.Run). Read-only, like
+	// the maps. The iptables and IPVS modes ignore them, as kube-proxy's
+	// do.
+	ServiceCIDRs []netip.Prefix
 }
 
 // SyncResult is what a Backend did for one family, for the metrics and

@@ -13,7 +13,8 @@
 // kube-proxy's metrics on the caller's prometheus.Registerer
 // (WithMetricsRegisterer); there is no global state.
 //
-// A Backend gets, per family, the tracker's maps and what changed in them
+// A Backend gets, per family, the tracker's maps and what changed in them,
+// and the family's ranges of the cluster's ServiceCIDR objects
 // (FamilyInput), and applies them. Three ready Backends are kube-proxy's
 // modes: iptables mode (proxier/iptablesbackend) and nftables mode
 // (proxier/nftablesbackend) serve one family per Backend, each family's

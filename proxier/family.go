@@ -38,6 +38,8 @@ type familyProxier struct {
 	health    *healthz.ProxyHealthServer
 	svcHealth *serviceHealth
 	ct        ConntrackCleaner
+	// serviceCIDRs gives FamilyInput.ServiceCIDRs.
+	serviceCIDRs *serviceCIDRs
 
 	// Owned by the sync.
 	svcMap changetracker.ServicePortMap
@@ -97,6 +99,7 @@ func (p *familyProxier) update() *FamilyInput {
 		ServiceChanges:  p.svcMap.Update(p.svcTracker),
 		EndpointChanges: p.epMap.Update(p.epTracker),
 		NodeLabels:      p.topology.Labels(),
+		ServiceCIDRs:    p.serviceCIDRs.forFamily(p.family),
 	}
 	p.deletedUDP = p.deletedUDP.Union(in.ServiceChanges.DeletedUDPClusterIPs)
 	p.conntrackDue = p.conntrackDue || in.EndpointChanges.ConntrackCleanupRequired

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -91,6 +92,14 @@ func New(client kubernetes.Interface, nodeName string, newBackends NewBackendsFu
 //     failure;
 //   - starts the Service and EndpointSlice informers with kube-proxy's
 //     selectors, and syncs nothing before both have listed everything;
+//   - watches the ServiceCIDR objects (networking.k8s.io/v1) for
+//     FamilyInput.ServiceCIDRs, a change of a family's ranges syncing
+//     that family, and waits for their first list too, unless listing
+//     them fails: an API server before 1.33 does not serve them, and a
+//     proxy's RBAC may not allow them (kube-proxy watches them only when
+//     its MultiCIDRServiceAllocator gate is on). Then it logs that and
+//     goes on without them, the informer trying again in the
+//     background, so that the proxy starts all the same;
 //   - runs every Backend's Run, the runners, and the health servers.
 //
 // It returns an error, having stopped what it started, when the backends
@@ -183,6 +192,7 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 			healthz.WithNodeAddresses(addrs...), healthz.WithListenFunc(p.o.listen)))
 		defer svcHealth.server.Close()
 	}
+	cidrs := newServiceCIDRs(logger, p.requestSyncFamily)
 	// In the order of the groups: RunOnce syncs them in that order.
 	syncGroups := make([]*syncGroup, len(groups))
 	runners := make([]*runner.Runner, len(groups))
@@ -192,6 +202,7 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 		for _, family := range bg.Families {
 			fp := newFamilyProxierWith(ctx, family, p.nodeName, topology, p.metrics, p.o.makeServicePort, p.o.makeEndpoint)
 			fp.health, fp.svcHealth, fp.ct = hs, svcHealth, p.o.conntrack
+			fp.serviceCIDRs = cidrs
 			g.families = append(g.families, fp)
 			names = append(names, string(family))
 			p.add(fp)
@@ -204,11 +215,26 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 		syncGroups[i], runners[i] = g, r
 	}
 
-	// Services and EndpointSlices, through the trackers of every family.
+	// Services and EndpointSlices, through the trackers of every family,
+	// and the service CIDRs, listed meanwhile.
+	cidrFactory := informers.NewSharedInformerFactory(p.client, 0)
+	cidrConfig, err := config.NewServiceCIDRConfig(ctx, cidrFactory.Networking().V1().ServiceCIDRs(), 0)
+	if err != nil {
+		return err
+	}
+	cidrConfig.RegisterEventHandler(cidrs)
+	cidrFactory.Start(ctx.Done())
+	shutdown = append(shutdown, cidrFactory.Shutdown)
 	stopInformers, err := watchServices(ctx, p.client, &handlers{families: p.all(), metrics: p.metrics}, p.o.proxyName)
 	shutdown = append(shutdown, stopInformers)
 	if err != nil {
 		return err
+	}
+	if err := cidrConfig.Run(ctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		logger.Info("Syncing without service CIDRs until they can be listed: connections to unallocated cluster IPs are not dropped", "err", err)
 	}
 
 	if !longRunning {
@@ -321,6 +347,16 @@ func (p *Proxier) all() []*familyProxier {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.families)
+}
+
+// requestSyncFamily asks the family for a sync: its service CIDRs
+// changed.
+func (p *Proxier) requestSyncFamily(family v1.IPFamily) {
+	for _, fp := range p.all() {
+		if fp.family == family {
+			fp.queued()
+		}
+	}
 }
 
 // requestSyncAll asks every family for a sync: the node's labels changed,

@@ -170,6 +170,12 @@ func testSlice(svc, name string, at discoveryv1.AddressType, addrs ...string) *d
 func startProxier(t *testing.T, client kubernetes.Interface, newBackends proxier.NewBackendsFunc, opts ...proxier.Option) <-chan error {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
+	return startProxierIn(t, ctx, client, newBackends, opts...)
+}
+
+// startProxierIn is startProxier logging through ctx's logger.
+func startProxierIn(t *testing.T, ctx context.Context, client kubernetes.Interface, newBackends proxier.NewBackendsFunc, opts ...proxier.Option) <-chan error {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	p, err := proxier.New(client, "node-a", newBackends, opts...)
 	if err != nil {

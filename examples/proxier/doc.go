@@ -52,8 +52,8 @@
 // and other hosts' packets to 127.0.0.0/8 dropped), --healthz-bind-address,
 // --metrics-bind-address,
 // --sync-period, --min-sync-period, --cleanup (of every mode) and -v; and
-// --manifests PATH (Services, EndpointSlices and Nodes from a YAML file or
-// directory, followed for edits), --dry-run, --once and
+// --manifests PATH (Services, EndpointSlices, Nodes and ServiceCIDRs from a
+// YAML file or directory, followed for edits), --dry-run, --once and
 // --iptables-drift-check-period (how often iptables mode checks that no
 // service's top-level rule was deleted by hand) and --chain-prefix (the
 // names of the chains, ipsets and nftables table the proxier owns, for

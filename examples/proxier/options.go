@@ -107,7 +107,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.minSyncPeriod, "min-sync-period", time.Second, "The shortest time between syncs of the rules.")
 	fs.DurationVar(&o.driftCheckPeriod, "iptables-drift-check-period", 30*time.Second, "How often iptables mode checks that every service's rule in the top-level chains is still there, and syncs everything when one is not; 0 turns the check off. A check reads those chains (about 0.1 s on nft and 1 s on legacy at 10,000 services; see BENCHMARKS.md).")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "Remove every rule the proxier made, then exit.")
-	fs.StringVar(&o.manifests, "manifests", "", "Read Services, EndpointSlices and Nodes from this YAML file or directory, and follow changes to it, instead of an API server.")
+	fs.StringVar(&o.manifests, "manifests", "", "Read Services, EndpointSlices, Nodes and ServiceCIDRs from this YAML file or directory, and follow changes to it, instead of an API server.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Print what the first full sync would apply and exit; touch nothing and need no privileges.")
 	fs.BoolVar(&o.once, "once", false, "Apply one full sync and exit.")
 	// Not a kube-proxy flag: kube-proxy's names are fixed.

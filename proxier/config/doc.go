@@ -1,9 +1,11 @@
 // Package config feeds a proxier's change trackers from client-go
 // informers, as kube-proxy's pkg/proxy/config does: ServiceConfig,
-// EndpointSliceConfig and NodeConfig deliver an informer's events to
-// handlers (ServiceHandler, EndpointSliceHandler, NodeHandler), unwrapping
-// the tombstones of missed deletions, and tell them once the initial list
-// has been delivered; NewServiceInformerFactory,
+// EndpointSliceConfig, NodeConfig and ServiceCIDRConfig deliver an
+// informer's events to handlers (ServiceHandler, EndpointSliceHandler,
+// NodeHandler, ServiceCIDRHandler), unwrapping the tombstones of missed
+// deletions, and tell them once the initial list has been delivered
+// (ServiceCIDRConfig does not wait through a failing list: an older API
+// server does not serve ServiceCIDRs); NewServiceInformerFactory,
 // NewEndpointSliceInformerFactory and NewNodeInformerFactory make the
 // SharedInformerFactories with kube-proxy's selectors (Services by the
 // service-proxy-name label and a cluster IP other than None,

@@ -266,6 +266,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		ServiceChanges:  in.ServiceChanges,
 		EndpointChanges: in.EndpointChanges,
 		NodeLabels:      in.NodeLabels,
+		ServiceCIDRs:    in.ServiceCIDRs,
 	})
 	if b.nft == nil {
 		var err error
@@ -284,7 +285,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		// table first, so one more try, at once, is made from what the
 		// kernel holds; the maps are whole, so the same input serves.
 		klog.FromContext(ctx).Info("Full sync after the table's deletion failed; syncing again from a listing of the table", "ipFamily", b.family, "err", err)
-		res = b.w.Sync(ctx, nftables.SyncInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels})
+		res = b.w.Sync(ctx, nftables.SyncInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels, ServiceCIDRs: in.ServiceCIDRs})
 		err = b.apply(ctx, res)
 	}
 	b.tableLost.Store(false)

@@ -47,7 +47,7 @@ func TestNestedLists(t *testing.T) {
 		wantObjects: []string{"Service x/deep", "Service x/deeper"},
 		wantProblems: []string{
 			"x.yaml: document 1: items[1]: not an object",
-			"x.yaml: document 1: items[2].items[0]: unsupported kind ConfigMap (want Service, EndpointSlice or Node)",
+			"x.yaml: document 1: items[2].items[0]: unsupported kind ConfigMap (want Service, EndpointSlice, Node or ServiceCIDR)",
 		},
 	}, {
 		name:         "items not an array",

@@ -1,5 +1,5 @@
 // Package manifests runs a proxier against YAML files instead of an API
-// server: Services, EndpointSlices and Nodes read from a file or a
+// server: Services, EndpointSlices, Nodes and ServiceCIDRs read from a file or a
 // directory are loaded into a client-go fake clientset, so the informers,
 // listers and event handlers a proxier uses are the real ones, and edits to
 // the files flow through as add, update and delete events.
@@ -24,6 +24,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -192,6 +193,13 @@ func (s *Source) apply(ctx context.Context, obj runtime.Object, update bool) err
 		} else {
 			_, err = c.Create(ctx, o, create)
 		}
+	case *networkingv1.ServiceCIDR:
+		c := s.client.NetworkingV1().ServiceCIDRs()
+		if update {
+			_, err = c.Update(ctx, o, upd)
+		} else {
+			_, err = c.Create(ctx, o, create)
+		}
 	default:
 		err = fmt.Errorf("unsupported type %T", obj)
 	}
@@ -207,6 +215,8 @@ func (s *Source) delete(ctx context.Context, k objectKey) error {
 		return s.client.DiscoveryV1().EndpointSlices(k.namespace).Delete(ctx, k.name, opts)
 	case "Node":
 		return s.client.CoreV1().Nodes().Delete(ctx, k.name, opts)
+	case "ServiceCIDR":
+		return s.client.NetworkingV1().ServiceCIDRs().Delete(ctx, k.name, opts)
 	}
 	return fmt.Errorf("unsupported kind %s", k.kind)
 }
@@ -433,22 +443,23 @@ func listItems(list map[string]any, path string, depth int, out *[]runtime.Objec
 	}
 }
 
-// decodeObject decodes one Service, EndpointSlice or Node from JSON.
+// decodeObject decodes one Service, EndpointSlice, Node or ServiceCIDR
+// from JSON.
 func decodeObject(data []byte) (runtime.Object, error) {
 	obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	switch obj.(type) {
-	case *v1.Service, *discoveryv1.EndpointSlice, *v1.Node:
+	case *v1.Service, *discoveryv1.EndpointSlice, *v1.Node, *networkingv1.ServiceCIDR:
 		return obj, nil
 	}
-	return nil, fmt.Errorf("unsupported kind %s (want Service, EndpointSlice or Node)", gvk.GroupKind())
+	return nil, fmt.Errorf("unsupported kind %s (want Service, EndpointSlice, Node or ServiceCIDR)", gvk.GroupKind())
 }
 
-// keyOf returns the key of obj, a Service, EndpointSlice or Node, after
-// putting it in the default namespace when it names none and clearing its
-// resource version.
+// keyOf returns the key of obj, a Service, EndpointSlice, Node or
+// ServiceCIDR, after putting a namespaced one in the default namespace
+// when it names none and clearing its resource version.
 func keyOf(obj runtime.Object) (objectKey, error) {
 	var k objectKey
 	var meta metav1.Object
@@ -459,6 +470,8 @@ func keyOf(obj runtime.Object) (objectKey, error) {
 		k.kind, meta = "EndpointSlice", o
 	case *v1.Node:
 		k.kind, meta = "Node", o
+	case *networkingv1.ServiceCIDR:
+		k.kind, meta = "ServiceCIDR", o
 	}
 	if meta.GetName() == "" {
 		return k, fmt.Errorf("%s has no metadata.name", k.kind)
@@ -468,7 +481,11 @@ func keyOf(obj runtime.Object) (objectKey, error) {
 	// cluster's resource version, which a create refuses; the embedded
 	// cluster numbers its own.
 	meta.SetResourceVersion("")
-	if k.kind != "Node" {
+	// Nodes and ServiceCIDRs are cluster-scoped: the API server keeps no
+	// namespace for them.
+	if k.kind == "Node" || k.kind == "ServiceCIDR" {
+		meta.SetNamespace("")
+	} else {
 		if meta.GetNamespace() == "" {
 			meta.SetNamespace(metav1.NamespaceDefault)
 		}
