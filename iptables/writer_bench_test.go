@@ -37,7 +37,7 @@ func benchCluster(size benchSize) *cluster {
 		c.setService(makeService("bench", name, fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)))
 		eps := make([]ep, 0, size.endpoints)
 		for range size.endpoints {
-			eps = append(eps, ep{ip: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), node: fmt.Sprintf("node-%d", n%100)})
+			eps = append(eps, ep{IP: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), Node: fmt.Sprintf("node-%d", n%100)})
 			n++
 		}
 		c.setEndpoints("bench", name, tcp8080, eps...)
@@ -117,8 +117,8 @@ func BenchmarkSyncPartial(b *testing.B) {
 		b.Run(size.String(), func(b *testing.B) {
 			c, w := loadedWriter(b, size)
 			ctx := context.Background()
-			slices := make([]*discoveryv1.EndpointSlice, 0, len(c.slices))
-			for _, s := range c.slices {
+			slices := make([]*discoveryv1.EndpointSlice, 0, len(c.Slices))
+			for _, s := range c.Slices {
 				slices = append(slices, s)
 			}
 			changed := make([]*discoveryv1.EndpointSlice, len(slices))
@@ -138,7 +138,7 @@ func BenchmarkSyncPartial(b *testing.B) {
 					s = changed[k]
 				}
 				i++
-				c.epTracker.EndpointSliceUpdate(s, false)
+				c.EndpointTracker.EndpointSliceUpdate(s, false)
 				input := c.input()
 				start := time.Now()
 				res := w.Sync(ctx, input)
@@ -170,7 +170,7 @@ func BenchmarkSyncServiceChange(b *testing.B) {
 			for b.Loop() {
 				if i%2 == 0 {
 					c.setService(svc)
-					c.setEndpoints("bench", "extra", tcp8080, ep{ip: "10.200.0.1"}, ep{ip: "10.200.0.2"})
+					c.setEndpoints("bench", "extra", tcp8080, ep{IP: "10.200.0.1"}, ep{IP: "10.200.0.2"})
 				} else {
 					c.deleteService("bench", "extra")
 					c.deleteEndpoints("bench", "extra")
@@ -209,7 +209,7 @@ func BenchmarkSyncMemory(b *testing.B) {
 func syncMemory(b *testing.B, size benchSize) (retained, peak float64) {
 	c := benchCluster(size)
 	in := c.input()
-	c.services, c.slices = nil, nil
+	c.Services, c.Slices = nil, nil
 	var before, after, done runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

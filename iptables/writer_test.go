@@ -43,8 +43,8 @@ func TestWriterFullSyncGolden(t *testing.T) {
 		ClusterCIDR: prefix("10.0.0.0/16"),
 		RandomFully: true,
 	}
-	local := func(ip string) ep { return ep{ip: ip, node: node} }
-	remote := func(ip string) ep { return ep{ip: ip, node: "node-b"} }
+	local := func(ip string) ep { return ep{IP: ip, Node: node} }
+	remote := func(ip string) ep { return ep{IP: ip, Node: "node-b"} }
 	for _, tc := range []struct {
 		name   string
 		family v1.IPFamily
@@ -98,13 +98,13 @@ func TestWriterFullSyncGolden(t *testing.T) {
 			c.setService(makeService("ns", "empty", "10.96.0.15", withLoadBalancer("203.0.113.6", "198.51.100.0/24"),
 				withNodePort(30090), withExternalIPs("192.0.2.15")))
 			// Endpoints that are not ready and not terminating do not count.
-			c.setEndpoints("ns", "empty", tcp8080, ep{ip: "10.0.1.1", node: node, notReady: true})
+			c.setEndpoints("ns", "empty", tcp8080, ep{IP: "10.0.1.1", Node: node, NotReady: true})
 		},
 	}, {
 		name: "terminating-fallback",
 		setup: func(c *cluster) {
 			c.setService(makeService("ns", "rollout", "10.96.0.16"))
-			c.setEndpoints("ns", "rollout", tcp8080, ep{ip: "10.0.1.1", node: node, terminating: true}, ep{ip: "10.0.1.2", node: node, notReady: true})
+			c.setEndpoints("ns", "rollout", tcp8080, ep{IP: "10.0.1.1", Node: node, Terminating: true}, ep{IP: "10.0.1.2", Node: node, NotReady: true})
 		},
 	}, {
 		name:   "topology",
@@ -112,9 +112,9 @@ func TestWriterFullSyncGolden(t *testing.T) {
 		setup: func(c *cluster) {
 			c.setService(makeService("ns", "zoned", "10.96.0.17"))
 			c.setEndpoints("ns", "zoned", tcp8080,
-				ep{ip: "10.0.1.1", node: node, zoneHints: []string{"zone-a"}},
-				ep{ip: "10.0.2.1", node: "node-b", zoneHints: []string{"zone-b"}},
-				ep{ip: "10.0.3.1", node: "node-c", zoneHints: []string{"zone-a"}})
+				ep{IP: "10.0.1.1", Node: node, ZoneHints: []string{"zone-a"}},
+				ep{IP: "10.0.2.1", Node: "node-b", ZoneHints: []string{"zone-b"}},
+				ep{IP: "10.0.3.1", Node: "node-c", ZoneHints: []string{"zone-a"}})
 		},
 	}, {
 		name: "udp-sctp",
@@ -187,7 +187,7 @@ func TestWriterFullSyncGolden(t *testing.T) {
 				tc.config(&cfg)
 			}
 			c := newCluster(family, node)
-			c.labels = tc.labels
+			c.NodeLabels = tc.labels
 			tc.setup(c)
 			w := mustWriter(t, cfg)
 			f := iptablestest.NewFake()
@@ -271,7 +271,7 @@ func runSteps(t *testing.T, cfg iptables.WriterConfig, c *cluster, steps []step)
 			s.check(t, string(res.Payload))
 		}
 		fresh := iptablestest.NewFake()
-		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps, NodeLabels: c.labels})
+		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
 		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
 			t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s\npayload:\n%s", s.name, diff, res.Payload)
 		}
@@ -430,12 +430,12 @@ func TestWriterPartialSyncCostsOnlyTheChange(t *testing.T) {
 	for i := range 50 {
 		name := "svc-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		c.setService(makeService("ns", name, netip.AddrFrom4([4]byte{10, 96, 1, byte(i + 1)}).String(), withNodePort(int32(30000+i))))
-		c.setEndpoints("ns", name, tcp8080, ep{ip: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}).String()}, ep{ip: netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}).String()})
+		c.setEndpoints("ns", name, tcp8080, ep{IP: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}).String()}, ep{IP: netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}).String()})
 	}
 	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ClusterCIDR: prefix("10.0.0.0/16")})
 	f := iptablestest.NewFake()
 	full := syncFake(t, w, f, c.input())
-	c.setEndpoints("ns", "svc-aa", tcp8080, ep{ip: "10.0.1.1"})
+	c.setEndpoints("ns", "svc-aa", tcp8080, ep{IP: "10.0.1.1"})
 	res := syncFake(t, w, f, c.input())
 	if res.Full || res.ServicePortsWritten != 1 {
 		t.Fatalf("full=%v, ports written %d; want a partial sync of one port", res.Full, res.ServicePortsWritten)
@@ -510,7 +510,7 @@ func TestWriterFullSyncTriggers(t *testing.T) {
 		{name: "service added", before: func() { scnAddService(c) }, wantFull: false},
 		{name: "RequestFullSync", before: w.RequestFullSync, wantFull: true},
 		{name: "after the requested full sync", wantFull: false},
-		{name: "node labels changed", before: func() { c.labels = map[string]string{v1.LabelTopologyZone: "z"} }, wantFull: true},
+		{name: "node labels changed", before: func() { c.NodeLabels = map[string]string{v1.LabelTopologyZone: "z"} }, wantFull: true},
 		{name: "node labels unchanged", wantFull: false},
 		{name: "less than FullSyncPeriod later", before: func() { clk.SetTime(clk.Now().Add(59 * time.Minute)) }, wantFull: false},
 		{name: "FullSyncPeriod after the last full sync", before: func() { clk.SetTime(clk.Now().Add(time.Minute)) }, wantFull: true},
@@ -577,7 +577,7 @@ func TestWriterRecoversFromFailedRestore(t *testing.T) {
 		t.Fatal("sync after the failure is not full")
 	}
 	fresh := iptablestest.NewFake()
-	syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps})
+	syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap})
 	if diff := cmp.Diff(fresh.Dump(), f.Dump()); diff != "" {
 		t.Errorf("after recovering, rules differ from a fresh full sync's (-fresh +recovered):\n%s", diff)
 	}

@@ -37,11 +37,11 @@ func benchCluster(size benchSize) (*cluster, map[string]*discoveryv1.EndpointSli
 		c.setService(makeService("bench", name, fmt.Sprintf("10.%d.%d.%d", 96+i>>16, i>>8&255, i&255)))
 		eps := make([]ep, 0, size.endpoints)
 		for range size.endpoints {
-			eps = append(eps, ep{ip: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), node: fmt.Sprintf("node-%d", n%100)})
+			eps = append(eps, ep{IP: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), Node: fmt.Sprintf("node-%d", n%100)})
 			n++
 		}
 		s := makeSlice(v1.IPv4Protocol, "bench", name, tcp8080, eps...)
-		c.epTracker.EndpointSliceUpdate(s, false)
+		c.EndpointTracker.EndpointSliceUpdate(s, false)
 		slices[name] = s
 	}
 	return c, slices
@@ -113,7 +113,7 @@ func BenchmarkSyncPartial(b *testing.B) {
 					s = changed[name]
 				}
 				i++
-				c.epTracker.EndpointSliceUpdate(s, false)
+				c.EndpointTracker.EndpointSliceUpdate(s, false)
 				in := c.input()
 				start := time.Now()
 				res := w.Sync(ctx, in)

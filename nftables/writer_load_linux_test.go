@@ -137,7 +137,7 @@ func TestWriterKernelLoad(t *testing.T) {
 				if i%2 == 0 {
 					s.Endpoints[3].Conditions.Ready = ptr.To(false)
 				}
-				c.epTracker.EndpointSliceUpdate(s, false)
+				c.EndpointTracker.EndpointSliceUpdate(s, false)
 				res := w.Sync(ctx, c.input())
 				if res.Full {
 					t.Fatal("one-endpoint change made a full sync")

@@ -26,8 +26,8 @@ func baseConfig() nftables.WriterConfig {
 	}
 }
 
-func local(ip string) ep  { return ep{ip: ip, node: node} }
-func remote(ip string) ep { return ep{ip: ip, node: "node-b"} }
+func local(ip string) ep  { return ep{IP: ip, Node: node} }
+func remote(ip string) ep { return ep{IP: ip, Node: "node-b"} }
 
 // goldenCase is one small cluster per behaviour.
 type goldenCase struct {
@@ -84,13 +84,13 @@ var goldenCases = []goldenCase{{
 		c.setService(makeService("ns", "empty", "10.96.0.15", withLoadBalancer("203.0.113.6", "198.51.100.0/24"),
 			withNodePort(30090), withExternalIPs("192.0.2.15")))
 		// Endpoints that are not ready and not terminating do not count.
-		c.setEndpoints("ns", "empty", tcp8080, ep{ip: "10.0.1.1", node: node, notReady: true})
+		c.setEndpoints("ns", "empty", tcp8080, ep{IP: "10.0.1.1", Node: node, NotReady: true})
 	},
 }, {
 	name: "terminating-fallback",
 	setup: func(c *cluster) {
 		c.setService(makeService("ns", "rollout", "10.96.0.16"))
-		c.setEndpoints("ns", "rollout", tcp8080, ep{ip: "10.0.1.1", node: node, terminating: true}, ep{ip: "10.0.1.2", node: node, notReady: true})
+		c.setEndpoints("ns", "rollout", tcp8080, ep{IP: "10.0.1.1", Node: node, Terminating: true}, ep{IP: "10.0.1.2", Node: node, NotReady: true})
 	},
 }, {
 	name:   "topology",
@@ -98,9 +98,9 @@ var goldenCases = []goldenCase{{
 	setup: func(c *cluster) {
 		c.setService(makeService("ns", "zoned", "10.96.0.17"))
 		c.setEndpoints("ns", "zoned", tcp8080,
-			ep{ip: "10.0.1.1", node: node, zoneHints: []string{"zone-a"}},
-			ep{ip: "10.0.2.1", node: "node-b", zoneHints: []string{"zone-b"}},
-			ep{ip: "10.0.3.1", node: "node-c", zoneHints: []string{"zone-a"}})
+			ep{IP: "10.0.1.1", Node: node, ZoneHints: []string{"zone-a"}},
+			ep{IP: "10.0.2.1", Node: "node-b", ZoneHints: []string{"zone-b"}},
+			ep{IP: "10.0.3.1", Node: "node-c", ZoneHints: []string{"zone-a"}})
 	},
 }, {
 	name: "udp-sctp",
@@ -156,7 +156,7 @@ func (tc goldenCase) build(t *testing.T) (*cluster, nftables.WriterConfig) {
 		tc.config(&cfg)
 	}
 	c := newCluster(family, node)
-	c.labels = tc.labels
+	c.NodeLabels = tc.labels
 	tc.setup(c)
 	return c, cfg
 }
@@ -203,7 +203,7 @@ func traceEveryService(t *testing.T, fake *knftables.Fake, cfg nftables.WriterCo
 	if cfg.IPFamily == v1.IPv6Protocol {
 		pod, outside = addr("fd00:10::99"), addr("fd00:99::9")
 	}
-	for name, svc := range c.svcs {
+	for name, svc := range c.ServiceMap {
 		type dst struct {
 			ip   netip.Addr
 			port int
