@@ -26,22 +26,12 @@ func (s benchSize) String() string { return fmt.Sprintf("%dx%d", s.services, s.e
 
 var benchSizes = []benchSize{{1000, 10}, {10000, 10}, {5000, 100}}
 
-// benchCluster loads a cluster of ClusterIP services with one TCP port
-// each and one EndpointSlice of ready endpoints each, spread over 100
-// nodes, into a cluster (and so into the change trackers and maps).
+// benchCluster loads writertest's benchmark cluster (ClusterIP services
+// of one TCP port, each with one EndpointSlice of ready endpoints spread
+// over 100 nodes) into a cluster, and so into the change trackers and maps.
 func benchCluster(size benchSize) *cluster {
 	c := newCluster(v1.IPv4Protocol, "node-1")
-	n := 0
-	for i := range size.services {
-		name := fmt.Sprintf("svc-%d", i)
-		c.setService(makeService("bench", name, fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)))
-		eps := make([]ep, 0, size.endpoints)
-		for range size.endpoints {
-			eps = append(eps, ep{IP: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), Node: fmt.Sprintf("node-%d", n%100)})
-			n++
-		}
-		c.setEndpoints("bench", name, tcp8080, eps...)
-	}
+	c.LoadBench(size.services, size.endpoints)
 	return c
 }
 
