@@ -45,7 +45,7 @@ func (c *cluster) input() iptables.SyncInput {
 	}
 }
 
-// The object builders are writertest's.
+// The tests call writertest's builders by these short names.
 type ep = writertest.Endpoint
 
 var (

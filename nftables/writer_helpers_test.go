@@ -49,7 +49,8 @@ func (c *cluster) input() nftables.SyncInput {
 	}
 }
 
-// The object builders are writertest's, but for withExternalLocal.
+// The tests call writertest's builders by these short names (all but
+// withExternalLocal, which differs below).
 type (
 	svcOpt = writertest.ServiceOption
 	ep     = writertest.Endpoint
