@@ -79,7 +79,7 @@ func TestCleanup(t *testing.T) {
 	v6cluster := func() *cluster {
 		c := newCluster(v1.IPv6Protocol, "node-a")
 		c.setService(makeService("ns", "web", "fd00:96::10", withNodePort(30080), withExternalLocal()))
-		c.setEndpoints("ns", "web", tcp8080, ep{ip: "fd00:244::11", node: "node-a"}, ep{ip: "fd00:244::12", node: "node-b"})
+		c.setEndpoints("ns", "web", tcp8080, ep{IP: "fd00:244::11", Node: "node-a"}, ep{IP: "fd00:244::12", Node: "node-b"})
 		c.setService(makeService("ns", "empty", "fd00:96::11"))
 		return c
 	}

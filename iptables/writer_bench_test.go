@@ -26,22 +26,12 @@ func (s benchSize) String() string { return fmt.Sprintf("%dx%d", s.services, s.e
 
 var benchSizes = []benchSize{{1000, 10}, {10000, 10}, {5000, 100}}
 
-// benchCluster loads a cluster of ClusterIP services with one TCP port
-// each and one EndpointSlice of ready endpoints each, spread over 100
-// nodes, into a cluster (and so into the change trackers and maps).
+// benchCluster loads writertest's benchmark cluster (ClusterIP services
+// of one TCP port, each with one EndpointSlice of ready endpoints spread
+// over 100 nodes) into a cluster, and so into the change trackers and maps.
 func benchCluster(size benchSize) *cluster {
 	c := newCluster(v1.IPv4Protocol, "node-1")
-	n := 0
-	for i := range size.services {
-		name := fmt.Sprintf("svc-%d", i)
-		c.setService(makeService("bench", name, fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)))
-		eps := make([]ep, 0, size.endpoints)
-		for range size.endpoints {
-			eps = append(eps, ep{ip: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), node: fmt.Sprintf("node-%d", n%100)})
-			n++
-		}
-		c.setEndpoints("bench", name, tcp8080, eps...)
-	}
+	c.LoadBench(size.services, size.endpoints)
 	return c
 }
 
@@ -117,8 +107,8 @@ func BenchmarkSyncPartial(b *testing.B) {
 		b.Run(size.String(), func(b *testing.B) {
 			c, w := loadedWriter(b, size)
 			ctx := context.Background()
-			slices := make([]*discoveryv1.EndpointSlice, 0, len(c.slices))
-			for _, s := range c.slices {
+			slices := make([]*discoveryv1.EndpointSlice, 0, len(c.Slices))
+			for _, s := range c.Slices {
 				slices = append(slices, s)
 			}
 			changed := make([]*discoveryv1.EndpointSlice, len(slices))
@@ -138,7 +128,7 @@ func BenchmarkSyncPartial(b *testing.B) {
 					s = changed[k]
 				}
 				i++
-				c.epTracker.EndpointSliceUpdate(s, false)
+				c.EndpointTracker.EndpointSliceUpdate(s, false)
 				input := c.input()
 				start := time.Now()
 				res := w.Sync(ctx, input)
@@ -170,7 +160,7 @@ func BenchmarkSyncServiceChange(b *testing.B) {
 			for b.Loop() {
 				if i%2 == 0 {
 					c.setService(svc)
-					c.setEndpoints("bench", "extra", tcp8080, ep{ip: "10.200.0.1"}, ep{ip: "10.200.0.2"})
+					c.setEndpoints("bench", "extra", tcp8080, ep{IP: "10.200.0.1"}, ep{IP: "10.200.0.2"})
 				} else {
 					c.deleteService("bench", "extra")
 					c.deleteEndpoints("bench", "extra")
@@ -209,7 +199,7 @@ func BenchmarkSyncMemory(b *testing.B) {
 func syncMemory(b *testing.B, size benchSize) (retained, peak float64) {
 	c := benchCluster(size)
 	in := c.input()
-	c.services, c.slices = nil, nil
+	c.Services, c.Slices = nil, nil
 	var before, after, done runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

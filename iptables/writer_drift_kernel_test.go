@@ -65,7 +65,7 @@ func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize
 		name := fmt.Sprintf("np-%d", i)
 		c.setService(makeService("bench", name, fmt.Sprintf("10.97.0.%d", i+1), withNodePort(int32(30000+i))))
 		if i%2 == 0 {
-			c.setEndpoints("bench", name, tcp8080, ep{ip: fmt.Sprintf("10.200.0.%d", i+1), node: "node-1"})
+			c.setEndpoints("bench", name, tcp8080, ep{IP: fmt.Sprintf("10.200.0.%d", i+1), Node: "node-1"})
 		}
 	}
 	res := w.Sync(ctx, c.input())

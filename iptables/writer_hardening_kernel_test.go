@@ -65,10 +65,10 @@ func TestWriterKernelBadServicePort(t *testing.T) {
 				{"x\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n-F INPUT\nCOMMIT\n*nat\n#", func(*skewedPort) {}},
 			} {
 				name := svcPortName(bad.name, "bad", "tcp")
-				p := &skewedPort{ServicePort: k.c.svcs[web], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.30"))}
+				p := &skewedPort{ServicePort: k.c.ServiceMap[web], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.30"))}
 				bad.mod(p)
-				k.c.svcs[name] = p
-				k.c.eps[name] = k.c.eps[web]
+				k.c.ServiceMap[name] = p
+				k.c.EndpointsMap[name] = k.c.EndpointsMap[web]
 				in.ServiceChanges.UpdatedServices.Insert(name.NamespacedName)
 			}
 			k.applyKernel(t, k.w.Sync(context.Background(), in))

@@ -7,206 +7,60 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
-	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 )
 
-// cluster is a proxier's view of a cluster for tests of the writer:
-// Services and EndpointSlices go through the real change trackers into the
-// maps the writer reads.
-type cluster struct {
-	family     v1.IPFamily
-	svcTracker *changetracker.ServiceChangeTracker
-	epTracker  *changetracker.EndpointsChangeTracker
-	svcs       changetracker.ServicePortMap
-	eps        changetracker.EndpointsMap
-	labels     map[string]string
-	services   map[string]*v1.Service
-	slices     map[string]*discoveryv1.EndpointSlice
-}
+// cluster is writertest's Cluster, whose Services and EndpointSlices go
+// through the real change trackers into the maps the writer reads, under
+// the names this package's tests use.
+type cluster struct{ *writertest.Cluster }
 
 func newCluster(family v1.IPFamily, node string) *cluster {
-	quiet := changetracker.WithLogger(klog.Background().V(10))
-	return &cluster{
-		family:     family,
-		svcTracker: changetracker.NewServiceChangeTracker(family, nil, quiet),
-		epTracker:  changetracker.NewEndpointsChangeTracker(family, node, nil, quiet),
-		svcs:       changetracker.ServicePortMap{},
-		eps:        changetracker.EndpointsMap{},
-		services:   map[string]*v1.Service{},
-		slices:     map[string]*discoveryv1.EndpointSlice{},
-	}
+	return &cluster{writertest.NewCluster(family, node)}
 }
 
-// setService adds or replaces a Service.
-func (c *cluster) setService(svc *v1.Service) {
-	key := svc.Namespace + "/" + svc.Name
-	c.svcTracker.Update(c.services[key], svc)
-	c.services[key] = svc
-}
-
-func (c *cluster) deleteService(ns, name string) {
-	key := ns + "/" + name
-	c.svcTracker.Update(c.services[key], nil)
-	delete(c.services, key)
-}
+func (c *cluster) setService(svc *v1.Service)      { c.SetService(svc) }
+func (c *cluster) deleteService(ns, name string)   { c.DeleteService(ns, name) }
+func (c *cluster) deleteEndpoints(ns, name string) { c.DeleteEndpoints(ns, name) }
 
 // setEndpoints replaces the endpoints of Service ns/name (one slice named
-// after it) with eps, on the ports of the Service's slice ports.
+// after it) with eps, on ports.
 func (c *cluster) setEndpoints(ns, name string, ports []discoveryv1.EndpointPort, eps ...ep) {
-	s := makeSlice(c.family, ns, name, ports, eps...)
-	c.epTracker.EndpointSliceUpdate(s, false)
-	c.slices[ns+"/"+s.Name] = s
-}
-
-func (c *cluster) deleteEndpoints(ns, name string) {
-	key := ns + "/" + name + "-1"
-	if s := c.slices[key]; s != nil {
-		c.epTracker.EndpointSliceUpdate(s, true)
-		delete(c.slices, key)
-	}
+	c.SetEndpoints(ns, name, ports, eps...)
 }
 
 // input applies the pending changes to the maps and returns the writer's
 // input.
 func (c *cluster) input() iptables.SyncInput {
+	svcChanges, epChanges := c.Update()
 	return iptables.SyncInput{
-		Services:        c.svcs,
-		Endpoints:       c.eps,
-		ServiceChanges:  c.svcs.Update(c.svcTracker),
-		EndpointChanges: c.eps.Update(c.epTracker),
-		NodeLabels:      c.labels,
+		Services:        c.ServiceMap,
+		Endpoints:       c.EndpointsMap,
+		ServiceChanges:  svcChanges,
+		EndpointChanges: epChanges,
+		NodeLabels:      c.NodeLabels,
 	}
 }
 
-type svcOpt func(*v1.Service)
+// The tests call writertest's builders by these short names.
+type ep = writertest.Endpoint
 
-// makeService makes a ClusterIP Service with one TCP port "p" 80, unless
-// opts say otherwise.
-func makeService(ns, name, clusterIP string, opts ...svcOpt) *v1.Service {
-	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.ServiceSpec{
-			Type:       v1.ServiceTypeClusterIP,
-			ClusterIP:  clusterIP,
-			ClusterIPs: []string{clusterIP},
-			Ports:      []v1.ServicePort{{Name: "p", Port: 80, Protocol: v1.ProtocolTCP}},
-		},
-	}
-	for _, o := range opts {
-		o(svc)
-	}
-	return svc
-}
-
-func withPorts(ports ...v1.ServicePort) svcOpt {
-	return func(s *v1.Service) { s.Spec.Ports = ports }
-}
-
-// withNodePort gives the Service's first port node port np, and makes a
-// ClusterIP Service a NodePort one.
-func withNodePort(np int32) svcOpt {
-	return func(s *v1.Service) {
-		if s.Spec.Type == v1.ServiceTypeClusterIP {
-			s.Spec.Type = v1.ServiceTypeNodePort
-		}
-		s.Spec.Ports[0].NodePort = np
-	}
-}
-
-func withExternalIPs(ips ...string) svcOpt {
-	return func(s *v1.Service) { s.Spec.ExternalIPs = ips }
-}
-
-// withLoadBalancer makes the Service a LoadBalancer with one ingress VIP.
-func withLoadBalancer(vip string, ranges ...string) svcOpt {
-	return func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: vip}}
-		s.Spec.LoadBalancerSourceRanges = ranges
-	}
-}
-
-func withHealthCheckNodePort(port int32) svcOpt {
-	return func(s *v1.Service) { s.Spec.HealthCheckNodePort = port }
-}
-
-func withExternalLocal() svcOpt {
-	return func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal }
-}
-
-func withInternalLocal() svcOpt {
-	return func(s *v1.Service) {
-		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
-	}
-}
-
-func withAffinity(seconds int32) svcOpt {
-	return func(s *v1.Service) {
-		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To(seconds)}}
-	}
-}
-
-// ep describes one endpoint of a slice: ready unless notReady or
-// terminating (a terminating endpoint is still serving).
-type ep struct {
-	ip          string
-	node        string
-	notReady    bool
-	terminating bool
-	zoneHints   []string
-}
-
-// slicePort is a port of an EndpointSlice.
-func slicePort(name string, port int32, proto v1.Protocol) discoveryv1.EndpointPort {
-	return discoveryv1.EndpointPort{Name: ptr.To(name), Port: ptr.To(port), Protocol: ptr.To(proto)}
-}
-
-// tcp8080 is the slice port for makeService's default port.
-var tcp8080 = []discoveryv1.EndpointPort{slicePort("p", 8080, v1.ProtocolTCP)}
-
-// makeSlice makes the slice "svc-1" of Service ns/svc.
-func makeSlice(family v1.IPFamily, ns, svc string, ports []discoveryv1.EndpointPort, eps ...ep) *discoveryv1.EndpointSlice {
-	at := discoveryv1.AddressTypeIPv4
-	if family == v1.IPv6Protocol {
-		at = discoveryv1.AddressTypeIPv6
-	}
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: svc + "-1",
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc},
-		},
-		AddressType: at,
-		Ports:       ports,
-	}
-	for _, e := range eps {
-		d := discoveryv1.Endpoint{
-			Addresses: []string{e.ip},
-			Conditions: discoveryv1.EndpointConditions{
-				Ready:       ptr.To(!e.notReady && !e.terminating),
-				Serving:     ptr.To(!e.notReady),
-				Terminating: ptr.To(e.terminating),
-			},
-		}
-		if e.node != "" {
-			d.NodeName = ptr.To(e.node)
-		}
-		if len(e.zoneHints) > 0 {
-			d.Hints = &discoveryv1.EndpointHints{}
-			for _, z := range e.zoneHints {
-				d.Hints.ForZones = append(d.Hints.ForZones, discoveryv1.ForZone{Name: z})
-			}
-		}
-		s.Endpoints = append(s.Endpoints, d)
-	}
-	return s
-}
+var (
+	makeService             = writertest.Service
+	withPorts               = writertest.WithPorts
+	withNodePort            = writertest.WithNodePort
+	withExternalIPs         = writertest.WithExternalIPs
+	withLoadBalancer        = writertest.WithLoadBalancer
+	withHealthCheckNodePort = writertest.WithHealthCheckNodePort
+	withExternalLocal       = writertest.WithExternalLocal
+	withInternalLocal       = writertest.WithInternalLocal
+	withAffinity            = writertest.WithAffinity
+	slicePort               = writertest.SlicePort
+	tcp8080                 = writertest.TCP8080
+)
 
 func mustWriter(t testing.TB, cfg iptables.WriterConfig) *iptables.Writer {
 	t.Helper()

@@ -99,15 +99,15 @@ func badInputCluster(t *testing.T, mod func(*skewedPort, []changetracker.Endpoin
 	t.Helper()
 	c := newCluster(v1.IPv4Protocol, "node-a")
 	c.setService(richService("ns", "good", "10.96.0.1", 30001))
-	c.setEndpoints("ns", "good", tcp8080, ep{ip: "10.1.0.1", node: "node-a"}, ep{ip: "10.1.0.2", node: "node-b"})
+	c.setEndpoints("ns", "good", tcp8080, ep{IP: "10.1.0.1", Node: "node-a"}, ep{IP: "10.1.0.2", Node: "node-b"})
 	in := c.input()
 	good := svcPortName("ns", "good", "p")
 	bad := svcPortName("bad", "bad", "p")
-	sp := &skewedPort{ServicePort: c.svcs[good]}
-	eps := slices.Clone(c.eps[good])
+	sp := &skewedPort{ServicePort: c.ServiceMap[good]}
+	eps := slices.Clone(c.EndpointsMap[good])
 	eps = mod(sp, eps)
-	c.svcs[bad] = sp
-	c.eps[bad] = eps
+	c.ServiceMap[bad] = sp
+	c.EndpointsMap[bad] = eps
 	in.ServiceChanges.UpdatedServices.Insert(bad.NamespacedName)
 	return c, in, bad
 }
@@ -221,7 +221,7 @@ func TestWriterSkipsBadInput(t *testing.T) {
 			// A Service added while the bad port is there gets its rules in
 			// a partial sync.
 			c.setService(richService("ns", "later", "10.96.0.3", 30003))
-			c.setEndpoints("ns", "later", tcp8080, ep{ip: "10.1.0.3", node: "node-a"})
+			c.setEndpoints("ns", "later", tcp8080, ep{IP: "10.1.0.3", Node: "node-a"})
 			in2 := c.input()
 			res = syncFake(t, w, f, in2)
 			if res.Full {
@@ -260,7 +260,7 @@ func TestWriterAllowAllSourceRanges(t *testing.T) {
 			// The tracker keeps both families' ranges; the writer decides.
 			svc.Spec.LoadBalancerSourceRanges = tc.ranges
 			c.setService(svc)
-			c.setEndpoints("ns", "lb", tcp8080, ep{ip: epIP, node: "node-a"})
+			c.setEndpoints("ns", "lb", tcp8080, ep{IP: epIP, Node: "node-a"})
 			w := mustWriter(t, iptables.WriterConfig{IPFamily: tc.family, NodeName: "node-a"})
 			syncFake(t, w, f, c.input())
 			name := svcPortName("ns", "lb", "p")
@@ -325,15 +325,15 @@ func FuzzWriterNames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ns, name, port string) {
 		c := newCluster(v1.IPv4Protocol, "node-a")
 		c.setService(richService("ns", "good", "10.96.0.1", 30001))
-		c.setEndpoints("ns", "good", tcp8080, ep{ip: "10.1.0.1", node: "node-a"}, ep{ip: "10.1.0.2", node: "node-b"})
+		c.setEndpoints("ns", "good", tcp8080, ep{IP: "10.1.0.1", Node: "node-a"}, ep{IP: "10.1.0.2", Node: "node-b"})
 		in := c.input()
 		good := svcPortName("ns", "good", "p")
 		fuzzed := svcPortName(ns, name, port)
 		if fuzzed == good {
 			return
 		}
-		c.svcs[fuzzed] = &skewedPort{ServicePort: c.svcs[good], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.2"))}
-		c.eps[fuzzed] = slices.Clone(c.eps[good])
+		c.ServiceMap[fuzzed] = &skewedPort{ServicePort: c.ServiceMap[good], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.2"))}
+		c.EndpointsMap[fuzzed] = slices.Clone(c.EndpointsMap[good])
 		in.ServiceChanges.UpdatedServices.Insert(fuzzed.NamespacedName)
 
 		fake := iptablestest.NewFake()
@@ -346,12 +346,12 @@ func FuzzWriterNames(f *testing.F) {
 
 		// A partial sync that changes the port's endpoints and top-level
 		// rules: "-D" of the rules written before must match them.
-		c.eps[fuzzed] = c.eps[fuzzed][:1]
-		c.svcs[fuzzed] = &skewedPort{ServicePort: c.svcs[good], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.2")), nodePort: ptrTo(30009)}
+		c.EndpointsMap[fuzzed] = c.EndpointsMap[fuzzed][:1]
+		c.ServiceMap[fuzzed] = &skewedPort{ServicePort: c.ServiceMap[good], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.2")), nodePort: ptrTo(30009)}
 		in2 := iptables.SyncInput{
-			Services: c.svcs, Endpoints: c.eps,
+			Services: c.ServiceMap, Endpoints: c.EndpointsMap,
 			ServiceChanges:  changetracker.UpdateServiceMapResult{UpdatedServices: sets.New(fuzzed.NamespacedName), DeletedUDPClusterIPs: sets.New[netip.Addr]()},
-			EndpointChanges: c.eps.Update(c.epTracker),
+			EndpointChanges: c.EndpointsMap.Update(c.EndpointTracker),
 		}
 		res := syncFake(t, w, fake, in2)
 		if res.Full {

@@ -450,15 +450,15 @@ func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {
 
 	apply("first full sync", w.Sync(ctx, c.input()))
 	svc0 := portName("bench", "svc-0", "p", v1.ProtocolTCP)
-	first := c.eps[svc0][0]
+	first := c.EndpointsMap[svc0][0]
 	gone := iptables.EndpointChain(svc0, first.String())
 	if !exists(gone) {
 		t.Fatalf("chain %s of the first sync is missing", gone)
 	}
 
-	s := c.slices["bench/svc-0-1"].DeepCopy()
+	s := c.Slices["bench/svc-0-1"].DeepCopy()
 	s.Endpoints[0].Conditions.Ready = ptr.To(false)
-	c.epTracker.EndpointSliceUpdate(s, false)
+	c.EndpointTracker.EndpointSliceUpdate(s, false)
 	res := w.Sync(ctx, c.input())
 	if res.Full {
 		t.Fatal("endpoint change synced fully")
@@ -510,7 +510,7 @@ func testWriterKernelIPv6(t *testing.T, backend iptables.Backend) {
 	}
 	c := newCluster(v1.IPv6Protocol, scnNode)
 	c.setService(makeService("ns", "web", webIP, withNodePort(30080)))
-	c.setEndpoints("ns", "web", tcp8080, ep{ip: podA, node: scnNode}, ep{ip: podB, node: "node-b"})
+	c.setEndpoints("ns", "web", tcp8080, ep{IP: podA, Node: scnNode}, ep{IP: podB, Node: "node-b"})
 	c.setService(makeService("ns", "empty", emptyIP, withPorts(
 		v1.ServicePort{Name: "tcp", Port: 80, Protocol: v1.ProtocolTCP},
 		v1.ServicePort{Name: "udp", Port: 80, Protocol: v1.ProtocolUDP},

@@ -63,7 +63,7 @@ func TestWriterNodePortAddresses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, f, clusterIP, epIP := familyCluster(tc.family)
 			c.setService(makeService("ns", "np", clusterIP, withNodePort(30080)))
-			c.setEndpoints("ns", "np", tcp8080, ep{ip: epIP, node: "node-a"})
+			c.setEndpoints("ns", "np", tcp8080, ep{IP: epIP, Node: "node-a"})
 			var prefixes []netip.Prefix
 			for _, a := range tc.addresses {
 				prefixes = append(prefixes, prefix(a))
@@ -109,7 +109,7 @@ func TestWriterNodePortAddresses(t *testing.T) {
 func TestWriterNodePortGuardFollowsPrefix(t *testing.T) {
 	c, f, clusterIP, epIP := familyCluster(v1.IPv4Protocol)
 	c.setService(makeService("ns", "np", clusterIP, withNodePort(30080)))
-	c.setEndpoints("ns", "np", tcp8080, ep{ip: epIP, node: "node-a"})
+	c.setEndpoints("ns", "np", tcp8080, ep{IP: epIP, Node: "node-a"})
 	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ChainPrefix: "PXYB",
 		NodePortAddresses: []netip.Prefix{prefix("0.0.0.0/1")}})
 	res := w.Sync(t.Context(), c.input())

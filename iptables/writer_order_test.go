@@ -44,7 +44,7 @@ func svcEndpointOrder(payload string) map[string][]string {
 func TestWriterEndpointOrder(t *testing.T) {
 	c := newCluster(v1.IPv4Protocol, "node-a")
 	c.setService(makeService("ns", "web", "10.96.0.10"))
-	c.setEndpoints("ns", "web", tcp8080, ep{ip: "10.0.0.2"}, ep{ip: "10.0.0.10"}, ep{ip: "10.0.0.1"}, ep{ip: "9.0.0.1"})
+	c.setEndpoints("ns", "web", tcp8080, ep{IP: "10.0.0.2"}, ep{IP: "10.0.0.10"}, ep{IP: "10.0.0.1"}, ep{IP: "9.0.0.1"})
 	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}
 	w := mustWriter(t, cfg)
 	f := iptablestest.NewFake()
@@ -59,7 +59,7 @@ func TestWriterEndpointOrder(t *testing.T) {
 		}
 	}
 
-	c.setEndpoints("ns", "web", tcp8080, ep{ip: "10.0.0.2"}, ep{ip: "10.0.0.100"}, ep{ip: "10.0.0.1"})
+	c.setEndpoints("ns", "web", tcp8080, ep{IP: "10.0.0.2"}, ep{IP: "10.0.0.100"}, ep{IP: "10.0.0.1"})
 	res = syncFake(t, w, f, c.input())
 	if res.Full {
 		t.Fatal("the endpoint change synced fully")

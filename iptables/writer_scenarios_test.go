@@ -45,7 +45,7 @@ var scnPods = []struct{ name, ip, node string }{
 func scnEP(ip string) ep {
 	for _, p := range scnPods {
 		if p.ip == ip {
-			return ep{ip: ip, node: p.node}
+			return ep{IP: ip, Node: p.node}
 		}
 	}
 	panic("no pod " + ip)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/golden"
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 )
@@ -35,7 +36,7 @@ func checkGolden(t *testing.T, name string, got []byte) {
 // compares the full sync's payload with a golden file; each payload must
 // also be accepted by the strict Fake.
 func TestWriterFullSyncGolden(t *testing.T) {
-	const node = "node-a"
+	const node = writertest.Node
 	base := iptables.WriterConfig{
 		IPFamily:    v1.IPv4Protocol,
 		NodeName:    node,
@@ -43,90 +44,25 @@ func TestWriterFullSyncGolden(t *testing.T) {
 		ClusterCIDR: prefix("10.0.0.0/16"),
 		RandomFully: true,
 	}
-	local := func(ip string) ep { return ep{ip: ip, node: node} }
-	remote := func(ip string) ep { return ep{ip: ip, node: "node-b"} }
-	for _, tc := range []struct {
+	local := func(ip string) ep { return ep{IP: ip, Node: node} }
+	remote := func(ip string) ep { return ep{IP: ip, Node: "node-b"} }
+	type goldenCase struct {
 		name   string
 		family v1.IPFamily
 		config func(*iptables.WriterConfig)
-		labels map[string]string
 		setup  func(c *cluster)
-	}{{
-		name: "cluster-ip",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "web", "10.96.0.10"))
-			c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.2"))
-		},
-	}, {
-		name: "node-port-external-ip",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "web", "10.96.0.10", withNodePort(30080), withExternalIPs("192.0.2.10", "fd00::10")))
-			c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
-		},
-	}, {
-		name: "load-balancer-local-policy",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "lb", "10.96.0.11",
-				withLoadBalancer("203.0.113.5", "198.51.100.0/24", "192.168.0.0/24"), withNodePort(31000),
-				withExternalLocal(), withHealthCheckNodePort(32000)))
-			c.setEndpoints("ns", "lb", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
-		},
-	}, {
-		name: "external-local-no-local-endpoints",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "lb", "10.96.0.11", withLoadBalancer("203.0.113.5"), withNodePort(31000),
-				withExternalIPs("192.0.2.11"), withExternalLocal(), withHealthCheckNodePort(32000)))
-			c.setEndpoints("ns", "lb", tcp8080, remote("10.0.2.1"))
-		},
-	}, {
-		name: "internal-local",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "with-local", "10.96.0.12", withInternalLocal()))
-			c.setEndpoints("ns", "with-local", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
-			c.setService(makeService("ns", "without-local", "10.96.0.13", withInternalLocal()))
-			c.setEndpoints("ns", "without-local", tcp8080, remote("10.0.2.2"))
-		},
-	}, {
+	}
+	// writertest's scenarios, which nftables' writer renders too, then
+	// this writer's own cases.
+	var cases []goldenCase
+	for _, sc := range writertest.Scenarios {
+		cases = append(cases, goldenCase{name: sc.Name, setup: func(c *cluster) { sc.Setup(c.Cluster) }})
+	}
+	for _, tc := range append(cases, []goldenCase{{
 		name: "affinity",
 		setup: func(c *cluster) {
 			c.setService(makeService("ns", "sticky", "10.96.0.14", withAffinity(300)))
 			c.setEndpoints("ns", "sticky", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.2"))
-		},
-	}, {
-		name: "no-endpoints",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "empty", "10.96.0.15", withLoadBalancer("203.0.113.6", "198.51.100.0/24"),
-				withNodePort(30090), withExternalIPs("192.0.2.15")))
-			// Endpoints that are not ready and not terminating do not count.
-			c.setEndpoints("ns", "empty", tcp8080, ep{ip: "10.0.1.1", node: node, notReady: true})
-		},
-	}, {
-		name: "terminating-fallback",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "rollout", "10.96.0.16"))
-			c.setEndpoints("ns", "rollout", tcp8080, ep{ip: "10.0.1.1", node: node, terminating: true}, ep{ip: "10.0.1.2", node: node, notReady: true})
-		},
-	}, {
-		name:   "topology",
-		labels: map[string]string{v1.LabelTopologyZone: "zone-a"},
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "zoned", "10.96.0.17"))
-			c.setEndpoints("ns", "zoned", tcp8080,
-				ep{ip: "10.0.1.1", node: node, zoneHints: []string{"zone-a"}},
-				ep{ip: "10.0.2.1", node: "node-b", zoneHints: []string{"zone-b"}},
-				ep{ip: "10.0.3.1", node: "node-c", zoneHints: []string{"zone-a"}})
-		},
-	}, {
-		name: "udp-sctp",
-		setup: func(c *cluster) {
-			c.setService(makeService("ns", "dns", "10.96.0.18", withPorts(
-				v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP},
-				v1.ServicePort{Name: "sctp", Port: 9999, Protocol: v1.ProtocolSCTP},
-			)))
-			c.setEndpoints("ns", "dns", []discoveryv1.EndpointPort{
-				slicePort("dns", 5353, v1.ProtocolUDP),
-				slicePort("sctp", 9999, v1.ProtocolSCTP),
-			}, local("10.0.1.1"))
 		},
 	}, {
 		name: "masquerade-all-options",
@@ -176,7 +112,7 @@ func TestWriterFullSyncGolden(t *testing.T) {
 			c.setService(svc)
 			c.setEndpoints("ns", "web", tcp8080, local("fd00:10::1"), remote("fd00:10::2"))
 		},
-	}} {
+	}}...) {
 		t.Run(tc.name, func(t *testing.T) {
 			family := tc.family
 			if family == "" {
@@ -187,7 +123,6 @@ func TestWriterFullSyncGolden(t *testing.T) {
 				tc.config(&cfg)
 			}
 			c := newCluster(family, node)
-			c.labels = tc.labels
 			tc.setup(c)
 			w := mustWriter(t, cfg)
 			f := iptablestest.NewFake()
@@ -271,7 +206,7 @@ func runSteps(t *testing.T, cfg iptables.WriterConfig, c *cluster, steps []step)
 			s.check(t, string(res.Payload))
 		}
 		fresh := iptablestest.NewFake()
-		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps, NodeLabels: c.labels})
+		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
 		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
 			t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s\npayload:\n%s", s.name, diff, res.Payload)
 		}
@@ -430,12 +365,12 @@ func TestWriterPartialSyncCostsOnlyTheChange(t *testing.T) {
 	for i := range 50 {
 		name := "svc-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		c.setService(makeService("ns", name, netip.AddrFrom4([4]byte{10, 96, 1, byte(i + 1)}).String(), withNodePort(int32(30000+i))))
-		c.setEndpoints("ns", name, tcp8080, ep{ip: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}).String()}, ep{ip: netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}).String()})
+		c.setEndpoints("ns", name, tcp8080, ep{IP: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}).String()}, ep{IP: netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}).String()})
 	}
 	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ClusterCIDR: prefix("10.0.0.0/16")})
 	f := iptablestest.NewFake()
 	full := syncFake(t, w, f, c.input())
-	c.setEndpoints("ns", "svc-aa", tcp8080, ep{ip: "10.0.1.1"})
+	c.setEndpoints("ns", "svc-aa", tcp8080, ep{IP: "10.0.1.1"})
 	res := syncFake(t, w, f, c.input())
 	if res.Full || res.ServicePortsWritten != 1 {
 		t.Fatalf("full=%v, ports written %d; want a partial sync of one port", res.Full, res.ServicePortsWritten)
@@ -510,7 +445,7 @@ func TestWriterFullSyncTriggers(t *testing.T) {
 		{name: "service added", before: func() { scnAddService(c) }, wantFull: false},
 		{name: "RequestFullSync", before: w.RequestFullSync, wantFull: true},
 		{name: "after the requested full sync", wantFull: false},
-		{name: "node labels changed", before: func() { c.labels = map[string]string{v1.LabelTopologyZone: "z"} }, wantFull: true},
+		{name: "node labels changed", before: func() { c.NodeLabels = map[string]string{v1.LabelTopologyZone: "z"} }, wantFull: true},
 		{name: "node labels unchanged", wantFull: false},
 		{name: "less than FullSyncPeriod later", before: func() { clk.SetTime(clk.Now().Add(59 * time.Minute)) }, wantFull: false},
 		{name: "FullSyncPeriod after the last full sync", before: func() { clk.SetTime(clk.Now().Add(time.Minute)) }, wantFull: true},
@@ -577,7 +512,7 @@ func TestWriterRecoversFromFailedRestore(t *testing.T) {
 		t.Fatal("sync after the failure is not full")
 	}
 	fresh := iptablestest.NewFake()
-	syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps})
+	syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap})
 	if diff := cmp.Diff(fresh.Dump(), f.Dump()); diff != "" {
 		t.Errorf("after recovering, rules differ from a fresh full sync's (-fresh +recovered):\n%s", diff)
 	}

@@ -215,7 +215,7 @@ func TestWriterTrace(t *testing.T) {
 func TestWriterTraceIPv6(t *testing.T) {
 	c := newCluster(v1.IPv6Protocol, "node-a")
 	c.setService(makeService("ns", "web", "fd00:96::10", withNodePort(30080)))
-	c.setEndpoints("ns", "web", tcp8080, ep{ip: "fd00:10::1", node: "node-a"}, ep{ip: "fd00:10::2", node: "node-b"})
+	c.setEndpoints("ns", "web", tcp8080, ep{IP: "fd00:10::1", Node: "node-a"}, ep{IP: "fd00:10::2", Node: "node-b"})
 	c.setService(makeService("ns", "empty", "fd00:96::11"))
 	n := &traceNode{
 		w: mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeName: "node-a", ClusterCIDR: prefix("fd00:10::/64")}),

@@ -21,7 +21,7 @@ func Example() {
 	svcs := changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil, quiet)
 	eps := changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil, quiet)
 	svcs.Update(nil, makeService("demo", "web", "10.96.0.10"))
-	eps.EndpointSliceUpdate(makeSlice(v1.IPv4Protocol, "demo", "web", tcp8080, ep{ip: "10.0.1.5", node: "node-a"}), false)
+	eps.EndpointSliceUpdate(makeSlice(v1.IPv4Protocol, "demo", "web", tcp8080, ep{IP: "10.0.1.5", Node: "node-a"}), false)
 	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
 
 	nft := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)

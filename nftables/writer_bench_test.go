@@ -27,24 +27,12 @@ type benchSize struct{ services, endpoints int }
 
 func (s benchSize) String() string { return fmt.Sprintf("%dx%d", s.services, s.endpoints) }
 
-// benchCluster loads a cluster like iptables' benchCluster.
-func benchCluster(size benchSize) (*cluster, map[string]*discoveryv1.EndpointSlice) {
+// benchCluster loads the cluster of iptables' benchmarks, writertest's,
+// into a cluster.
+func benchCluster(size benchSize) *cluster {
 	c := newCluster(v1.IPv4Protocol, "node-1")
-	slices := map[string]*discoveryv1.EndpointSlice{}
-	n := 0
-	for i := range size.services {
-		name := fmt.Sprintf("svc-%d", i)
-		c.setService(makeService("bench", name, fmt.Sprintf("10.%d.%d.%d", 96+i>>16, i>>8&255, i&255)))
-		eps := make([]ep, 0, size.endpoints)
-		for range size.endpoints {
-			eps = append(eps, ep{ip: fmt.Sprintf("10.%d.%d.%d", 128+n>>16&63, n>>8&255, n&255), node: fmt.Sprintf("node-%d", n%100)})
-			n++
-		}
-		s := makeSlice(v1.IPv4Protocol, "bench", name, tcp8080, eps...)
-		c.epTracker.EndpointSliceUpdate(s, false)
-		slices[name] = s
-	}
-	return c, slices
+	c.LoadBench(size.services, size.endpoints)
+	return c
 }
 
 func benchWriter(b *testing.B) *nftables.Writer {
@@ -61,7 +49,7 @@ func benchWriter(b *testing.B) *nftables.Writer {
 func BenchmarkSyncFull(b *testing.B) {
 	for _, size := range []benchSize{{1000, 10}, {10000, 10}} {
 		b.Run(size.String(), func(b *testing.B) {
-			c, _ := benchCluster(size)
+			c := benchCluster(size)
 			in := c.input()
 			w := benchWriter(b)
 			ctx := context.Background()
@@ -89,7 +77,8 @@ func BenchmarkSyncFull(b *testing.B) {
 func BenchmarkSyncPartial(b *testing.B) {
 	for _, size := range []benchSize{{1000, 10}, {10000, 10}, {30000, 10}} {
 		b.Run(size.String(), func(b *testing.B) {
-			c, slices := benchCluster(size)
+			c := benchCluster(size)
+			slices := c.Slices
 			w := benchWriter(b)
 			ctx := context.Background()
 			w.Sync(ctx, c.input())
@@ -113,7 +102,7 @@ func BenchmarkSyncPartial(b *testing.B) {
 					s = changed[name]
 				}
 				i++
-				c.epTracker.EndpointSliceUpdate(s, false)
+				c.EndpointTracker.EndpointSliceUpdate(s, false)
 				in := c.input()
 				start := time.Now()
 				res := w.Sync(ctx, in)

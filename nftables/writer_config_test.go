@@ -189,7 +189,7 @@ func TestWriterFullSyncTriggers(t *testing.T) {
 	}{
 		{"first", func() {}, true},
 		{"nothing changed", func() {}, false},
-		{"node labels changed", func() { c.labels = map[string]string{v1.LabelTopologyZone: "z"} }, true},
+		{"node labels changed", func() { c.NodeLabels = map[string]string{v1.LabelTopologyZone: "z"} }, true},
 		{"half the period", func() { clk.SetTime(clk.Now().Add(30 * time.Minute)) }, false},
 		{"the period", func() { clk.SetTime(clk.Now().Add(30 * time.Minute)) }, true},
 		{"requested", w.RequestFullSync, true},

@@ -11,186 +11,71 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/nftables"
 	nftablestest "github.com/proxykit/proxykit/nftables/testing"
 )
 
-// cluster is a proxier's view of a cluster: Services and EndpointSlices go
-// through the real change trackers into the maps the writer reads.
-type cluster struct {
-	family     v1.IPFamily
-	svcTracker *changetracker.ServiceChangeTracker
-	epTracker  *changetracker.EndpointsChangeTracker
-	svcs       changetracker.ServicePortMap
-	eps        changetracker.EndpointsMap
-	labels     map[string]string
-	services   map[string]*v1.Service
-}
+// cluster is writertest's Cluster, whose Services and EndpointSlices go
+// through the real change trackers into the maps the writer reads, under
+// the names this package's tests use.
+type cluster struct{ *writertest.Cluster }
 
 func newCluster(family v1.IPFamily, node string) *cluster {
-	quiet := changetracker.WithLogger(klog.Background().V(10))
-	return &cluster{
-		family:     family,
-		svcTracker: changetracker.NewServiceChangeTracker(family, nil, quiet),
-		epTracker:  changetracker.NewEndpointsChangeTracker(family, node, nil, quiet),
-		svcs:       changetracker.ServicePortMap{},
-		eps:        changetracker.EndpointsMap{},
-		services:   map[string]*v1.Service{},
-	}
+	return &cluster{writertest.NewCluster(family, node)}
 }
 
-func (c *cluster) setService(svc *v1.Service) {
-	key := svc.Namespace + "/" + svc.Name
-	c.svcTracker.Update(c.services[key], svc)
-	c.services[key] = svc
-}
-
-func (c *cluster) deleteService(ns, name string) {
-	key := ns + "/" + name
-	c.svcTracker.Update(c.services[key], nil)
-	delete(c.services, key)
-}
+func (c *cluster) setService(svc *v1.Service)    { c.SetService(svc) }
+func (c *cluster) deleteService(ns, name string) { c.DeleteService(ns, name) }
 
 // setEndpoints replaces the endpoints of Service ns/name (one slice named
-// after it).
+// after it) with eps, on ports.
 func (c *cluster) setEndpoints(ns, name string, ports []discoveryv1.EndpointPort, eps ...ep) {
-	c.epTracker.EndpointSliceUpdate(makeSlice(c.family, ns, name, ports, eps...), false)
+	c.SetEndpoints(ns, name, ports, eps...)
 }
 
+// input applies the pending changes to the maps and returns the writer's
+// input.
 func (c *cluster) input() nftables.SyncInput {
+	svcChanges, epChanges := c.Update()
 	return nftables.SyncInput{
-		Services:        c.svcs,
-		Endpoints:       c.eps,
-		ServiceChanges:  c.svcs.Update(c.svcTracker),
-		EndpointChanges: c.eps.Update(c.epTracker),
-		NodeLabels:      c.labels,
+		Services:        c.ServiceMap,
+		Endpoints:       c.EndpointsMap,
+		ServiceChanges:  svcChanges,
+		EndpointChanges: epChanges,
+		NodeLabels:      c.NodeLabels,
 	}
 }
 
-type svcOpt func(*v1.Service)
+// The tests call writertest's builders by these short names (all but
+// withExternalLocal, which differs below).
+type (
+	svcOpt = writertest.ServiceOption
+	ep     = writertest.Endpoint
+)
 
-// makeService makes a ClusterIP Service with one TCP port "p" 80, unless
-// opts say otherwise.
-func makeService(ns, name, clusterIP string, opts ...svcOpt) *v1.Service {
-	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.ServiceSpec{
-			Type:       v1.ServiceTypeClusterIP,
-			ClusterIP:  clusterIP,
-			ClusterIPs: []string{clusterIP},
-			Ports:      []v1.ServicePort{{Name: "p", Port: 80, Protocol: v1.ProtocolTCP}},
-		},
-	}
-	for _, o := range opts {
-		o(svc)
-	}
-	return svc
-}
-
-func withPorts(ports ...v1.ServicePort) svcOpt {
-	return func(s *v1.Service) { s.Spec.Ports = ports }
-}
-
-func withNodePort(np int32) svcOpt {
-	return func(s *v1.Service) {
-		if s.Spec.Type == v1.ServiceTypeClusterIP {
-			s.Spec.Type = v1.ServiceTypeNodePort
-		}
-		s.Spec.Ports[0].NodePort = np
-	}
-}
-
-func withExternalIPs(ips ...string) svcOpt {
-	return func(s *v1.Service) { s.Spec.ExternalIPs = ips }
-}
-
-func withLoadBalancer(vip string, ranges ...string) svcOpt {
-	return func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: vip}}
-		s.Spec.LoadBalancerSourceRanges = ranges
-	}
-}
+var (
+	makeService       = writertest.Service
+	withPorts         = writertest.WithPorts
+	withNodePort      = writertest.WithNodePort
+	withExternalIPs   = writertest.WithExternalIPs
+	withLoadBalancer  = writertest.WithLoadBalancer
+	withInternalLocal = writertest.WithInternalLocal
+	withAffinity      = writertest.WithAffinity
+	slicePort         = writertest.SlicePort
+	makeSlice         = writertest.Slice
+	tcp8080           = writertest.TCP8080
+)
 
 // withExternalLocal sets externalTrafficPolicy Local, with the health
 // check node port the API server would allocate.
 func withExternalLocal() svcOpt {
 	return func(s *v1.Service) {
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		s.Spec.HealthCheckNodePort = 32000
+		writertest.WithExternalLocal()(s)
+		writertest.WithHealthCheckNodePort(32000)(s)
 	}
-}
-
-func withInternalLocal() svcOpt {
-	return func(s *v1.Service) {
-		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
-	}
-}
-
-func withAffinity(seconds int32) svcOpt {
-	return func(s *v1.Service) {
-		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To(seconds)}}
-	}
-}
-
-// ep is one endpoint of a slice: ready unless notReady or terminating (a
-// terminating endpoint is still serving).
-type ep struct {
-	ip          string
-	node        string
-	notReady    bool
-	terminating bool
-	zoneHints   []string
-}
-
-func slicePort(name string, port int32, proto v1.Protocol) discoveryv1.EndpointPort {
-	return discoveryv1.EndpointPort{Name: ptr.To(name), Port: ptr.To(port), Protocol: ptr.To(proto)}
-}
-
-// tcp8080 is the slice port for makeService's default port.
-var tcp8080 = []discoveryv1.EndpointPort{slicePort("p", 8080, v1.ProtocolTCP)}
-
-func makeSlice(family v1.IPFamily, ns, svc string, ports []discoveryv1.EndpointPort, eps ...ep) *discoveryv1.EndpointSlice {
-	at := discoveryv1.AddressTypeIPv4
-	if family == v1.IPv6Protocol {
-		at = discoveryv1.AddressTypeIPv6
-	}
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: svc + "-1",
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc},
-		},
-		AddressType: at,
-		Ports:       ports,
-	}
-	for _, e := range eps {
-		d := discoveryv1.Endpoint{
-			Addresses: []string{e.ip},
-			Conditions: discoveryv1.EndpointConditions{
-				Ready:       ptr.To(!e.notReady && !e.terminating),
-				Serving:     ptr.To(!e.notReady),
-				Terminating: ptr.To(e.terminating),
-			},
-		}
-		if e.node != "" {
-			d.NodeName = ptr.To(e.node)
-		}
-		if len(e.zoneHints) > 0 {
-			d.Hints = &discoveryv1.EndpointHints{}
-			for _, z := range e.zoneHints {
-				d.Hints.ForZones = append(d.Hints.ForZones, discoveryv1.ForZone{Name: z})
-			}
-		}
-		s.Endpoints = append(s.Endpoints, d)
-	}
-	return s
 }
 
 func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }

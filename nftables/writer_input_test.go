@@ -81,7 +81,7 @@ func TestWriterSkipsBadInput(t *testing.T) {
 			c.setEndpoints("ns", "good", tcp8080, local("10.0.1.1"))
 			in := c.input()
 			good := svcPortName("ns", "good", "p")
-			sp := &skewedPort{ServicePort: c.svcs[good]}
+			sp := &skewedPort{ServicePort: c.ServiceMap[good]}
 			if tc.mod != nil {
 				tc.mod(sp)
 			}
@@ -127,7 +127,7 @@ func FuzzWriterNames(f *testing.F) {
 		in := c.input()
 		good := svcPortName("ns", "good", "p")
 		fuzzed := svcPortName(ns, name, port)
-		in.Services[fuzzed] = c.svcs[good]
+		in.Services[fuzzed] = c.ServiceMap[good]
 		in.Endpoints[fuzzed] = in.Endpoints[good]
 		in.ServiceChanges.UpdatedServices.Insert(fuzzed.NamespacedName)
 

@@ -59,7 +59,7 @@ func TestWriterKernelLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, bySvc := benchCluster(size)
+			c := benchCluster(size)
 			ctx := context.Background()
 			nftFile := func(what string) {
 				t.Helper()
@@ -133,11 +133,11 @@ func TestWriterKernelLoad(t *testing.T) {
 			ops := 0
 			for i := range 10 {
 				name := fmt.Sprintf("svc-%d", (i/2)*997%size.services)
-				s := bySvc[name].DeepCopy()
+				s := c.Slices["bench/"+name+"-1"].DeepCopy()
 				if i%2 == 0 {
 					s.Endpoints[3].Conditions.Ready = ptr.To(false)
 				}
-				c.epTracker.EndpointSliceUpdate(s, false)
+				c.EndpointTracker.EndpointSliceUpdate(s, false)
 				res := w.Sync(ctx, c.input())
 				if res.Full {
 					t.Fatal("one-endpoint change made a full sync")

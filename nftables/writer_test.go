@@ -6,16 +6,16 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/golden"
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/nftables"
 	nftablestest "github.com/proxykit/proxykit/nftables/testing"
 )
 
-const node = "node-a"
+const node = writertest.Node
 
 func baseConfig() nftables.WriterConfig {
 	return nftables.WriterConfig{
@@ -26,93 +26,24 @@ func baseConfig() nftables.WriterConfig {
 	}
 }
 
-func local(ip string) ep  { return ep{ip: ip, node: node} }
-func remote(ip string) ep { return ep{ip: ip, node: "node-b"} }
+func local(ip string) ep  { return ep{IP: ip, Node: node} }
+func remote(ip string) ep { return ep{IP: ip, Node: "node-b"} }
 
 // goldenCase is one small cluster per behaviour.
 type goldenCase struct {
 	name   string
 	family v1.IPFamily
 	config func(*nftables.WriterConfig)
-	labels map[string]string
 	setup  func(c *cluster)
 }
 
-var goldenCases = []goldenCase{{
-	name: "cluster-ip",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "web", "10.96.0.10"))
-		c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"), remote("10.0.2.2"))
-	},
-}, {
-	name: "node-port-external-ip",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "web", "10.96.0.10", withNodePort(30080), withExternalIPs("192.0.2.10", "fd00::10")))
-		c.setEndpoints("ns", "web", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
-	},
-}, {
-	name: "load-balancer-local-policy",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "lb", "10.96.0.11",
-			withLoadBalancer("203.0.113.5", "198.51.100.0/24", "192.168.0.0/24"), withNodePort(31000), withExternalLocal()))
-		c.setEndpoints("ns", "lb", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
-	},
-}, {
-	name: "external-local-no-local-endpoints",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "lb", "10.96.0.11", withLoadBalancer("203.0.113.5"), withNodePort(31000),
-			withExternalIPs("192.0.2.11"), withExternalLocal()))
-		c.setEndpoints("ns", "lb", tcp8080, remote("10.0.2.1"))
-	},
-}, {
-	name: "internal-local",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "with-local", "10.96.0.12", withInternalLocal()))
-		c.setEndpoints("ns", "with-local", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
-		c.setService(makeService("ns", "without-local", "10.96.0.13", withInternalLocal()))
-		c.setEndpoints("ns", "without-local", tcp8080, remote("10.0.2.2"))
-	},
-}, {
+// goldenCases are writertest's scenarios, which iptables' writer renders
+// too, then this writer's own cases.
+var goldenCases = append(scenarioCases(), []goldenCase{{
 	name: "affinity",
 	setup: func(c *cluster) {
 		c.setService(makeService("ns", "sticky", "10.96.0.14", withAffinity(300)))
 		c.setEndpoints("ns", "sticky", tcp8080, local("10.0.1.1"), remote("10.0.2.1"))
-	},
-}, {
-	name: "no-endpoints",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "empty", "10.96.0.15", withLoadBalancer("203.0.113.6", "198.51.100.0/24"),
-			withNodePort(30090), withExternalIPs("192.0.2.15")))
-		// Endpoints that are not ready and not terminating do not count.
-		c.setEndpoints("ns", "empty", tcp8080, ep{ip: "10.0.1.1", node: node, notReady: true})
-	},
-}, {
-	name: "terminating-fallback",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "rollout", "10.96.0.16"))
-		c.setEndpoints("ns", "rollout", tcp8080, ep{ip: "10.0.1.1", node: node, terminating: true}, ep{ip: "10.0.1.2", node: node, notReady: true})
-	},
-}, {
-	name:   "topology",
-	labels: map[string]string{v1.LabelTopologyZone: "zone-a"},
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "zoned", "10.96.0.17"))
-		c.setEndpoints("ns", "zoned", tcp8080,
-			ep{ip: "10.0.1.1", node: node, zoneHints: []string{"zone-a"}},
-			ep{ip: "10.0.2.1", node: "node-b", zoneHints: []string{"zone-b"}},
-			ep{ip: "10.0.3.1", node: "node-c", zoneHints: []string{"zone-a"}})
-	},
-}, {
-	name: "udp-sctp",
-	setup: func(c *cluster) {
-		c.setService(makeService("ns", "dns", "10.96.0.18", withPorts(
-			v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP},
-			v1.ServicePort{Name: "sctp", Port: 9999, Protocol: v1.ProtocolSCTP},
-		)))
-		c.setEndpoints("ns", "dns", []discoveryv1.EndpointPort{
-			slicePort("dns", 5353, v1.ProtocolUDP),
-			slicePort("sctp", 9999, v1.ProtocolSCTP),
-		}, local("10.0.1.1"))
 	},
 }, {
 	name: "masquerade-all-options",
@@ -143,7 +74,15 @@ var goldenCases = []goldenCase{{
 		c.setService(svc)
 		c.setEndpoints("ns", "web", tcp8080, local("fd00:10::1"), remote("fd00:10::2"))
 	},
-}}
+}}...)
+
+func scenarioCases() []goldenCase {
+	var cases []goldenCase
+	for _, sc := range writertest.Scenarios {
+		cases = append(cases, goldenCase{name: sc.Name, setup: func(c *cluster) { sc.Setup(c.Cluster) }})
+	}
+	return cases
+}
 
 // goldenCluster builds tc's cluster, config and a synced Fake.
 func (tc goldenCase) build(t *testing.T) (*cluster, nftables.WriterConfig) {
@@ -156,7 +95,6 @@ func (tc goldenCase) build(t *testing.T) (*cluster, nftables.WriterConfig) {
 		tc.config(&cfg)
 	}
 	c := newCluster(family, node)
-	c.labels = tc.labels
 	tc.setup(c)
 	return c, cfg
 }
@@ -203,7 +141,7 @@ func traceEveryService(t *testing.T, fake *knftables.Fake, cfg nftables.WriterCo
 	if cfg.IPFamily == v1.IPv6Protocol {
 		pod, outside = addr("fd00:10::99"), addr("fd00:99::9")
 	}
-	for name, svc := range c.svcs {
+	for name, svc := range c.ServiceMap {
 		type dst struct {
 			ip   netip.Addr
 			port int

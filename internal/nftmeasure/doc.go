@@ -22,8 +22,10 @@
 // kernel's set code and its jump validation out of an endpoint change: one
 // data map of all endpoints, looked up by one shared chain per endpoint
 // count, so that a one-endpoint change is element operations only.
-// [DetectDrift] and [Generation] are how a periodic resync finds, without
-// listing the table, whether anything changed and what.
+// The namespace's nf_tables generation (read with the nftables block's
+// KernelState, which grew from this package) and [DetectDrift] are how a
+// periodic resync finds, without listing the table, whether anything
+// changed and what.
 //
 // The tests are the measurement; see BENCHMARKS.md for the figures and the
 // commands that reproduce them.

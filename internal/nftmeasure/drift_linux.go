@@ -2,16 +2,19 @@ package nftmeasure
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
+	"strconv"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	proxynft "github.com/proxykit/proxykit/nftables"
 )
 
 // wanted is an element DataMapLoad wants: its value as the kernel encodes
@@ -229,31 +232,67 @@ func (d *Drift) checkChains(conn *nftables.Conn, table *nftables.Table, desired 
 	return nil
 }
 
-// checkKeys looks the keys up in set and records in d those that differ
-// from want: missing, another value, or present and not wanted.
+// checkKeys looks the keys of EndpointsDataMap up in the kernel with the
+// nftables block's KernelState.CheckElements (its keyed lookup grew from
+// this package's), and records in d those that differ from want: missing,
+// another value, or present and not wanted.
 func (d *Drift) checkKeys(netnsFD int, set *nftables.Set, want map[string]wanted, keys map[string]bool) error {
 	sorted := slices.Sorted(maps.Keys(keys))
-	elems := make([]nftables.SetElement, len(sorted))
+	elems := make([]*knftables.Element, len(sorted))
 	for i, k := range sorted {
-		elems[i] = nftables.SetElement{Key: []byte(k)}
+		if w, ok := want[k]; ok {
+			e := *w.op
+			e.Family, e.Table = Family, Table
+			elems[i] = &e
+			continue
+		}
+		e, err := endpointKeyElement(k)
+		if err != nil {
+			return fmt.Errorf("key %x of %s: %w", k, set.Name, err)
+		}
+		elems[i] = e
 	}
-	got, err := lookupElements(netnsFD, set, elems)
+	states, err := proxynft.NewKernelState(netnsFD).CheckElements(elems)
 	if err != nil {
 		return fmt.Errorf("looking up elements of %s: %w", set.Name, err)
 	}
 	for i, k := range sorted {
 		w, wanted := want[k]
 		switch {
-		case !wanted && got[i] != nil:
-			d.extra[set] = append(d.extra[set], elems[i])
+		case !wanted && states[i] != proxynft.ElementMissing:
+			d.extra[set] = append(d.extra[set], nftables.SetElement{Key: []byte(k)})
 		case !wanted:
-		case got[i] == nil:
+		case states[i] == proxynft.ElementMissing:
 			d.Elements = append(d.Elements, Op{Add, w.op})
-		case string(got[i]) != w.value:
+		case states[i] == proxynft.ElementDiffers:
 			d.Elements = append(d.Elements, Op{Delete, w.op}, Op{Add, w.op})
 		}
 	}
 	return nil
+}
+
+// endpointKeyElement is the element of EndpointsDataMap of key as the kernel
+// encodes it (address, protocol, port and index, each in a 32-bit
+// register), with a made-up value: CheckElements then tells only whether
+// the kernel holds the key.
+func endpointKeyElement(key string) (*knftables.Element, error) {
+	b := []byte(key)
+	if len(b) != 16 {
+		return nil, fmt.Errorf("%d bytes, want 16", len(b))
+	}
+	proto, ok := map[byte]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_SCTP: "sctp"}[b[4]]
+	if !ok {
+		return nil, fmt.Errorf("protocol %d", b[4])
+	}
+	return &knftables.Element{
+		Family: Family, Table: Table, Map: EndpointsDataMap,
+		Key: []string{
+			netip.AddrFrom4([4]byte(b[:4])).String(), proto,
+			strconv.Itoa(int(binary.BigEndian.Uint16(b[8:10]))),
+			strconv.FormatUint(uint64(binary.NativeEndian.Uint32(b[12:16])), 10),
+		},
+		Value: []string{"0.0.0.0", "1"},
+	}, nil
 }
 
 func elementValue(e nftables.SetElement) string {
@@ -293,208 +332,4 @@ func decodeVerdict(b []byte) (*expr.Verdict, error) {
 		}
 	}
 	return v, ad.Err()
-}
-
-// Generation returns the nf_tables generation of the network namespace
-// that netnsFD names (0: the caller's): a counter the kernel bumps on every
-// committed batch, of any table. A writer that records it right after its
-// own commit, and finds it unchanged at the next resync, knows that nothing
-// in the namespace's nftables ruleset changed since, without reading its
-// table; any other value, a commit by anyone, calls for DetectDrift. It
-// fails if the namespace cannot be reached.
-func Generation(netnsFD int) (uint32, error) {
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netnsFD})
-	if err != nil {
-		return 0, fmt.Errorf("dialing nf_tables: %w", err)
-	}
-	defer conn.Close()
-	msgs, err := conn.Execute(netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN),
-			Flags: netlink.Request,
-		},
-		// struct nfgenmsg: family, version, resource id.
-		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("reading the nf_tables generation: %w", err)
-	}
-	for _, m := range msgs {
-		if len(m.Data) < 4 {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-		if err != nil {
-			return 0, err
-		}
-		ad.ByteOrder = binary.BigEndian
-		for ad.Next() {
-			if ad.Type() == unix.NFTA_GEN_ID {
-				return ad.Uint32(), nil
-			}
-		}
-		if err := ad.Err(); err != nil {
-			return 0, err
-		}
-	}
-	return 0, fmt.Errorf("reading the nf_tables generation: no NFTA_GEN_ID in the reply")
-}
-
-// lookupBatch is how many keys one GETSETELEM request asks for.
-const lookupBatch = 256
-
-// lookupElements asks the kernel for the data of each of elems' keys in
-// set (a data map) of the namespace netnsFD, lookupBatch keys per request,
-// and returns it by index: nil for a key the set does not hold. The kernel
-// answers a request element by element and stops at the first key it does
-// not find, so a request that fails is asked again key by key.
-func lookupElements(netnsFD int, set *nftables.Set, elems []nftables.SetElement) ([][]byte, error) {
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netnsFD})
-	if err != nil {
-		return nil, fmt.Errorf("dialing nf_tables: %w", err)
-	}
-	defer conn.Close()
-	// The kernel answers every key with its own message, queued at once:
-	// a batch's answers (about 2 KB each in the receive buffer's
-	// accounting) must fit, past the rmem_max cap (root only).
-	if err := forceReadBuffer(conn, 4<<20); err != nil {
-		return nil, err
-	}
-	out := make([][]byte, len(elems))
-	for start := 0; start < len(elems); start += lookupBatch {
-		chunk := elems[start:min(start+lookupBatch, len(elems))]
-		vals, err := getElements(conn, set, chunk)
-		if errors.Is(err, unix.ENOENT) {
-			for i := range chunk {
-				v, err := getElements(conn, set, chunk[i:i+1])
-				if errors.Is(err, unix.ENOENT) {
-					continue
-				}
-				if err != nil {
-					return nil, err
-				}
-				out[start+i] = v[0]
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		copy(out[start:], vals)
-	}
-	return out, nil
-}
-
-func getElements(conn *netlink.Conn, set *nftables.Set, elems []nftables.SetElement) ([][]byte, error) {
-	ae := netlink.NewAttributeEncoder()
-	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, set.Table.Name)
-	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set.Name)
-	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {
-		for _, e := range elems {
-			list.Nested(unix.NFTA_LIST_ELEM, func(elem *netlink.AttributeEncoder) error {
-				elem.Nested(unix.NFTA_SET_ELEM_KEY, func(key *netlink.AttributeEncoder) error {
-					key.Bytes(unix.NFTA_DATA_VALUE, e.Key)
-					return nil
-				})
-				return nil
-			})
-		}
-		return nil
-	})
-	data, err := ae.Encode()
-	if err != nil {
-		return nil, err
-	}
-	req := netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
-			Flags: netlink.Request | netlink.Acknowledge,
-		},
-		Data: append([]byte{byte(set.Table.Family), unix.NFNETLINK_V0, 0, 0}, data...),
-	}
-	if _, err := conn.Send(req); err != nil {
-		return nil, err
-	}
-	var vals [][]byte
-	for {
-		msgs, err := conn.Receive()
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range msgs {
-			if m.Header.Type == netlink.Error {
-				if len(vals) != len(elems) {
-					return nil, fmt.Errorf("%d answers to %d keys", len(vals), len(elems))
-				}
-				return vals, nil
-			}
-			v, err := elementData(m.Data)
-			if err != nil {
-				return nil, err
-			}
-			vals = append(vals, v)
-		}
-	}
-}
-
-// elementData extracts the data of the one element of a NEWSETELEM
-// message.
-func elementData(b []byte) ([]byte, error) {
-	if len(b) < 4 {
-		return nil, fmt.Errorf("short set element message")
-	}
-	var data []byte
-	ad, err := netlink.NewAttributeDecoder(b[4:])
-	if err != nil {
-		return nil, err
-	}
-	for ad.Next() {
-		if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
-			continue
-		}
-		ad.Nested(func(list *netlink.AttributeDecoder) error {
-			for list.Next() {
-				list.Nested(func(elem *netlink.AttributeDecoder) error {
-					for elem.Next() {
-						if elem.Type() == unix.NFTA_SET_ELEM_DATA {
-							elem.Nested(func(v *netlink.AttributeDecoder) error {
-								for v.Next() {
-									if v.Type() == unix.NFTA_DATA_VALUE {
-										data = v.Bytes()
-									}
-								}
-								return nil
-							})
-						}
-					}
-					return nil
-				})
-			}
-			return nil
-		})
-	}
-	if err := ad.Err(); err != nil {
-		return nil, err
-	}
-	if data == nil {
-		return nil, fmt.Errorf("set element without data")
-	}
-	return data, nil
-}
-
-func forceReadBuffer(conn *netlink.Conn, size int) error {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var sockErr error
-	if err := raw.Control(func(fd uintptr) {
-		sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
-	}); err != nil {
-		return err
-	}
-	if sockErr != nil {
-		return fmt.Errorf("setting the receive buffer: %w", sockErr)
-	}
-	return nil
 }

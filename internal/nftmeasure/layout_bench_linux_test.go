@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
+	proxynft "github.com/proxykit/proxykit/nftables"
 )
 
 // nftRusage runs `nft -f -` (with -c if check) on c's text inside the
@@ -80,9 +81,11 @@ func mustDesired(t testing.TB, skeleton, elements Change) *Desired {
 	return d
 }
 
+// generation reads the namespace's nf_tables generation as the nftables
+// block's resync does.
 func generation(t testing.TB, n *nftTable) uint32 {
 	t.Helper()
-	g, err := Generation(int(n.ns.Handle()))
+	g, err := proxynft.NewKernelState(int(n.ns.Handle())).Generation()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,12 +353,14 @@ func TestLayoutTimes(t *testing.T) {
 					t.Fatal(err)
 				}
 				dump := time.Since(start)
-				keys := make([]nftables.SetElement, len(got))
+				keys := make([]*knftables.Element, len(got))
 				for i, e := range got {
-					keys[i] = nftables.SetElement{Key: e.Key}
+					if keys[i], err = endpointKeyElement(string(e.Key)); err != nil {
+						t.Fatal(err)
+					}
 				}
 				start = time.Now()
-				if _, err := lookupElements(n.conn(t).NetNS, &nftables.Set{Table: table, Name: EndpointsDataMap, IsMap: true}, keys); err != nil {
+				if _, err := proxynft.NewKernelState(int(n.ns.Handle())).CheckElements(keys); err != nil {
 					t.Fatal(err)
 				}
 				t.Logf("data-map %d: the endpoint map's %d elements: dumped in %v, looked up by key in %v", size, len(got), dump.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))

@@ -35,7 +35,7 @@ func Watch(conn *nftables.Conn) (*Watcher, error) {
 func (w *Watcher) Close() error { return w.mon.Close() }
 
 // Own records that the batch of generation gen was the writer's: a writer
-// that read Generation before (g0) and after (g1) its commit calls Own(g1)
+// that read the generation before (g0) and after (g1) its commit calls Own(g1)
 // when g1 == g0+1, and otherwise nothing (another commit came between, so
 // its own is checked as foreign: conservative).
 func (w *Watcher) Own(gen uint32) { w.own[gen] = true }
@@ -46,7 +46,7 @@ func (w *Watcher) Own(gen uint32) { w.own[gen] = true }
 var ErrEventsLost = errors.New("nf_tables monitor events lost")
 
 // Until reads the batches committed up to generation gen (the one
-// Generation returned) and returns the Scope of what batches other than
+// nftables.KernelState's Generation returned) and returns the Scope of what batches other than
 // the writer's own changed in Table, and whether anything did. A set or
 // the table created or deleted by others has no narrower scope than the
 // whole table: Until then returns a nil Scope and true. It fails with

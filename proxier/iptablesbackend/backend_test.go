@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/backendtest"
 	"github.com/proxykit/proxykit/internal/metricstest"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
@@ -196,17 +197,8 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v4 := &proxier.FamilyInput{Family: v1.IPv4Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
-	v6 := &proxier.FamilyInput{Family: v1.IPv6Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
-	for _, ins := range [][]*proxier.FamilyInput{{v6}, {v4, v6}, {}} {
-		outs, err := b.Sync(ctx, ins)
-		if err == nil {
-			t.Errorf("Sync of %d inputs succeeded, want an error", len(ins))
-		}
-		if len(outs) != len(ins) {
-			t.Errorf("Sync of %d inputs returned %d results", len(ins), len(outs))
-		}
-	}
+	v4, v6 := backendtest.Input(v1.IPv4Protocol), backendtest.Input(v1.IPv6Protocol)
+	backendtest.SyncRefuses(ctx, t, b, [][]*proxier.FamilyInput{{v6}, {v4, v6}, {}})
 	var out bytes.Buffer
 	b, err = New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil, WithDryRun(&out))
 	if err != nil {

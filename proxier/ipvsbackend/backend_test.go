@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/backendtest"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 	"github.com/proxykit/proxykit/ipvs"
@@ -48,19 +48,8 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	input := func(f v1.IPFamily) *proxier.FamilyInput {
-		return &proxier.FamilyInput{Family: f, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
-	}
-	v4, v6 := input(v1.IPv4Protocol), input(v1.IPv6Protocol)
-	for _, ins := range [][]*proxier.FamilyInput{{v4}, {v6, v4}, {v4, v4}} {
-		outs, err := b.Sync(ctx, ins)
-		if err == nil {
-			t.Errorf("Sync of %d inputs succeeded, want an error", len(ins))
-		}
-		if len(outs) != len(ins) {
-			t.Errorf("Sync of %d inputs returned %d results", len(ins), len(outs))
-		}
-	}
+	v4, v6 := backendtest.Input(v1.IPv4Protocol), backendtest.Input(v1.IPv6Protocol)
+	backendtest.SyncRefuses(ctx, t, b, [][]*proxier.FamilyInput{{v4}, {v6, v4}, {v4, v4}})
 	if out.Len() != 0 {
 		t.Errorf("refused syncs printed %q", out.String())
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/backendtest"
 	"github.com/proxykit/proxykit/internal/metricstest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
@@ -297,17 +298,8 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v4 := &proxier.FamilyInput{Family: v1.IPv4Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
-	v6 := &proxier.FamilyInput{Family: v1.IPv6Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
-	for _, ins := range [][]*proxier.FamilyInput{{v6}, {v4, v6}, {}} {
-		outs, err := b.Sync(ctx, ins)
-		if err == nil {
-			t.Errorf("Sync of %d inputs succeeded, want an error", len(ins))
-		}
-		if len(outs) != len(ins) {
-			t.Errorf("Sync of %d inputs returned %d results", len(ins), len(outs))
-		}
-	}
+	v4, v6 := backendtest.Input(v1.IPv4Protocol), backendtest.Input(v1.IPv6Protocol)
+	backendtest.SyncRefuses(ctx, t, b, [][]*proxier.FamilyInput{{v6}, {v4, v6}, {}})
 	for _, cfg := range []nftables.WriterConfig{
 		{IPFamily: "IPv5"},
 		{IPFamily: v1.IPv4Protocol, TableName: "bad name"},

@@ -1,0 +1,90 @@
+// Package writertest builds the input of the service rule writers'
+// tests (iptables and nftables): Services and EndpointSlices as the API
+// server would send them, fed through the real change trackers into the
+// maps a writer reads, so that both writers are tested on the same
+// objects. It is not for the proxier's tests, which start from API
+// objects in a fake clientset (internal/clustertest).
+package writertest
+
+import (
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/changetracker"
+)
+
+// Cluster is a proxier's view of a cluster for one IP family: the
+// Services and EndpointSlices set on it go through the change trackers,
+// and Update applies them to ServiceMap and EndpointsMap, as a proxier's
+// sync does. Its fields are open so that a test can hand the maps to a
+// writer or corrupt them on purpose.
+type Cluster struct {
+	Family          v1.IPFamily
+	ServiceTracker  *changetracker.ServiceChangeTracker
+	EndpointTracker *changetracker.EndpointsChangeTracker
+	ServiceMap      changetracker.ServicePortMap
+	EndpointsMap    changetracker.EndpointsMap
+	// NodeLabels are the labels of this node (topology); nil by default.
+	NodeLabels map[string]string
+	// Services are the Services set, by namespace/name.
+	Services map[string]*v1.Service
+	// Slices are the EndpointSlices set, by namespace/name of the slice.
+	Slices map[string]*discoveryv1.EndpointSlice
+}
+
+// NewCluster returns an empty Cluster of family whose trackers see node
+// as this node. The trackers log only at verbosity 10, so that the tests
+// that feed them bad objects on purpose stay quiet.
+func NewCluster(family v1.IPFamily, node string) *Cluster {
+	quiet := changetracker.WithLogger(klog.Background().V(10))
+	return &Cluster{
+		Family:          family,
+		ServiceTracker:  changetracker.NewServiceChangeTracker(family, nil, quiet),
+		EndpointTracker: changetracker.NewEndpointsChangeTracker(family, node, nil, quiet),
+		ServiceMap:      changetracker.ServicePortMap{},
+		EndpointsMap:    changetracker.EndpointsMap{},
+		Services:        map[string]*v1.Service{},
+		Slices:          map[string]*discoveryv1.EndpointSlice{},
+	}
+}
+
+// SetService adds svc, or replaces the Service of the same namespace and
+// name.
+func (c *Cluster) SetService(svc *v1.Service) {
+	key := svc.Namespace + "/" + svc.Name
+	c.ServiceTracker.Update(c.Services[key], svc)
+	c.Services[key] = svc
+}
+
+// DeleteService deletes Service ns/name; the tracker ignores the deletion
+// of a Service it never saw.
+func (c *Cluster) DeleteService(ns, name string) {
+	key := ns + "/" + name
+	c.ServiceTracker.Update(c.Services[key], nil)
+	delete(c.Services, key)
+}
+
+// SetEndpoints replaces the endpoints of Service ns/name with eps, on
+// ports, in the one slice Slice makes for it (of c's family).
+func (c *Cluster) SetEndpoints(ns, name string, ports []discoveryv1.EndpointPort, eps ...Endpoint) {
+	s := Slice(c.Family, ns, name, ports, eps...)
+	c.EndpointTracker.EndpointSliceUpdate(s, false)
+	c.Slices[ns+"/"+s.Name] = s
+}
+
+// DeleteEndpoints deletes the slice SetEndpoints set for Service ns/name;
+// it does nothing if there is none.
+func (c *Cluster) DeleteEndpoints(ns, name string) {
+	key := ns + "/" + name + "-1"
+	if s := c.Slices[key]; s != nil {
+		c.EndpointTracker.EndpointSliceUpdate(s, true)
+		delete(c.Slices, key)
+	}
+}
+
+// Update applies the trackers' pending changes to ServiceMap and
+// EndpointsMap and returns what changed, for a writer's SyncInput.
+func (c *Cluster) Update() (changetracker.UpdateServiceMapResult, changetracker.UpdateEndpointsMapResult) {
+	return c.ServiceMap.Update(c.ServiceTracker), c.EndpointsMap.Update(c.EndpointTracker)
+}
