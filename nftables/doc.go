@@ -81,7 +81,10 @@
 // FullSyncPeriod unless the periodic resync below avoids it) flushes and refills everything the writer owns in one
 // atomic transaction and deletes what nothing needs; the first full sync
 // and the first after a failure list the table's chains and sets once, to
-// find objects no memory holds.
+// find objects no memory holds. A chain or set that a sync deletes is
+// added first in the same transaction, so that one another program
+// deleted (or the whole table, before RequestFullSync) does not make the
+// kernel refuse the transaction.
 //
 // # Periodic resync
 //
