@@ -249,18 +249,10 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		b.w.Applied(err)
 		return result(res), err
 	}
+	// A full sync asked for after the table's loss needs no second try:
+	// the writer's transaction holds whether or not what it remembers
+	// went with the table (nftables.Writer.RequestFullSync).
 	err := b.apply(ctx, res)
-	if err != nil && res.Full && b.tableLost.Load() {
-		// The table is gone, and the writer's memory of it with it: a
-		// full sync trusts that memory (it deletes the chains it
-		// remembers as unused, which are no longer there), and the
-		// kernel refuses it. After the failure the writer lists the
-		// table first, so one more try, at once, is made from what the
-		// kernel holds; the maps are whole, so the same input serves.
-		klog.FromContext(ctx).Info("Full sync after the table's deletion failed; syncing again from a listing of the table", "ipFamily", b.family, "err", err)
-		res = b.w.Sync(ctx, nftables.SyncInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels})
-		err = b.apply(ctx, res)
-	}
 	b.tableLost.Store(false)
 	if err != nil {
 		return result(res), fmt.Errorf("%s %s sync of nftables table %s %s: %w", b.family, syncKind(res.Full), b.w.Family(), b.w.Table(), err)
