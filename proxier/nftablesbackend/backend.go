@@ -43,6 +43,9 @@ type Backend struct {
 	// watcher follows nf_tables' commits for the periodic resync; nil
 	// in a dry run, or when the monitor group could not be joined.
 	watcher *nftables.KernelWatcher
+	// closeState closes the socket of the KernelState New made when
+	// there is no watcher (which closes its own).
+	closeState func() error
 	// mu keeps a check from running during a sync, which may delete and
 	// recreate the table.
 	mu sync.Mutex
@@ -176,7 +179,11 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		kw, err := nftables.WatchKernel(0)
 		if err != nil {
 			klog.FromContext(ctx).Info("Not following nf_tables' commits; a periodic resync after another program's commit compares the whole table by key", "ipFamily", cfg.IPFamily, "err", err)
-			cfg.KernelState = nftables.NewKernelState(0)
+			ks := nftables.NewKernelState(0)
+			cfg.KernelState = ks
+			if c, ok := ks.(io.Closer); ok {
+				b.closeState = c.Close
+			}
 		} else {
 			cfg.KernelState, b.watcher = kw, kw
 		}
@@ -360,9 +367,9 @@ func (b *Backend) checkTable(ctx context.Context, lost func()) {
 	}
 }
 
-// Close closes the netlink sockets of the table check and of the
-// watcher of nf_tables' commits, if New opened them. The Backend must not
-// be used after.
+// Close closes the netlink sockets of the table check, of the watcher of
+// nf_tables' commits and of the generation reads of the writer's periodic
+// resync, if New opened them. The Backend must not be used after.
 func (b *Backend) Close() error {
 	var errs []error
 	if b.closeLookup != nil {
@@ -372,6 +379,10 @@ func (b *Backend) Close() error {
 	if b.watcher != nil {
 		errs = append(errs, b.watcher.Close())
 		b.watcher = nil
+	}
+	if b.closeState != nil {
+		errs = append(errs, b.closeState())
+		b.closeState = nil
 	}
 	return errors.Join(errs...)
 }
