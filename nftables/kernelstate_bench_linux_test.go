@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"sigs.k8s.io/knftables"
-
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
 )
@@ -17,13 +15,7 @@ import (
 func BenchmarkSyncNothingKernelState(b *testing.B) {
 	kerneltest.Require(b, "nft")
 	ns := kerneltest.NewNS(b)
-	var nft knftables.Interface
-	if err := ns.Do(func() (err error) {
-		nft, err = knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
+	nft := nsNFT(b, ns)
 	cfg := baseConfig()
 	cfg.KernelState = nsKernelState(b, ns, false)
 	w, err := nftables.NewWriter(nft, cfg)
