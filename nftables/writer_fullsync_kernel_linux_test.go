@@ -3,6 +3,7 @@ package nftables_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -45,10 +46,12 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 				tc.before(c)
 				apply(c.input(), false)
 			}
-			tx := nft.NewTransaction()
-			tc.byHand(tx)
-			if err := run(tx); err != nil {
-				t.Fatalf("change by hand: %v", err)
+			if tc.byHand != nil {
+				tx := nft.NewTransaction()
+				tc.byHand(tx)
+				if err := run(tx); err != nil {
+					t.Fatalf("change by hand: %v", err)
+				}
 			}
 			if tc.with != nil {
 				tc.with(c)
@@ -76,6 +79,12 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 
 			afterRequestedFullSync(c)
 			apply(c.input(), false)
+			// The affinity sets were deleted and added again with the new
+			// timeout (an "add" of an existing set does not change it).
+			sets := ns.MustExec(t, "nft", "list", "sets", "ip")
+			if n := strings.Count(sets, "timeout 5m"); n != 2 || strings.Count(sets, "timeout ") != 2 {
+				t.Errorf("affinity sets after a partial sync that set their timeout to 300 s: %d of 5m, want 2 and no other:\n%s", n, sets)
+			}
 		})
 	}
 }

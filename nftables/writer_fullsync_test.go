@@ -20,13 +20,15 @@ type changeByHand struct {
 	name string
 	// before is synced, partially, before the change by hand.
 	before func(c *cluster)
+	// byHand, if not nil, is the other program's transaction.
 	byHand func(tx *knftables.Transaction)
 	// with arrives with the full sync.
 	with func(c *cluster)
 }
 
 // changesByHand leave the table without a chain or an affinity set that
-// the writer remembers and the full sync deletes.
+// the writer remembers and the full sync deletes; the last two change
+// nothing by hand, for the same deletions of objects that exist.
 var changesByHand = []changeByHand{
 	{
 		name:   "table deleted, with a shared chain that a partial sync left unused",
@@ -58,6 +60,14 @@ var changesByHand = []changeByHand{
 			tx.Add(&knftables.Table{Comment: ptr.To("service rules written by proxykit")})
 		},
 		with: func(c *cluster) { c.deleteService("ns", "b") },
+	},
+	{
+		name: "nothing by hand, then a service with affinity deleted",
+		with: func(c *cluster) { c.deleteService("ns", "b") },
+	},
+	{
+		name: "nothing by hand, then an affinity timeout changed",
+		with: func(c *cluster) { c.setService(makeService("ns", "b", "10.96.0.2", withAffinity(200))) },
 	},
 }
 
@@ -109,10 +119,12 @@ func TestWriterRequestedFullSyncAfterChangesByHand(t *testing.T) {
 					t.Fatal("the sync before the change by hand was full")
 				}
 			}
-			tx := fake.NewTransaction()
-			tc.byHand(tx)
-			if err := fake.Run(context.Background(), tx); err != nil {
-				t.Fatalf("change by hand: %v", err)
+			if tc.byHand != nil {
+				tx := fake.NewTransaction()
+				tc.byHand(tx)
+				if err := fake.Run(context.Background(), tx); err != nil {
+					t.Fatalf("change by hand: %v", err)
+				}
 			}
 			if tc.with != nil {
 				tc.with(c)
