@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -13,14 +14,45 @@ import (
 
 // NewKernelState returns a KernelState that reads nf_tables over netlink
 // in the network namespace netnsFD names (an open /run/netns/NAME or
-// /proc/PID/ns/net; 0 for the namespace of the thread that calls each
-// method). It never lists a set by dumping it, which costs the kernel
+// /proc/PID/ns/net; 0 for the namespace of the thread that makes each
+// socket). It never lists a set by dumping it, which costs the kernel
 // time quadratic in the set's size: CheckElements looks each key up
 // (BENCHMARKS.md, "nftables: a kernel layout that meets issue 15's
 // targets"). The caller keeps netnsFD open while the KernelState is used.
+//
+// Generation, which a writer calls twice a sync, keeps its socket open
+// between calls; one that fails is closed and dialled again once, in the
+// same namespace for a netnsFD (with 0, in the namespace of the thread
+// that calls then, as every socket of RuleCounts and CheckElements is
+// made). The KernelState is also an io.Closer: Close closes that socket,
+// after which Generation fails. Its methods may be called from several
+// goroutines.
 func NewKernelState(netnsFD int) KernelState { return &netlinkState{netns: netnsFD} }
 
-type netlinkState struct{ netns int }
+type netlinkState struct {
+	netns int
+	// mu guards gen, the socket Generation keeps, and genClosed.
+	mu        sync.Mutex
+	gen       *netlink.Conn
+	genClosed bool
+}
+
+// errStateClosed is Generation's error after Close.
+var errStateClosed = errors.New("nftables netlink: the KernelState is closed")
+
+// Close closes the socket Generation keeps. It is safe to call more than
+// once.
+func (s *netlinkState) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.genClosed = true
+	if s.gen == nil {
+		return nil
+	}
+	err := s.gen.Close()
+	s.gen = nil
+	return err
+}
 
 func (s *netlinkState) dial() (*netlink.Conn, error) {
 	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: s.netns})
@@ -56,13 +88,38 @@ func nfproto(f knftables.Family) (byte, error) {
 	return 0, fmt.Errorf("nftables netlink: family %q", f)
 }
 
-// Generation reads NFT_MSG_GETGEN: about 100 µs.
+// Generation reads NFT_MSG_GETGEN on the socket it keeps. A kept socket
+// whose request fails (closed, or its replies out of step after an
+// interrupted read) is replaced by a new one, once; an error on a new one
+// is returned, and the next call dials again.
 func (s *netlinkState) Generation() (uint32, error) {
-	conn, err := s.dial()
-	if err != nil {
-		return 0, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.genClosed {
+		return 0, errStateClosed
 	}
-	defer conn.Close()
+	for {
+		fresh := s.gen == nil
+		if fresh {
+			conn, err := s.dial()
+			if err != nil {
+				return 0, err
+			}
+			s.gen = conn
+		}
+		g, err := readGeneration(s.gen)
+		if err == nil {
+			return g, nil
+		}
+		s.gen.Close()
+		s.gen = nil
+		if fresh {
+			return 0, err
+		}
+	}
+}
+
+func readGeneration(conn *netlink.Conn) (uint32, error) {
 	req, err := nftMsg(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil)
 	if err != nil {
 		return 0, err

@@ -10,12 +10,16 @@ import (
 
 // NewKernelState returns a KernelState whose methods fail: nf_tables
 // exists on Linux only. A Writer given it rewrites its table at every
-// periodic resync, as without one.
+// periodic resync, as without one. It is an io.Closer, as on Linux, whose
+// Close does nothing.
 func NewKernelState(netnsFD int) KernelState { return unsupportedState{} }
 
 type unsupportedState struct{}
 
 var errUnsupported = errors.New("nftables netlink: not supported on this platform")
+
+// Close does nothing.
+func (unsupportedState) Close() error { return nil }
 
 func (unsupportedState) Generation() (uint32, error) { return 0, errUnsupported }
 

@@ -267,11 +267,12 @@ func (w *KernelWatcher) Quiet(fn func() error) error {
 	return ferr
 }
 
-// Close stops the watcher; Untouched then reports false.
+// Close stops the watcher, and closes the socket its Generation keeps
+// (see NewKernelState); Untouched then reports false.
 func (w *KernelWatcher) Close() error {
 	err := w.conn.Close()
 	<-w.done
-	return err
+	return errors.Join(err, w.netlinkState.Close())
 }
 
 func (w *KernelWatcher) read() {

@@ -501,6 +501,17 @@ func (w *Writer) Table() string { return w.table }
 
 // RequestFullSync makes the next Sync full: call it when another program
 // may have changed the table. It is safe to call from any goroutine.
+//
+// That full sync does not need the writer's memory of the table to be
+// true: the chains and affinity sets it deletes because nothing needs
+// them are added first (a no-op for one that exists), so a table that
+// another program deleted, emptied or pruned since is repaired in one
+// transaction the kernel takes. It does not list the table: nft reads
+// the whole ruleset to list a table's chains and sets, 2.8 s at 10,000
+// services of 10 endpoints, where the full sync renders in 28 ms and nft
+// applies it in about 1.7 s. A chain or set that others added and
+// nothing refers to therefore stays until a full sync that lists: the
+// first, and the first after a failed transaction.
 func (w *Writer) RequestFullSync() { w.requestFull.Store(true) }
 
 // Applied reports the outcome of running the transaction of the last
@@ -695,6 +706,9 @@ func (w *Writer) elementBatch() *ElementBatch {
 // transaction: then it lists the table's chains and sets once (one nft
 // call, whose cost grows with the table), since chains left by a previous
 // run, or by a transaction whose outcome is unknown, are in no memory.
+// Trusting memory to name what to delete does not make the transaction
+// depend on it being true: deleteChain and deleteSet add what they delete
+// first, so one that another program removed is no error.
 func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput) int {
 	// listed, from a listing, holds the per-service chains (true) and
 	// sets (false) in the table; without one, each port's memory says
@@ -796,7 +810,7 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 			if listed[name] {
 				w.deleteChain(name)
 			} else {
-				w.deleteSet(name)
+				w.deleteSet(name, -1)
 			}
 		}
 	}
@@ -830,7 +844,11 @@ func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) (fo
 // deleteChain flushes a chain of the writer's early in the transaction
 // and deletes it at the end: by then the map elements and rules that
 // referred to it are gone (deleted, flushed or rewritten earlier in the
-// same transaction).
+// same transaction). The chain is added first, which changes nothing if
+// it exists: the writer deletes what its memory holds, and another
+// program may have deleted the chain (or the whole table, before a
+// requested full sync) since; without the add, the kernel would refuse
+// the flush of a missing chain and with it the whole transaction.
 //
 // kube-proxy defers such deletions to a later sync: on kernels before 6.2
 // (it says) a chain stayed referenced for a moment after the map element
@@ -843,7 +861,7 @@ func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) (fo
 // says so; the writer does not work around it.
 func (w *Writer) deleteChain(name string) {
 	c := &knftables.Chain{Family: w.family, Table: w.table, Name: name}
-	w.chainOps = append(w.chainOps, op{opFlush, c})
+	w.chainOps = append(w.chainOps, op{opAdd, c}, op{opFlush, c})
 	w.finalDels = append(w.finalDels, op{opDelete, c})
 	w.chainsDeleted++
 }
@@ -959,7 +977,7 @@ func (w *Writer) dropStale(ps *portState, prevChains []string, prevSets []affini
 			w.deleteChain(c)
 		}
 		for _, s := range prevSets {
-			w.deleteSet(s.name)
+			w.deleteSet(s.name, s.seconds)
 		}
 		return
 	}
@@ -979,12 +997,21 @@ func (w *Writer) dropStale(ps *portState, prevChains []string, prevSets []affini
 	}
 	for _, s := range prevSets {
 		if !slices.ContainsFunc(ps.sets, func(n affinitySet) bool { return n.name == s.name }) {
-			w.deleteSet(s.name)
+			w.deleteSet(s.name, s.seconds)
 		}
 	}
 }
 
-func (w *Writer) deleteSet(name string) {
+// deleteSet deletes an affinity set at the end of the transaction, after
+// the chains whose rules use it. A set the writer remembers (seconds, its
+// timeout, is not negative) is added first, as it wrote it, for the reason
+// deleteChain adds a chain: another program may have deleted it. One found
+// by listing the table (seconds negative) exists, with a timeout the
+// writer does not know.
+func (w *Writer) deleteSet(name string, seconds int) {
+	if seconds >= 0 {
+		w.setOps = append(w.setOps, op{opAdd, w.affinitySetObject(name, seconds)})
+	}
 	w.finalDels = append(w.finalDels, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: name}})
 }
 

@@ -77,10 +77,14 @@ func TestWriterKernel(t *testing.T) {
 					t.Fatalf("sync full=%v, want %v", res.Full, wantFull)
 				}
 			}
+			// reach connects to dst until both pods answered, up to 40
+			// times: each connection's pod is a random draw, and 12
+			// tries, as before, missed one of two pods by chance once in
+			// 2,048 checks (see TestWriterResyncKernel's serves).
 			reach := func(dst netip.AddrPort) map[string]bool {
 				t.Helper()
 				seen := map[string]bool{}
-				for range 12 {
+				for i := 0; i < 40 && !(seen["pod-a"] && seen["pod-b"]); i++ {
 					r, err := kerneltest.Dial(nw.Client, "tcp", dst, 3*time.Second)
 					if err != nil {
 						t.Fatalf("connecting to %s: %v", dst, err)

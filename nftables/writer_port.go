@@ -515,13 +515,13 @@ func (w *Writer) newChain(ps *portState, name string) {
 // affinitySet queues an affinity set of ps. "add" does not change the
 // timeout of an existing set, so a set that exists with another timeout
 // (or an unknown one: found by listing) is deleted and added again; its
-// rules were flushed with its chains before this. A full sync adds the
-// sets it believes exist too, which is a no-op in the kernel unless
-// someone deleted one.
+// rules were flushed with its chains before this. One the writer
+// remembers with another timeout is added as it was first, so that the
+// deletion holds if another program deleted it (see deleteSet). A full
+// sync adds the sets it believes exist too, which is a no-op in the
+// kernel unless someone deleted one.
 func (w *Writer) affinitySet(ps *portState, name string, seconds int, prevSets []affinitySet, full bool, listed map[string]bool) {
-	set := &knftables.Set{Family: w.family, Table: w.table, Name: name, Type: w.addrType,
-		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-		Timeout: ptr.To(time.Duration(seconds) * time.Second)}
+	set := w.affinitySetObject(name, seconds)
 	i := slices.IndexFunc(prevSets, func(s affinitySet) bool { return s.name == name })
 	recreate, add := false, false
 	if listed != nil {
@@ -532,12 +532,23 @@ func (w *Writer) affinitySet(ps *portState, name string, seconds int, prevSets [
 		add = i < 0 || recreate || full
 	}
 	if recreate {
+		if listed == nil {
+			w.setOps = append(w.setOps, op{opAdd, w.affinitySetObject(name, prevSets[i].seconds)})
+		}
 		w.setOps = append(w.setOps, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: name}})
 	}
 	if add {
 		w.setOps = append(w.setOps, op{opAdd, set})
 	}
 	ps.sets = append(ps.sets, affinitySet{name: name, seconds: seconds})
+}
+
+// affinitySetObject is the affinity set name, recording clients'
+// addresses for seconds.
+func (w *Writer) affinitySetObject(name string, seconds int) *knftables.Set {
+	return &knftables.Set{Family: w.family, Table: w.table, Name: name, Type: w.addrType,
+		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Timeout: ptr.To(time.Duration(seconds) * time.Second)}
 }
 
 // rule queues a rule of chain: parts joined by spaces. A set or map is

@@ -46,6 +46,9 @@ type Backend struct {
 	// watcher follows nf_tables' commits for the periodic resync; nil
 	// in a dry run, or when the monitor group could not be joined.
 	watcher *nftables.KernelWatcher
+	// closeState closes the socket of the KernelState New made when
+	// there is no watcher (which closes its own).
+	closeState func() error
 	// mu keeps a check from running during a sync, which may delete and
 	// recreate the table.
 	mu sync.Mutex
@@ -202,7 +205,11 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		kw, err := nftables.WatchKernel(0)
 		if err != nil {
 			klog.FromContext(ctx).Info("Not following nf_tables' commits; a periodic resync after another program's commit compares the whole table by key", "ipFamily", cfg.IPFamily, "err", err)
-			cfg.KernelState = nftables.NewKernelState(0)
+			ks := nftables.NewKernelState(0)
+			cfg.KernelState = ks
+			if c, ok := ks.(io.Closer); ok {
+				b.closeState = c.Close
+			}
 		} else {
 			cfg.KernelState, b.watcher = kw, kw
 		}
@@ -276,18 +283,10 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		b.w.Applied(err)
 		return result(res), err
 	}
+	// A full sync asked for after the table's loss needs no second try:
+	// the writer's transaction holds whether or not what it remembers
+	// went with the table (nftables.Writer.RequestFullSync).
 	err := b.apply(ctx, res)
-	if err != nil && res.Full && b.tableLost.Load() {
-		// The table is gone, and the writer's memory of it with it: a
-		// full sync trusts that memory (it deletes the chains it
-		// remembers as unused, which are no longer there), and the
-		// kernel refuses it. After the failure the writer lists the
-		// table first, so one more try, at once, is made from what the
-		// kernel holds; the maps are whole, so the same input serves.
-		klog.FromContext(ctx).Info("Full sync after the table's deletion failed; syncing again from a listing of the table", "ipFamily", b.family, "err", err)
-		res = b.w.Sync(ctx, nftables.SyncInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels, ServiceCIDRs: in.ServiceCIDRs})
-		err = b.apply(ctx, res)
-	}
 	b.tableLost.Store(false)
 	if err != nil {
 		return result(res), fmt.Errorf("%s %s sync of nftables table %s %s: %w", b.family, syncKind(res.Full), b.w.Family(), b.w.Table(), err)
@@ -402,9 +401,9 @@ func (b *Backend) checkTable(ctx context.Context, lost func()) {
 	}
 }
 
-// Close closes the netlink sockets of the table check and of the
-// watcher of nf_tables' commits, if New opened them. The Backend must not
-// be used after.
+// Close closes the netlink sockets of the table check, of the watcher of
+// nf_tables' commits and of the generation reads of the writer's periodic
+// resync, if New opened them. The Backend must not be used after.
 func (b *Backend) Close() error {
 	var errs []error
 	if b.closeLookup != nil {
@@ -414,6 +413,10 @@ func (b *Backend) Close() error {
 	if b.watcher != nil {
 		errs = append(errs, b.watcher.Close())
 		b.watcher = nil
+	}
+	if b.closeState != nil {
+		errs = append(errs, b.closeState())
+		b.closeState = nil
 	}
 	return errors.Join(errs...)
 }

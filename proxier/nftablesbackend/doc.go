@@ -14,9 +14,9 @@
 //
 // Between syncs its Run asks the kernel, over netlink, whether the table
 // still exists, and asks for a full resync when another program deleted
-// it (nft flush ruleset, nft delete table); that full sync is tried a
-// second time at once, from a listing of the table, if the kernel refuses
-// the first. The check is one request for that table alone: 12 µs with a
+// it (nft flush ruleset, nft delete table); that full sync repairs it in
+// one transaction, whatever the writer remembers of the lost table. The
+// check is one request for that table alone: 12 µs with a
 // table of 10,000 services of 10 endpoints, where "nft list tables" takes
 // 1.2 s and knftables' List of the chains 1.3 s, since nft reads the
 // whole ruleset first (BenchmarkTableCheck; 9.2 s and 17 s with the layout

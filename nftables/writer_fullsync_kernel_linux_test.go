@@ -1,0 +1,105 @@
+package nftables_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/nftables"
+)
+
+// TestWriterRequestedFullSyncKernel runs changesByHand on the kernel, in a
+// throwaway namespace: the full sync asked for after each is a
+// transaction the kernel takes (adding a chain or set that is there, then
+// flushing and deleting it, is what makes it so), it leaves the chains and
+// sets a new writer would write, and the partial sync after it applies.
+func TestWriterRequestedFullSyncKernel(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	for _, tc := range changesByHand {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := kerneltest.NewNS(t)
+			nft := nsNFT(t, ns)
+			w, err := nftables.NewWriter(nft, baseConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(tx *knftables.Transaction) error {
+				return ns.Do(func() error { return nft.Run(context.Background(), tx) })
+			}
+			apply := func(in nftables.SyncInput, wantFull bool) {
+				t.Helper()
+				res := w.Sync(context.Background(), in)
+				err := run(res.Transaction)
+				w.Applied(err)
+				if err != nil || res.Full != wantFull {
+					t.Fatalf("sync: full %v, error %v; want full %v and no error\n%s", res.Full, err, wantFull, res.Transaction)
+				}
+			}
+			c := changeByHandCluster()
+			apply(c.input(), true)
+			if tc.before != nil {
+				tc.before(c)
+				apply(c.input(), false)
+			}
+			if tc.byHand != nil {
+				tx := nft.NewTransaction()
+				tc.byHand(tx)
+				if err := run(tx); err != nil {
+					t.Fatalf("change by hand: %v", err)
+				}
+			}
+			if tc.with != nil {
+				tc.with(c)
+			}
+			w.RequestFullSync()
+			apply(c.input(), true)
+
+			fresh, fw := newFake(t, baseConfig())
+			syncFake(t, fw, fresh, nftables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
+			for _, kind := range []string{"chain", "set", "map"} {
+				want, err := fresh.List(context.Background(), kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				if err := ns.Do(func() (err error) { got, err = nft.List(context.Background(), kind); return err }); err != nil {
+					t.Fatal(err)
+				}
+				slices.Sort(want)
+				slices.Sort(got)
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%ss after the requested full sync (-new writer's +kernel):\n%s", kind, diff)
+				}
+			}
+
+			afterRequestedFullSync(c)
+			apply(c.input(), false)
+			// The affinity sets were deleted and added again with the new
+			// timeout (an "add" of an existing set does not change it).
+			sets := ns.MustExec(t, "nft", "list", "sets", "ip")
+			if n := strings.Count(sets, "timeout 5m"); n != 2 || strings.Count(sets, "timeout ") != 2 {
+				t.Errorf("affinity sets after a partial sync that set their timeout to 300 s: %d of 5m, want 2 and no other:\n%s", n, sets)
+			}
+		})
+	}
+}
+
+// nsNFT returns an Interface for the IPv4 table of the writer's default
+// name in ns: its nft runs in the namespace when Run is called from
+// inside ns.Do.
+func nsNFT(t testing.TB, ns *kerneltest.NS) knftables.Interface {
+	t.Helper()
+	var nft knftables.Interface
+	if err := ns.Do(func() (err error) {
+		nft, err = knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return nft
+}
