@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
 )
@@ -15,7 +17,7 @@ import (
 func BenchmarkSyncNothingKernelState(b *testing.B) {
 	kerneltest.Require(b, "nft")
 	ns := kerneltest.NewNS(b)
-	nft := nsNFT(b, ns)
+	nft := nsNFT(b, ns, knftables.IPv4Family)
 	cfg := baseConfig()
 	cfg.KernelState = nsKernelState(b, ns, false)
 	w, err := nftables.NewWriter(nft, cfg)

@@ -85,9 +85,7 @@ func TestApplyElementBatchKernel(t *testing.T) {
 			for i := range sides {
 				s := &sides[i]
 				s.ns = kerneltest.NewNS(t)
-				if err := s.ns.Do(func() (err error) { s.nft, err = knftables.New(fam.nft, nftables.DefaultTableName); return err }); err != nil {
-					t.Fatal(err)
-				}
+				s.nft = nsNFT(t, s.ns, fam.nft)
 				w, err := nftables.NewWriter(s.nft, nftables.WriterConfig{IPFamily: fam.family, NodeName: node})
 				if err != nil {
 					t.Fatal(err)
@@ -220,9 +218,7 @@ func TestWriterNetlinkElementSyncsKernel(t *testing.T) {
 			}
 			sides := []*side{{ns: nw.Node}, {ns: mirror}}
 			for i, s := range sides {
-				if err := s.ns.Do(func() (err error) { s.nft, err = knftables.New(tc.nft, nftables.DefaultTableName); return err }); err != nil {
-					t.Fatal(err)
-				}
+				s.nft = nsNFT(t, s.ns, tc.nft)
 				var err error
 				s.w, err = nftables.NewWriter(s.nft, nftables.WriterConfig{IPFamily: tc.family, NodeName: "node-a",
 					NodeIPs: []netip.Addr{addr(tc.nodeIP)}, ClusterCIDR: prefix(tc.cidr), NetlinkElementSyncs: i == 0})
@@ -354,10 +350,7 @@ func TestWriterNetlinkElementSyncsResyncKernel(t *testing.T) {
 			t.Run(fmt.Sprintf("watch=%v/%s", watch, fam.family), func(t *testing.T) {
 				ns := kerneltest.NewNS(t)
 				state := nsKernelState(t, ns, watch)
-				var nft knftables.Interface
-				if err := ns.Do(func() (err error) { nft, err = knftables.New(fam.nft, nftables.DefaultTableName); return err }); err != nil {
-					t.Fatal(err)
-				}
+				nft := nsNFT(t, ns, fam.nft)
 				clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 				w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: fam.family, NodeName: node,
 					FullSyncPeriod: time.Hour, Clock: clock, KernelState: state, NetlinkElementSyncs: true})

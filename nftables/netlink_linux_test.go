@@ -64,9 +64,7 @@ func TestWriterSplitFirstLoadKernel(t *testing.T) {
 			for i := range sides {
 				s := &sides[i]
 				s.ns = kerneltest.NewNS(t)
-				if err := s.ns.Do(func() (err error) { s.nft, err = knftables.New(fam.nft, nftables.DefaultTableName); return err }); err != nil {
-					t.Fatal(err)
-				}
+				s.nft = nsNFT(t, s.ns, fam.nft)
 				cfg := nftables.WriterConfig{IPFamily: fam.family, NodeName: node, ClusterCIDR: prefix(fam.cidr), SplitFirstLoad: i == 1}
 				var err error
 				if s.w, err = nftables.NewWriter(s.nft, cfg); err != nil {

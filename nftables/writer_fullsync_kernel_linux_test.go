@@ -23,7 +23,7 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 	for _, tc := range changesByHand {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := kerneltest.NewNS(t)
-			nft := nsNFT(t, ns)
+			nft := nsNFT(t, ns, knftables.IPv4Family)
 			w, err := nftables.NewWriter(nft, baseConfig())
 			if err != nil {
 				t.Fatal(err)
@@ -87,19 +87,4 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 			}
 		})
 	}
-}
-
-// nsNFT returns an Interface for the IPv4 table of the writer's default
-// name in ns: its nft runs in the namespace when Run is called from
-// inside ns.Do.
-func nsNFT(t testing.TB, ns *kerneltest.NS) knftables.Interface {
-	t.Helper()
-	var nft knftables.Interface
-	if err := ns.Do(func() (err error) {
-		nft, err = knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return nft
 }

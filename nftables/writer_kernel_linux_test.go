@@ -48,13 +48,7 @@ func TestWriterKernel(t *testing.T) {
 			"2001:db8::5", "fd01::/64", "2001:db8:1::/64"},
 	} {
 		t.Run(string(tc.family), func(t *testing.T) {
-			var nft knftables.Interface
-			if err := nw.Node.Do(func() (err error) {
-				nft, err = knftables.New(tc.nftFamily, nftables.DefaultTableName)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			nft := nsNFT(t, nw.Node, tc.nftFamily)
 			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
 				IPFamily:     tc.family,
 				NodeName:     "node-a",

@@ -45,13 +45,7 @@ func TestWriterKernelLoad(t *testing.T) {
 	for _, size := range []benchSize{{1000, 10}, {10000, 10}, {30000, 10}} {
 		t.Run(size.String(), func(t *testing.T) {
 			ns := kerneltest.NewNS(t)
-			var nft knftables.Interface
-			if err := ns.Do(func() (err error) {
-				nft, err = knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			nft := nsNFT(t, ns, knftables.IPv4Family)
 			clock := clocktesting.NewFakeClock(time.Now())
 			kw := nsKernelState(t, ns, true).(*nftables.KernelWatcher)
 			w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"),

@@ -81,13 +81,7 @@ func TestWriterResyncKernel(t *testing.T) {
 		} {
 			t.Run(mode+"/"+string(tc.family), func(t *testing.T) {
 				fam := string(tc.nftFamily)
-				var nft knftables.Interface
-				if err := nw.Node.Do(func() (err error) {
-					nft, err = knftables.New(tc.nftFamily, nftables.DefaultTableName)
-					return err
-				}); err != nil {
-					t.Fatal(err)
-				}
+				nft := nsNFT(t, nw.Node, tc.nftFamily)
 				clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 				w, err := nftables.NewWriter(nft, nftables.WriterConfig{
 					IPFamily:       tc.family,

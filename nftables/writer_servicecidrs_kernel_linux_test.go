@@ -45,13 +45,7 @@ func TestWriterServiceCIDRsKernel(t *testing.T) {
 			"fd00:96::9:9", "fd00:97::5"},
 	} {
 		t.Run(string(tc.family), func(t *testing.T) {
-			var nft knftables.Interface
-			if err := nw.Node.Do(func() (err error) {
-				nft, err = knftables.New(tc.nftFamily, nftables.DefaultTableName)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			nft := nsNFT(t, nw.Node, tc.nftFamily)
 			t.Cleanup(func() {
 				nw.Node.Do(func() error { // best effort: the namespace goes anyway
 					tx := nft.NewTransaction()
