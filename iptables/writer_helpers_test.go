@@ -56,7 +56,6 @@ var (
 	withLoadBalancer        = writertest.WithLoadBalancer
 	withHealthCheckNodePort = writertest.WithHealthCheckNodePort
 	withExternalLocal       = writertest.WithExternalLocal
-	withInternalLocal       = writertest.WithInternalLocal
 	withAffinity            = writertest.WithAffinity
 	slicePort               = writertest.SlicePort
 	tcp8080                 = writertest.TCP8080

@@ -57,16 +57,15 @@ type (
 )
 
 var (
-	makeService       = writertest.Service
-	withPorts         = writertest.WithPorts
-	withNodePort      = writertest.WithNodePort
-	withExternalIPs   = writertest.WithExternalIPs
-	withLoadBalancer  = writertest.WithLoadBalancer
-	withInternalLocal = writertest.WithInternalLocal
-	withAffinity      = writertest.WithAffinity
-	slicePort         = writertest.SlicePort
-	makeSlice         = writertest.Slice
-	tcp8080           = writertest.TCP8080
+	makeService      = writertest.Service
+	withPorts        = writertest.WithPorts
+	withNodePort     = writertest.WithNodePort
+	withExternalIPs  = writertest.WithExternalIPs
+	withLoadBalancer = writertest.WithLoadBalancer
+	withAffinity     = writertest.WithAffinity
+	slicePort        = writertest.SlicePort
+	makeSlice        = writertest.Slice
+	tcp8080          = writertest.TCP8080
 )
 
 // withExternalLocal sets externalTrafficPolicy Local, with the health
