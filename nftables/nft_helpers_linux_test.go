@@ -1,6 +1,7 @@
 package nftables_test
 
 import (
+	"context"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -22,4 +23,22 @@ func nsNFT(t testing.TB, ns *kerneltest.NS, family knftables.Family) knftables.I
 		t.Fatal(err)
 	}
 	return nft
+}
+
+// applyIn renders in with w, runs the transaction with nft inside ns and
+// reports the outcome to w, as a proxier would; it fails t if nft refused
+// the transaction or if the sync was not full when wantFull says it must
+// be (and the other way round).
+func applyIn(t testing.TB, ns *kerneltest.NS, nft knftables.Interface, w *nftables.Writer, in nftables.SyncInput, wantFull bool) nftables.SyncResult {
+	t.Helper()
+	res := w.Sync(context.Background(), in)
+	err := ns.Do(func() error { return nft.Run(context.Background(), res.Transaction) })
+	w.Applied(err)
+	if err != nil {
+		t.Fatalf("nft refused the transaction: %v\n%s", err, res.Transaction)
+	}
+	if res.Full != wantFull {
+		t.Fatalf("sync full=%v, want %v", res.Full, wantFull)
+	}
+	return res
 }

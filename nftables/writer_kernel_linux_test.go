@@ -61,15 +61,7 @@ func TestWriterKernel(t *testing.T) {
 			}
 			apply := func(in nftables.SyncInput, wantFull bool) {
 				t.Helper()
-				res := w.Sync(context.Background(), in)
-				err := nw.Node.Do(func() error { return nft.Run(context.Background(), res.Transaction) })
-				w.Applied(err)
-				if err != nil {
-					t.Fatalf("nft refused the transaction: %v\n%s", err, res.Transaction)
-				}
-				if res.Full != wantFull {
-					t.Fatalf("sync full=%v, want %v", res.Full, wantFull)
-				}
+				applyIn(t, nw.Node, nft, w, in, wantFull)
 			}
 			// reach connects to dst until both pods answered, up to 40
 			// times: each connection's pod is a random draw, and 12

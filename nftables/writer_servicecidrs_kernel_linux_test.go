@@ -67,16 +67,7 @@ func TestWriterServiceCIDRsKernel(t *testing.T) {
 				t.Helper()
 				in := c.input()
 				in.ServiceCIDRs = ranges
-				res := w.Sync(context.Background(), in)
-				err := nw.Node.Do(func() error { return nft.Run(context.Background(), res.Transaction) })
-				w.Applied(err)
-				if err != nil {
-					t.Fatalf("nft refused the transaction: %v\n%s", err, res.Transaction)
-				}
-				if res.Full != wantFull {
-					t.Fatalf("sync full=%v, want %v", res.Full, wantFull)
-				}
-				return res
+				return applyIn(t, nw.Node, nft, w, in, wantFull)
 			}
 			// The unallocated addresses are pod-a's too (on its
 			// loopback, routed by the node), so that a connection the
