@@ -36,6 +36,46 @@ func (n ServicePortName) String() string {
 	return n.Namespace + "/" + n.Name + ":" + n.Port
 }
 
+// CompareServicePortNames orders service port names by namespace, name,
+// port name and protocol, each compared as a string, for slices.SortFunc.
+// It returns 0 only for equal names.
+func CompareServicePortNames(a, b ServicePortName) int {
+	if c := CompareNamespacedNames(a.NamespacedName, b.NamespacedName); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Port, b.Port); c != 0 {
+		return c
+	}
+	return strings.Compare(string(a.Protocol), string(b.Protocol))
+}
+
+// CompareNamespacedNames orders Service names by namespace, then name, for
+// slices.SortFunc. It returns 0 only for equal names.
+func CompareNamespacedNames(a, b types.NamespacedName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// ChangedServices returns dst[:0] with every Service in svc.UpdatedServices
+// or eps.UpdatedServices once, sorted by CompareNamespacedNames: the Services
+// a partial sync rewrites. It costs the size of the change, not of the maps,
+// and reuses dst's array when it is large enough; nil sets count as empty.
+func ChangedServices(dst []types.NamespacedName, svc UpdateServiceMapResult, eps UpdateEndpointsMapResult) []types.NamespacedName {
+	dst = dst[:0]
+	for nn := range svc.UpdatedServices {
+		dst = append(dst, nn)
+	}
+	for nn := range eps.UpdatedServices {
+		if !svc.UpdatedServices.Has(nn) {
+			dst = append(dst, nn)
+		}
+	}
+	slices.SortFunc(dst, CompareNamespacedNames)
+	return dst
+}
+
 // ServicePort is what a proxier needs to know about one port of one Service, in
 // one IP family. The tracker builds a BaseServicePort for each port and hands
 // it to the MakeServicePortFunc, which may wrap it in a type of its own that

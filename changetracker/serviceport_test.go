@@ -2,14 +2,91 @@ package changetracker
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 )
+
+func TestCompareServicePortNames(t *testing.T) {
+	name := func(ns, n, port string, proto v1.Protocol) ServicePortName {
+		return ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: n}, Port: port, Protocol: proto}
+	}
+	// Each name sorts before the next: namespace first, then name, port
+	// name and protocol.
+	ordered := []ServicePortName{
+		name("a", "z", "z", v1.ProtocolUDP),
+		name("b", "a", "z", v1.ProtocolUDP),
+		name("b", "b", "", v1.ProtocolUDP),
+		name("b", "b", "http", v1.ProtocolSCTP),
+		name("b", "b", "http", v1.ProtocolTCP),
+		name("b", "b", "http", v1.ProtocolUDP),
+	}
+	for i, a := range ordered {
+		for j, b := range ordered {
+			if got, want := CompareServicePortNames(a, b), cmpInt(i, j); got != want {
+				t.Errorf("CompareServicePortNames(%v/%s, %v/%s) = %d, want %d", a, a.Protocol, b, b.Protocol, got, want)
+			}
+		}
+	}
+}
+
+func cmpInt(i, j int) int {
+	switch {
+	case i < j:
+		return -1
+	case i > j:
+		return 1
+	}
+	return 0
+}
+
+func TestChangedServices(t *testing.T) {
+	nn := func(ns, n string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: n} }
+	tests := []struct {
+		name     string
+		svc, eps []types.NamespacedName
+		want     []types.NamespacedName
+	}{
+		{name: "none", want: []types.NamespacedName{}},
+		{name: "services only", svc: []types.NamespacedName{nn("b", "a"), nn("a", "b")}, want: []types.NamespacedName{nn("a", "b"), nn("b", "a")}},
+		{name: "endpoints only", eps: []types.NamespacedName{nn("a", "b"), nn("a", "a")}, want: []types.NamespacedName{nn("a", "a"), nn("a", "b")}},
+		{
+			name: "both, overlapping once",
+			svc:  []types.NamespacedName{nn("ns", "x"), nn("ns", "y")},
+			eps:  []types.NamespacedName{nn("ns", "y"), nn("ms", "z")},
+			want: []types.NamespacedName{nn("ms", "z"), nn("ns", "x"), nn("ns", "y")},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := UpdateServiceMapResult{UpdatedServices: sets.New(tt.svc...)}
+			eps := UpdateEndpointsMapResult{UpdatedServices: sets.New(tt.eps...)}
+			// A dst with stale content and room: the result reuses it from
+			// its start.
+			dst := make([]types.NamespacedName, 1, 8)
+			dst[0] = nn("stale", "stale")
+			got := ChangedServices(dst, svc, eps)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ChangedServices (-want +got):\n%s", diff)
+			}
+			if len(got) > 0 && &got[0] != &dst[0] {
+				t.Error("ChangedServices did not reuse dst's array")
+			}
+			if !slices.IsSortedFunc(got, CompareNamespacedNames) {
+				t.Errorf("ChangedServices = %v, not sorted", got)
+			}
+		})
+	}
+	if got := ChangedServices(nil, UpdateServiceMapResult{}, UpdateEndpointsMapResult{}); len(got) != 0 {
+		t.Errorf("ChangedServices of nil sets = %v, want none", got)
+	}
+}
 
 func TestServicePortNameString(t *testing.T) {
 	nn := types.NamespacedName{Namespace: "ns", Name: "svc"}

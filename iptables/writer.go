@@ -636,7 +636,7 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 		w.names = append(w.names, name)
 		total += len(in.Endpoints[name])
 	}
-	slices.SortFunc(w.names, compareServicePortNames)
+	slices.SortFunc(w.names, changetracker.CompareServicePortNames)
 	w.totalEndpoints = total
 	w.totalPorts = len(w.names)
 	w.noLocalInt, w.noLocalExt = 0, 0
@@ -723,19 +723,10 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 // returns how many it wrote.
 func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	svcChanged := in.ServiceChanges.UpdatedServices
-	w.changed = w.changed[:0]
-	for nn := range svcChanged {
-		w.changed = append(w.changed, nn)
-	}
-	for nn := range in.EndpointChanges.UpdatedServices {
-		if !svcChanged.Has(nn) {
-			w.changed = append(w.changed, nn)
-		}
-	}
+	w.changed = changetracker.ChangedServices(w.changed, in.ServiceChanges, in.EndpointChanges)
 	if len(w.changed) == 0 {
 		return 0
 	}
-	slices.SortFunc(w.changed, compareNamespacedNames)
 
 	// The ports a changed service has now. For a service whose Service
 	// object did not change they are the ones written last time; otherwise
@@ -769,7 +760,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	for _, nn := range w.changed {
 		ss := w.services[nn]
 		if ports, ok := scanned[nn]; ok {
-			slices.SortFunc(ports, compareServicePortNames)
+			slices.SortFunc(ports, changetracker.CompareServicePortNames)
 			for _, name := range ports {
 				if w.usable(logger, name, in.Services[name]) {
 					w.names = append(w.names, name)
@@ -1028,23 +1019,6 @@ func (w *Writer) probability(n int) string {
 		w.probabilities = append(w.probabilities, strconv.FormatFloat(1/float64(k), 'f', 10, 64))
 	}
 	return w.probabilities[n]
-}
-
-func compareNamespacedNames(a, b types.NamespacedName) int {
-	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Name, b.Name)
-}
-
-func compareServicePortNames(a, b changetracker.ServicePortName) int {
-	if c := compareNamespacedNames(a.NamespacedName, b.NamespacedName); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Port, b.Port); c != 0 {
-		return c
-	}
-	return strings.Compare(string(a.Protocol), string(b.Protocol))
 }
 
 func compareChainRefs(a, b chainRef) int {

@@ -731,7 +731,7 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 		w.names = append(w.names, name)
 		total += len(in.Endpoints[name])
 	}
-	slices.SortFunc(w.names, compareServicePortNames)
+	slices.SortFunc(w.names, changetracker.CompareServicePortNames)
 	w.totalEndpoints = total
 	w.totalPorts = len(w.names)
 	w.noLocalInt, w.noLocalExt = 0, 0
@@ -794,7 +794,7 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 				}
 			}
 		}
-		slices.SortFunc(gone, func(a, b *portState) int { return compareServicePortNames(a.name, b.name) })
+		slices.SortFunc(gone, func(a, b *portState) int { return changetracker.CompareServicePortNames(a.name, b.name) })
 		for _, ps := range gone {
 			w.dropStale(ps, ps.chains, ps.sets)
 		}
@@ -870,19 +870,10 @@ func (w *Writer) deleteChain(name string) {
 // returns how many it wrote.
 func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	svcChanged := in.ServiceChanges.UpdatedServices
-	w.changed = w.changed[:0]
-	for nn := range svcChanged {
-		w.changed = append(w.changed, nn)
-	}
-	for nn := range in.EndpointChanges.UpdatedServices {
-		if !svcChanged.Has(nn) {
-			w.changed = append(w.changed, nn)
-		}
-	}
+	w.changed = changetracker.ChangedServices(w.changed, in.ServiceChanges, in.EndpointChanges)
 	if len(w.changed) == 0 {
 		return 0
 	}
-	slices.SortFunc(w.changed, compareNamespacedNames)
 
 	// The ports a changed service has now: those written last time when
 	// only its endpoints changed, otherwise found by one pass over the map.
@@ -908,7 +899,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 		old := w.ports[nn]
 		w.names = w.names[:0]
 		if ports, ok := scanned[nn]; ok {
-			slices.SortFunc(ports, compareServicePortNames)
+			slices.SortFunc(ports, changetracker.CompareServicePortNames)
 			w.names = append(w.names, ports...)
 		} else {
 			for _, ps := range old {
@@ -1279,21 +1270,4 @@ var jumpRules = []struct{ from, match, to string }{
 	{natPostroutingChain, "", masqueradingChain},
 	{filterForwardChain, "ct state new", clusterIPsCheckChain},
 	{filterOutputPostDNATChain, "ct state new", clusterIPsCheckChain},
-}
-
-func compareNamespacedNames(a, b types.NamespacedName) int {
-	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Name, b.Name)
-}
-
-func compareServicePortNames(a, b changetracker.ServicePortName) int {
-	if c := compareNamespacedNames(a.NamespacedName, b.NamespacedName); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Port, b.Port); c != 0 {
-		return c
-	}
-	return strings.Compare(string(a.Protocol), string(b.Protocol))
 }
