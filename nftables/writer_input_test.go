@@ -24,6 +24,30 @@ type skewedPort struct {
 	port      *int
 	protocol  *v1.Protocol
 	age       *int
+	nodePort  *int
+	hcPort    *int
+	affinity  *v1.ServiceAffinity
+}
+
+func (p *skewedPort) NodePort() int {
+	if p.nodePort != nil {
+		return *p.nodePort
+	}
+	return p.ServicePort.NodePort()
+}
+
+func (p *skewedPort) HealthCheckNodePort() int {
+	if p.hcPort != nil {
+		return *p.hcPort
+	}
+	return p.ServicePort.HealthCheckNodePort()
+}
+
+func (p *skewedPort) SessionAffinityType() v1.ServiceAffinity {
+	if p.affinity != nil {
+		return *p.affinity
+	}
+	return p.ServicePort.SessionAffinityType()
 }
 
 func (p *skewedPort) ClusterIP() netip.Addr {
@@ -74,6 +98,12 @@ func TestWriterSkipsBadInput(t *testing.T) {
 		{"port 0", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.port = ptrTo(0) }},
 		{"unknown protocol", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.protocol = ptrTo(v1.Protocol("ICMP")) }},
 		{"protocol other than the name's", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.protocol = ptrTo(v1.ProtocolUDP) }},
+		{"port beyond 65535", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.port = ptrTo(65536) }},
+		{"node port beyond 65535", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.nodePort = ptrTo(70000) }},
+		{"negative health check node port", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.hcPort = ptrTo(-1) }},
+		{"affinity timeout 0", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.age = ptrTo(0) }},
+		{"affinity timeout beyond a day", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.age = ptrTo(86401) }},
+		{"unknown session affinity", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.affinity = ptrTo(v1.ServiceAffinity("Cookie")) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(v1.IPv4Protocol, node)
@@ -94,6 +124,57 @@ func TestWriterSkipsBadInput(t *testing.T) {
 			}
 			if d := fake.Dump(); strings.Contains(d, "bad") {
 				t.Errorf("the bad port reached the table:\n%s", d)
+			}
+		})
+	}
+}
+
+// skewedEndpoint is a tracker-made endpoint with another address and
+// port: what a caller's own Endpoint implementation can hand the writer.
+type skewedEndpoint struct {
+	changetracker.Endpoint
+	ip   netip.Addr
+	port int
+}
+
+func (e *skewedEndpoint) IP() netip.Addr { return e.ip }
+func (e *skewedEndpoint) Port() int      { return e.port }
+
+// TestWriterSkipsBadEndpoints gives the writer, beside a good endpoint,
+// endpoints nft would refuse; they alone are left out, and the port keeps
+// its good endpoint.
+func TestWriterSkipsBadEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ip   string
+		port int
+	}{
+		{"address of the other family", "fd00::9", 8080},
+		{"zoned address", "fe80::9%eth0", 8080},
+		{"port 0", "10.0.1.9", 0},
+		{"port beyond 65535", "10.0.1.9", 65536},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(v1.IPv4Protocol, node)
+			c.setService(makeService("ns", "good", "10.96.0.1"))
+			c.setEndpoints("ns", "good", tcp8080, local("10.0.1.1"))
+			in := c.input()
+			good := svcPortName("ns", "good", "p")
+			eps := in.Endpoints[good]
+			in.Endpoints[good] = append(slices.Clip(eps), &skewedEndpoint{Endpoint: eps[0], ip: addr(tc.ip), port: tc.port})
+			fake, w := newFake(t, baseConfig())
+			res := syncFake(t, w, fake, in)
+			if res.ServicePorts != 1 {
+				t.Errorf("%d service ports programmed, want 1", res.ServicePorts)
+			}
+			d := fake.Dump()
+			if !strings.Contains(d, "10.0.1.1") {
+				t.Errorf("the good endpoint is missing:\n%s", d)
+			}
+			for _, bad := range []string{"fd00::9", "fe80::9", "10.0.1.9"} {
+				if strings.Contains(d, bad) {
+					t.Errorf("the bad endpoint %s reached the table:\n%s", bad, d)
+				}
 			}
 		})
 	}
