@@ -1213,19 +1213,16 @@ func (w *Writer) sharedChain(name string, full bool) {
 	if full {
 		w.chainOps = append(w.chainOps, op{opFlush, c})
 	}
-	rule := func(text string) {
-		w.rules = append(w.rules, op{opAdd, &knftables.Rule{Family: w.family, Table: w.table, Chain: name, Rule: text}})
-	}
 	switch {
 	case kind != lbInternal, w.cfg.MasqueradeAll:
 		// External traffic's endpoints may be on other nodes:
 		// masquerade, so that replies come back through this node.
-		rule("jump " + markMasqChain)
+		w.rule(name, "jump "+markMasqChain)
 	case w.cfg.ClusterCIDR.IsValid():
-		rule(w.ipX + " saddr != " + w.cfg.ClusterCIDR.String() + " jump " + markMasqChain)
+		w.rule(name, w.ipX+" saddr != "+w.cfg.ClusterCIDR.String()+" jump "+markMasqChain)
 	}
 	for _, proto := range []string{"tcp", "udp", "sctp"} {
-		rule("dnat " + w.ipX + " to " + key + proto + " dport . numgen random mod " + k + " map @" + m)
+		w.rule(name, "dnat "+w.ipX+" to "+key+proto+" dport . numgen random mod "+k+" map @"+m)
 	}
 }
 
