@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -254,6 +255,38 @@ type UpdateServiceMapResult struct {
 	// the new one, so a proxier can keep its health checks up to date at the
 	// cost of the change instead of walking the map. Never nil.
 	HealthCheckNodePorts map[types.NamespacedName]uint16
+	// Ports holds, for every Service in UpdatedServices, the names of its
+	// ports in the map after the update, sorted by CompareServicePortNames
+	// (none when it was removed or has no ports now), so that a partial
+	// sync finds a changed Service's ports at the cost of the change
+	// instead of walking the map. Never nil from Update; a result made by
+	// hand may leave it nil, which says nothing about the ports. The
+	// slices are shared: read them, do not modify them.
+	Ports map[types.NamespacedName][]ServicePortName
+}
+
+// PortsIn returns r.Ports, or, when it is nil (a result made by hand), the
+// same computed from m, the map r's Update brought up to date, by one walk
+// of the whole map. Services in UpdatedServices without ports in m have no
+// entry in the computed map (and a nil one in r.Ports); either way a
+// lookup gives none.
+func (r UpdateServiceMapResult) PortsIn(m ServicePortMap) map[types.NamespacedName][]ServicePortName {
+	if r.Ports != nil {
+		return r.Ports
+	}
+	ports := make(map[types.NamespacedName][]ServicePortName)
+	if len(r.UpdatedServices) == 0 {
+		return ports
+	}
+	for name := range m {
+		if r.UpdatedServices.Has(name.NamespacedName) {
+			ports[name.NamespacedName] = append(ports[name.NamespacedName], name)
+		}
+	}
+	for _, names := range ports {
+		slices.SortFunc(names, CompareServicePortNames)
+	}
+	return ports
 }
 
 // Update applies the changes pending in t to m and returns what changed. Its
@@ -266,6 +299,7 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 	if t == nil {
 		result.UpdatedServices = sets.New[types.NamespacedName]()
 		result.HealthCheckNodePorts = map[types.NamespacedName]uint16{}
+		result.Ports = map[types.NamespacedName][]ServicePortName{}
 		return result
 	}
 	t.mu.Lock()
@@ -274,6 +308,7 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 	t.mu.Unlock()
 	result.UpdatedServices = make(sets.Set[types.NamespacedName], len(items))
 	result.HealthCheckNodePorts = make(map[types.NamespacedName]uint16, len(items))
+	result.Ports = make(map[types.NamespacedName][]ServicePortName, len(items))
 
 	for nn, change := range items {
 		result.UpdatedServices.Insert(nn)
@@ -295,9 +330,13 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 				result.DeletedUDPClusterIPs.Insert(p.port.ClusterIP())
 			}
 		}
+		var names []ServicePortName
 		for _, p := range change.current {
 			m[p.name] = p.port
+			names = append(names, p.name)
 		}
+		slices.SortFunc(names, CompareServicePortNames)
+		result.Ports[nn] = names
 	}
 	return result
 }

@@ -1,6 +1,7 @@
 package changetracker
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -213,7 +214,7 @@ func TestMakeServicePortFunc(t *testing.T) {
 func TestServicePortMapUpdateNilTracker(t *testing.T) {
 	m := ServicePortMap{}
 	res := m.Update(nil)
-	if res.UpdatedServices == nil || res.DeletedUDPClusterIPs == nil || res.HealthCheckNodePorts == nil || len(m) != 0 {
+	if res.UpdatedServices == nil || res.DeletedUDPClusterIPs == nil || res.HealthCheckNodePorts == nil || res.Ports == nil || len(m) != 0 {
 		t.Errorf("Update(nil) = %+v, map %v; want empty non-nil sets and maps and no change", res, m)
 	}
 }
@@ -222,7 +223,8 @@ func TestServicePortMapUpdateNilTracker(t *testing.T) {
 // maps through the changes that move a health-check node port and checks
 // that each result says what the port of every updated Service is now, and
 // that applying the results one after the other gives what
-// HealthCheckNodePorts computes from the whole map.
+// HealthCheckNodePorts computes from the whole map; and that each result's
+// Ports names every updated Service's ports in the map.
 func TestUpdateServiceMapResultHealthCheckNodePorts(t *testing.T) {
 	nsn := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
 	lb := func(policy v1.ServiceExternalTrafficPolicy, hc int32) func(*v1.Service) {
@@ -292,9 +294,43 @@ func TestUpdateServiceMapResultHealthCheckNodePorts(t *testing.T) {
 			if diff := cmp.Diff(m.HealthCheckNodePorts(), state); diff != "" {
 				t.Errorf("%s, %s: the results applied in turn differ from the map's HealthCheckNodePorts (-map +applied):\n%s", family, r.name, diff)
 			}
+			// Ports names, for every updated Service, what the map holds
+			// for it now.
+			if len(res.Ports) != len(res.UpdatedServices) {
+				t.Errorf("%s, %s: Ports has %d services, UpdatedServices %d", family, r.name, len(res.Ports), len(res.UpdatedServices))
+			}
+			for nn := range res.UpdatedServices {
+				var want []ServicePortName
+				for name := range m {
+					if name.NamespacedName == nn {
+						want = append(want, name)
+					}
+				}
+				slices.SortFunc(want, CompareServicePortNames)
+				if diff := cmp.Diff(want, res.Ports[nn]); diff != "" {
+					t.Errorf("%s, %s: Ports[%s] (-map +result):\n%s", family, r.name, nn, diff)
+				}
+			}
+			// PortsIn of the result made by hand, without Ports, finds
+			// the same in the map.
+			byHand := UpdateServiceMapResult{UpdatedServices: res.UpdatedServices}
+			if diff := cmp.Diff(res.Ports, byHand.PortsIn(m), nilAsAbsent); diff != "" {
+				t.Errorf("%s, %s: PortsIn of a result without Ports (-Ports +PortsIn):\n%s", family, r.name, diff)
+			}
 		}
 	}
 }
+
+// nilAsAbsent makes cmp see a map's nil entries as absent ones.
+var nilAsAbsent = cmp.Transformer("nilAsAbsent", func(m map[types.NamespacedName][]ServicePortName) map[types.NamespacedName][]ServicePortName {
+	out := make(map[types.NamespacedName][]ServicePortName, len(m))
+	for k, v := range m {
+		if v != nil {
+			out[k] = v
+		}
+	}
+	return out
+})
 
 // TestMakeServicePortFuncEquality pins what the MakeServicePortFunc godoc
 // says about comparing custom ports with reflect.DeepEqual: a func field

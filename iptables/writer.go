@@ -729,44 +729,24 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	}
 
 	// The ports a changed service has now. For a service whose Service
-	// object did not change they are the ones written last time; otherwise
-	// (or when the writer never saw the service) the map is searched once
-	// for all of them.
-	var scanned map[types.NamespacedName][]changetracker.ServicePortName
-	needScan := false
-	for _, nn := range w.changed {
-		if svcChanged.Has(nn) || w.services[nn] == nil {
-			needScan = true
-			break
-		}
-	}
-	if needScan {
-		scanned = make(map[types.NamespacedName][]changetracker.ServicePortName)
-		for _, nn := range w.changed {
-			if svcChanged.Has(nn) || w.services[nn] == nil {
-				scanned[nn] = nil
-			}
-		}
-		for name := range in.Services {
-			if ports, ok := scanned[name.NamespacedName]; ok {
-				scanned[name.NamespacedName] = append(ports, name)
-			}
-		}
-	}
+	// object did not change they are the ones written last time (its ports
+	// in the map change only with the Service, so those are all of its
+	// usable ones, none for a service without); otherwise they are what
+	// the Update that changed it said.
+	svcPorts := in.ServiceChanges.PortsIn(in.Services)
 
 	// The endpoint total decides whether comments are written, so it is
 	// brought up to date before anything is written.
 	w.names = w.names[:0]
 	for _, nn := range w.changed {
 		ss := w.services[nn]
-		if ports, ok := scanned[nn]; ok {
-			slices.SortFunc(ports, changetracker.CompareServicePortNames)
-			for _, name := range ports {
+		if svcChanged.Has(nn) {
+			for _, name := range svcPorts[nn] {
 				if w.usable(logger, name, in.Services[name]) {
 					w.names = append(w.names, name)
 				}
 			}
-		} else {
+		} else if ss != nil {
 			for _, ps := range ss.ports {
 				if w.usable(logger, ps.name, in.Services[ps.name]) {
 					w.names = append(w.names, ps.name)

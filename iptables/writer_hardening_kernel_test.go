@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
 )
 
@@ -69,7 +70,7 @@ func TestWriterKernelBadServicePort(t *testing.T) {
 				bad.mod(p)
 				k.c.ServiceMap[name] = p
 				k.c.EndpointsMap[name] = k.c.EndpointsMap[web]
-				in.ServiceChanges.UpdatedServices.Insert(name.NamespacedName)
+				writertest.MarkChanged(&in.ServiceChanges, name)
 			}
 			k.applyKernel(t, k.w.Sync(context.Background(), in))
 			k.expectBalanced(t, "tcp", scnWebIP, 80, 40, "pod-a", "pod-b")

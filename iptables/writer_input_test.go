@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	iptablestest "github.com/proxykit/proxykit/iptables/testing"
 )
@@ -108,7 +109,7 @@ func badInputCluster(t *testing.T, mod func(*skewedPort, []changetracker.Endpoin
 	eps = mod(sp, eps)
 	c.ServiceMap[bad] = sp
 	c.EndpointsMap[bad] = eps
-	in.ServiceChanges.UpdatedServices.Insert(bad.NamespacedName)
+	writertest.MarkChanged(&in.ServiceChanges, bad)
 	return c, in, bad
 }
 
@@ -334,7 +335,7 @@ func FuzzWriterNames(f *testing.F) {
 		}
 		c.ServiceMap[fuzzed] = &skewedPort{ServicePort: c.ServiceMap[good], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.2"))}
 		c.EndpointsMap[fuzzed] = slices.Clone(c.EndpointsMap[good])
-		in.ServiceChanges.UpdatedServices.Insert(fuzzed.NamespacedName)
+		writertest.MarkChanged(&in.ServiceChanges, fuzzed)
 
 		fake := iptablestest.NewFake()
 		if err := fake.ParseDump(foreignState); err != nil {

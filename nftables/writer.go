@@ -876,31 +876,17 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 	}
 
 	// The ports a changed service has now: those written last time when
-	// only its endpoints changed, otherwise found by one pass over the map.
-	var scanned map[types.NamespacedName][]changetracker.ServicePortName
-	for _, nn := range w.changed {
-		if svcChanged.Has(nn) || w.ports[nn] == nil {
-			if scanned == nil {
-				scanned = make(map[types.NamespacedName][]changetracker.ServicePortName)
-			}
-			scanned[nn] = nil
-		}
-	}
-	if scanned != nil {
-		for name := range in.Services {
-			if ports, ok := scanned[name.NamespacedName]; ok {
-				scanned[name.NamespacedName] = append(ports, name)
-			}
-		}
-	}
+	// only its endpoints changed (its ports in the map change only with
+	// the Service, so those are all of its usable ones, none for a
+	// service without), otherwise what the Update that changed it said.
+	svcPorts := in.ServiceChanges.PortsIn(in.Services)
 
 	written := 0
 	for _, nn := range w.changed {
 		old := w.ports[nn]
 		w.names = w.names[:0]
-		if ports, ok := scanned[nn]; ok {
-			slices.SortFunc(ports, changetracker.CompareServicePortNames)
-			w.names = append(w.names, ports...)
+		if svcChanged.Has(nn) {
+			w.names = append(w.names, svcPorts[nn]...)
 		} else {
 			for _, ps := range old {
 				w.names = append(w.names, ps.name)

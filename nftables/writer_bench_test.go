@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/nftables"
 )
 
@@ -33,6 +34,16 @@ func benchCluster(size benchSize) *cluster {
 	c := newCluster(v1.IPv4Protocol, "node-1")
 	c.LoadBench(size.services, size.endpoints)
 	return c
+}
+
+// loadedWriter returns a cluster of the given size and a writer that has
+// synced it.
+func loadedWriter(b *testing.B, size benchSize) (*cluster, *nftables.Writer) {
+	c := benchCluster(size)
+	w := benchWriter(b)
+	w.Sync(context.Background(), c.input())
+	w.Applied(nil)
+	return c, w
 }
 
 func benchWriter(b *testing.B) *nftables.Writer {
@@ -120,5 +131,51 @@ func BenchmarkSyncPartial(b *testing.B) {
 			b.ReportMetric(float64(bytes), "tx-B")
 			b.ReportMetric(float64(writerTime.Nanoseconds())/float64(i), "writer-ns/op")
 		})
+	}
+}
+
+// BenchmarkSyncPartialWithoutWalk measures partial syncs whose changed
+// Service's ports the writer once found by walking the whole map:
+// "service", after one Service object changed (its session affinity
+// turned on, or off), which writes its one port; "portless", after the
+// endpoints of a Service without ports in the map (headless) changed,
+// which writes nothing. Trackers' Update is included. Both cost the
+// change whatever the number of services.
+func BenchmarkSyncPartialWithoutWalk(b *testing.B) {
+	changes := []struct {
+		name   string
+		change func(c *cluster, services, i int)
+		ports  int // written by each sync
+	}{
+		{"service", func(c *cluster, services, i int) {
+			n := (i / 2) % services
+			svc := writertest.Service("bench", fmt.Sprintf("svc-%d", n), fmt.Sprintf("10.96.%d.%d", n/250, n%250+1))
+			if i%2 == 0 {
+				writertest.WithAffinity(100)(svc)
+			}
+			c.SetService(svc)
+		}, 1},
+		{"portless", func(c *cluster, _, i int) {
+			c.SetEndpoints("bench", "headless", tcp8080, ep{IP: fmt.Sprintf("10.0.0.%d", 1+i%2), Node: "node-1"})
+		}, 0},
+	}
+	for _, ch := range changes {
+		for _, size := range []benchSize{{1000, 10}, {30000, 10}} {
+			b.Run(ch.name+"/"+size.String(), func(b *testing.B) {
+				c, w := loadedWriter(b, size)
+				ctx := context.Background()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					ch.change(c, size.services, i)
+					i++
+					res := w.Sync(ctx, c.input())
+					w.Applied(nil)
+					if res.Full || res.ServicePortsWritten != ch.ports {
+						b.Fatalf("full=%v, %d ports written; want a partial sync of %d", res.Full, res.ServicePortsWritten, ch.ports)
+					}
+				}
+			})
+		}
 	}
 }

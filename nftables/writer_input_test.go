@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/nftables"
 )
 
@@ -210,7 +211,7 @@ func FuzzWriterNames(f *testing.F) {
 		fuzzed := svcPortName(ns, name, port)
 		in.Services[fuzzed] = c.ServiceMap[good]
 		in.Endpoints[fuzzed] = in.Endpoints[good]
-		in.ServiceChanges.UpdatedServices.Insert(fuzzed.NamespacedName)
+		writertest.MarkChanged(&in.ServiceChanges, fuzzed)
 
 		fake := knftables.NewFake("", "")
 		// Another table, which the writer must leave alone.
@@ -248,7 +249,7 @@ func FuzzWriterNames(f *testing.F) {
 			if err != nil {
 				t.Fatalf("transaction failed: %v\n%s", err, text)
 			}
-			in.ServiceChanges.UpdatedServices.Insert(fuzzed.NamespacedName)
+			writertest.MarkChanged(&in.ServiceChanges, fuzzed)
 		}
 		if fake.Tables[knftables.IPv4Family]["other"].Chains["keep"] == nil {
 			t.Fatal("the other table's chain is gone")

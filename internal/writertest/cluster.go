@@ -7,6 +7,8 @@
 package writertest
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
@@ -87,4 +89,25 @@ func (c *Cluster) DeleteEndpoints(ns, name string) {
 // EndpointsMap and returns what changed, for a writer's SyncInput.
 func (c *Cluster) Update() (changetracker.UpdateServiceMapResult, changetracker.UpdateEndpointsMapResult) {
 	return c.ServiceMap.Update(c.ServiceTracker), c.EndpointsMap.Update(c.EndpointTracker)
+}
+
+// MarkChanged records in r what Update would have said had the tracker
+// seen name added: its Service is updated and name is among the
+// Service's ports. It is for a port a test puts in ServiceMap by hand
+// (one no tracker would make), so that a writer's partial sync
+// considers it. r must come from Update or have nil Ports (a result
+// without Ports makes a writer walk the map instead).
+func MarkChanged(r *changetracker.UpdateServiceMapResult, name changetracker.ServicePortName) {
+	r.UpdatedServices.Insert(name.NamespacedName)
+	if r.Ports == nil {
+		return
+	}
+	ports := r.Ports[name.NamespacedName]
+	if slices.Contains(ports, name) {
+		return
+	}
+	// A new slice: the one Update made may be shared.
+	ports = append(slices.Clip(ports), name)
+	slices.SortFunc(ports, changetracker.CompareServicePortNames)
+	r.Ports[name.NamespacedName] = ports
 }

@@ -1,10 +1,15 @@
 package writertest
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/proxykit/proxykit/changetracker"
 )
 
 // TestClusterRoundTrip checks that what a Cluster is given reaches its
@@ -62,5 +67,40 @@ func TestLoadBench(t *testing.T) {
 	last := c.Slices["bench/svc-299-1"].Endpoints[2]
 	if diff := cmp.Diff([]string{"10.128.3.131"}, last.Addresses); diff != "" || *last.NodeName != "node-99" {
 		t.Errorf("last endpoint: %v on %s; want 10.128.3.131 on node-99", last.Addresses, *last.NodeName)
+	}
+}
+
+// TestMarkChanged checks that a port marked by hand joins its Service's
+// ports in the result, sorted and once, without changing the slice
+// Update made, and that a result without Ports keeps none.
+func TestMarkChanged(t *testing.T) {
+	c := NewCluster(v1.IPv4Protocol, Node)
+	c.SetService(Service("ns", "web", "10.96.0.1"))
+	res, _ := c.Update()
+	nn := types.NamespacedName{Namespace: "ns", Name: "web"}
+	before := res.Ports[nn]
+	orig := slices.Clone(before)
+	extra := changetracker.ServicePortName{NamespacedName: nn, Port: "a", Protocol: v1.ProtocolUDP}
+	other := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "bad", Name: "x"}, Port: "p", Protocol: v1.ProtocolTCP}
+	MarkChanged(&res, extra)
+	MarkChanged(&res, extra)
+	MarkChanged(&res, other)
+	want := map[types.NamespacedName][]changetracker.ServicePortName{
+		nn:                   {extra, before[0]},
+		other.NamespacedName: {other},
+	}
+	if diff := cmp.Diff(want, res.Ports); diff != "" {
+		t.Errorf("Ports (-want +got):\n%s", diff)
+	}
+	if !res.UpdatedServices.Has(nn) || !res.UpdatedServices.Has(other.NamespacedName) {
+		t.Errorf("UpdatedServices = %v, want both Services", res.UpdatedServices)
+	}
+	if diff := cmp.Diff(orig, before); diff != "" {
+		t.Errorf("the slice Update made changed (-was +is):\n%s", diff)
+	}
+	byHand := changetracker.UpdateServiceMapResult{UpdatedServices: sets.New[types.NamespacedName]()}
+	MarkChanged(&byHand, other)
+	if byHand.Ports != nil || !byHand.UpdatedServices.Has(other.NamespacedName) {
+		t.Errorf("a result without Ports: %+v, want the Service updated and no Ports", byHand)
 	}
 }
