@@ -752,15 +752,7 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput
 		desired = make(map[string]bool, 4*len(w.names))
 	}
 	for _, name := range w.names {
-		var ps *portState
-		for _, p := range old[name.NamespacedName] {
-			if p.name == name {
-				ps = p
-			}
-		}
-		if ps == nil {
-			ps = newPortState(name)
-		}
+		ps := portOrNew(old[name.NamespacedName], name)
 		prevChains, prevSets := ps.chains, ps.sets
 		ps.chains, ps.sets = nil, nil
 		ps.gen = w.gen
@@ -903,15 +895,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
 			if !w.usable(logger, name, in.Services[name]) {
 				continue
 			}
-			var ps *portState
-			for _, p := range old {
-				if p.name == name {
-					ps = p
-				}
-			}
-			if ps == nil {
-				ps = newPortState(name)
-			}
+			ps := portOrNew(old, name)
 			ps.gen = w.gen
 			prevChains, prevSets := slices.Clone(ps.chains), slices.Clone(ps.sets)
 			ps.chains, ps.sets = ps.chains[:0], ps.sets[:0]
@@ -990,6 +974,17 @@ func (w *Writer) deleteSet(name string, seconds int) {
 		w.setOps = append(w.setOps, op{opAdd, w.affinitySetObject(name, seconds)})
 	}
 	w.finalDels = append(w.finalDels, op{opDelete, &knftables.Set{Family: w.family, Table: w.table, Name: name}})
+}
+
+// portOrNew returns the state of name among ports, the ports of one
+// Service written before, or a new one when they do not hold it.
+func portOrNew(ports []*portState, name changetracker.ServicePortName) *portState {
+	for _, ps := range ports {
+		if ps.name == name {
+			return ps
+		}
+	}
+	return newPortState(name)
 }
 
 func newPortState(name changetracker.ServicePortName) *portState {
