@@ -105,6 +105,7 @@ func TestWriterSkipsBadInput(t *testing.T) {
 		{"affinity timeout 0", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.age = ptrTo(0) }},
 		{"affinity timeout beyond a day", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.age = ptrTo(86401) }},
 		{"unknown session affinity", svcPortName("bad", "x", "p"), func(p *skewedPort) { p.affinity = ptrTo(v1.ServiceAffinity("Cookie")) }},
+		{"name's protocol unknown", changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "bad", Name: "x"}, Port: "p", Protocol: "tcp } ; flush ruleset"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(v1.IPv4Protocol, node)
