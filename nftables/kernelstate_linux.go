@@ -10,6 +10,8 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/internal/netlinkbuf"
 )
 
 // NewKernelState returns a KernelState that reads nf_tables over netlink
@@ -489,18 +491,8 @@ func elementData(b []byte) ([]byte, error) {
 }
 
 func forceReadBuffer(conn *netlink.Conn, size int) error {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var sockErr error
-	if err := raw.Control(func(fd uintptr) {
-		sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
-	}); err != nil {
-		return err
-	}
-	if sockErr != nil {
-		return fmt.Errorf("nftables netlink: setting the receive buffer: %w", sockErr)
+	if err := netlinkbuf.Force(conn, 0, size); err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
 	}
 	return nil
 }

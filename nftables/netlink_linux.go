@@ -6,8 +6,9 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/internal/netlinkbuf"
 )
 
 // elementsPerMessage bounds the elements of one NEWSETELEM message: their
@@ -155,26 +156,9 @@ func familyName(s *nftables.Set) knftables.Family {
 // sends a batch in one sendmsg, which the kernel refuses (EMSGSIZE) beyond
 // the socket's send buffer, and reads an acknowledgement per message, which
 // the kernel queues at once and drops (ENOBUFS) beyond the receive buffer.
-// The FORCE options pass the sysctl caps, for a process with
-// CAP_NET_ADMIN, which changing nf_tables needs anyway. Buffers are
-// accounted as used, not reserved.
 func bigBuffers(c *netlink.Conn) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var sockErr error
-	if err := raw.Control(func(fd uintptr) {
-		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
-			if sockErr == nil {
-				sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, 1<<30)
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if sockErr != nil {
-		return fmt.Errorf("nftables netlink: socket buffers: %w", sockErr)
+	if err := netlinkbuf.Force(c, 1<<30, 1<<30); err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
 	}
 	return nil
 }
