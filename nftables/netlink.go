@@ -65,6 +65,12 @@ const (
 	fIndex              // numgen's result, a 32-bit integer
 )
 
+// protocolNumbers are inet_proto's values for the protocols a Service
+// may name: encodeFields writes them, and the watcher's decodeFields reads
+// them back through protocolNames, so that one element's two encodings
+// cannot drift apart.
+var protocolNumbers = map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}
+
 // netlinkElement reports whether ApplyElements and ApplyElementBatch send
 // el.
 func netlinkElement(el *knftables.Element) bool {
@@ -142,7 +148,7 @@ func encodeFields(fields []field, parts []string, v6 bool) ([]byte, error) {
 			}
 			b = append(b, a.AsSlice()...)
 		case fProto:
-			n, ok := map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}[p]
+			n, ok := protocolNumbers[p]
 			if !ok {
 				return nil, fmt.Errorf("protocol %q", p)
 			}

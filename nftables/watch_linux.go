@@ -166,14 +166,30 @@ func elementKeys(list []byte, fields []field, v6 bool) ([]string, bool) {
 	return keys, ok && ad.Err() == nil
 }
 
+// protocolNames is protocolNumbers the other way round.
+var protocolNames = func() map[byte]string {
+	m := make(map[byte]string, len(protocolNumbers))
+	for name, n := range protocolNumbers {
+		m[n] = name
+	}
+	return m
+}()
+
+// size is how many bytes f takes in a concatenation as encodeFields writes
+// it: a whole 32-bit register for each field but an IPv6 address, which
+// takes four.
+func (f field) size(v6 bool) int {
+	if f == fAddr && v6 {
+		return 16
+	}
+	return 4
+}
+
 // decodeFields is encodeFields' inverse: the parts joined by " . ".
 func decodeFields(fields []field, b []byte, v6 bool) (string, bool) {
 	parts := make([]string, 0, len(fields))
 	for _, f := range fields {
-		n := 4
-		if f == fAddr && v6 {
-			n = 16
-		}
+		n := f.size(v6)
 		if len(b) < n {
 			return "", false
 		}
@@ -184,7 +200,7 @@ func decodeFields(fields []field, b []byte, v6 bool) (string, bool) {
 			a, _ := netip.AddrFromSlice(v)
 			parts = append(parts, a.String())
 		case fProto:
-			name, ok := map[byte]string{6: "tcp", 17: "udp", 132: "sctp"}[v[0]]
+			name, ok := protocolNames[v[0]]
 			if !ok {
 				return "", false
 			}
