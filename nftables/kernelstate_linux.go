@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 
@@ -223,17 +224,8 @@ func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[st
 // checkSets are the sets and maps CheckElements reads: those ApplyElements
 // writes, and the no-endpoint verdict maps (whose comments are not
 // compared).
-var checkSets = func() map[string]struct {
-	key, value []field
-	verdict    bool
-} {
-	m := map[string]struct {
-		key, value []field
-		verdict    bool
-	}{}
-	for name, spec := range netlinkSets {
-		m[name] = spec
-	}
+var checkSets = func() map[string]setLayout {
+	m := maps.Clone(netlinkSets)
 	m[noEndpointServicesMap] = netlinkSets[serviceIPsMap]
 	m[noEndpointNodePortsMap] = netlinkSets[serviceNodePortsMap]
 	return m

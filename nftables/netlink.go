@@ -43,10 +43,7 @@ func (b ElementBatch) AddTo(tx *knftables.Transaction) {
 // writer's bulk. The others stay with nft: elements with comments (the
 // no-endpoint maps) and interval sets (nodeport-ips, firewall-allow), whose
 // encodings nft decides.
-var netlinkSets = map[string]struct {
-	key, value []field
-	verdict    bool
-}{
+var netlinkSets = map[string]setLayout{
 	endpointsMap:         {key: []field{fAddr, fProto, fPort, fIndex}, value: []field{fAddr, fPort}},
 	nodePortEndpointsMap: {key: []field{fProto, fPort, fIndex}, value: []field{fAddr, fPort}},
 	serviceIPsMap:        {key: []field{fAddr, fProto, fPort}, verdict: true},
@@ -54,6 +51,14 @@ var netlinkSets = map[string]struct {
 	clusterIPsSet:        {key: []field{fAddr}},
 	hairpinSet:           {key: []field{fAddr, fAddr}},
 	firewallIPsSet:       {key: []field{fAddr, fProto, fPort}},
+}
+
+// setLayout is how a set's elements are laid out: the fields of the key,
+// and of the value for a map whose values are data; verdict for a map
+// whose values are verdicts.
+type setLayout struct {
+	key, value []field
+	verdict    bool
 }
 
 type field uint8
