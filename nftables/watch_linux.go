@@ -266,8 +266,7 @@ func (w *KernelWatcher) Quiet(fn func() error) error {
 	defer w.mu.Unlock()
 	if jerr != nil {
 		w.closed = true
-		close(w.notify)
-		w.notify = make(chan struct{})
+		w.wake()
 		return fmt.Errorf("nftables netlink: joining the nf_tables monitor group again: %w", jerr)
 	}
 	// Batches up to g may never announce their generation; those after
@@ -277,8 +276,7 @@ func (w *KernelWatcher) Quiet(fn func() error) error {
 	}
 	if genLE(w.seen, g) {
 		w.seen = g
-		close(w.notify)
-		w.notify = make(chan struct{})
+		w.wake()
 	}
 	return ferr
 }
@@ -305,8 +303,7 @@ func (w *KernelWatcher) read() {
 			}
 			w.mu.Lock()
 			w.closed = true
-			close(w.notify)
-			w.notify = make(chan struct{})
+			w.wake()
 			w.mu.Unlock()
 			return
 		}
@@ -346,8 +343,7 @@ func (w *KernelWatcher) read() {
 			if genLE(w.seen, g) {
 				w.seen = g
 			}
-			close(w.notify)
-			w.notify = make(chan struct{})
+			w.wake()
 		}
 		w.mu.Unlock()
 	}
@@ -369,6 +365,13 @@ func (w *KernelWatcher) logBatch(k tableKey, g uint32, b *batchChanges) {
 	}
 	l.batches = append(l.batches, b)
 	l.keys += b.keys
+}
+
+// wake tells the callers of Changes waiting on notify that seen or closed
+// moved. w.mu is held.
+func (w *KernelWatcher) wake() {
+	close(w.notify)
+	w.notify = make(chan struct{})
 }
 
 // genLE reports whether generation a is not after b, in serial-number
