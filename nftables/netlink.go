@@ -38,6 +38,15 @@ func (b ElementBatch) AddTo(tx *knftables.Transaction) {
 	}
 }
 
+// ApplyElements adds elements, SyncResult.Elements of a split full sync,
+// to their sets and maps in the kernel through nf_tables netlink, as one
+// batch: ApplyElementBatch with these additions alone, whose rules it
+// follows (on a platform without nf_tables netlink, it fails unless there
+// are none).
+func ApplyElements(elements []*knftables.Element) error {
+	return ApplyElementBatch(ElementBatch{Add: elements})
+}
+
 // netlinkSets are the sets and maps whose elements ApplyElements and
 // ApplyElementBatch send, with the fields of their keys and values: the
 // writer's bulk. The others stay with nft: elements with comments (the

@@ -15,14 +15,6 @@ import (
 // list is one netlink attribute, whose length is 16 bits.
 const elementsPerMessage = 512
 
-// ApplyElements adds elements, SyncResult.Elements of a split full sync,
-// to their sets and maps in the kernel through nf_tables netlink, as one
-// batch: ApplyElementBatch with these additions alone, whose rules it
-// follows.
-func ApplyElements(elements []*knftables.Element) error {
-	return ApplyElementBatch(ElementBatch{Add: elements})
-}
-
 // ApplyElementBatch sends b to the kernel through nf_tables netlink as one
 // batch, which the kernel commits whole or not at all: first every
 // deletion (by key), then every addition, in that order, as a Writer's
