@@ -428,58 +428,57 @@ func elementData(b []byte) ([]byte, error) {
 	if len(b) < 4 {
 		return nil, errors.New("short set element message")
 	}
-	data := []byte{}
-	ad, err := netlink.NewAttributeDecoder(b[4:])
+	d, ok, err := nestedAttr(b[4:], unix.NFTA_SET_ELEM_LIST_ELEMENTS, unix.NFTA_LIST_ELEM, unix.NFTA_SET_ELEM_DATA)
+	if err != nil || !ok {
+		return []byte{}, err
+	}
+	if v, ok, err := nestedAttr(d, unix.NFTA_DATA_VALUE); ok || err != nil {
+		return v, err
+	}
+	vd, ok, err := nestedAttr(d, unix.NFTA_DATA_VERDICT)
+	if err != nil || !ok {
+		return []byte{}, err
+	}
+	var code uint32 // NF_DROP when the kernel names none
+	c, ok, err := nestedAttr(vd, unix.NFTA_VERDICT_CODE)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok && len(c) != 4:
+		return nil, fmt.Errorf("verdict code of %d bytes", len(c))
+	case ok:
+		code = binary.BigEndian.Uint32(c)
+	}
+	chain, _, err := nestedAttr(vd, unix.NFTA_VERDICT_CHAIN)
 	if err != nil {
 		return nil, err
 	}
-	for ad.Next() {
-		if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
-			continue
+	return verdictBytes(code, strings.TrimRight(string(chain), "\x00")), nil
+}
+
+// nestedAttr follows path down the attribute list b, taking at each level
+// the first attribute of the path's type, and returns the payload it
+// reaches; false if one is missing, an error if a list cannot be read.
+func nestedAttr(b []byte, path ...uint16) ([]byte, bool, error) {
+	for _, typ := range path {
+		ad, err := netlink.NewAttributeDecoder(b)
+		if err != nil {
+			return nil, false, err
 		}
-		ad.Nested(func(list *netlink.AttributeDecoder) error {
-			for list.Next() {
-				list.Nested(func(elem *netlink.AttributeDecoder) error {
-					for elem.Next() {
-						if elem.Type() != unix.NFTA_SET_ELEM_DATA {
-							continue
-						}
-						elem.Nested(func(v *netlink.AttributeDecoder) error {
-							for v.Next() {
-								switch v.Type() {
-								case unix.NFTA_DATA_VALUE:
-									data = v.Bytes()
-								case unix.NFTA_DATA_VERDICT:
-									var code uint32
-									var chain string
-									v.Nested(func(vd *netlink.AttributeDecoder) error {
-										vd.ByteOrder = binary.BigEndian
-										for vd.Next() {
-											switch vd.Type() {
-											case unix.NFTA_VERDICT_CODE:
-												code = vd.Uint32()
-											case unix.NFTA_VERDICT_CHAIN:
-												chain = vd.String()
-											}
-										}
-										return nil
-									})
-									data = verdictBytes(code, chain)
-								}
-							}
-							return nil
-						})
-					}
-					return nil
-				})
+		found := false
+		for !found && ad.Next() {
+			if ad.Type() == typ {
+				b, found = ad.Bytes(), true
 			}
-			return nil
-		})
+		}
+		if err := ad.Err(); err != nil {
+			return nil, false, err
+		}
+		if !found {
+			return nil, false, nil
+		}
 	}
-	if err := ad.Err(); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return b, true, nil
 }
 
 func forceReadBuffer(conn *netlink.Conn, size int) error {
