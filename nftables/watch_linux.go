@@ -142,28 +142,21 @@ func elementKeys(list []byte, fields []field, v6 bool) ([]string, bool) {
 		return nil, false
 	}
 	var keys []string
-	ok := true
 	for ad.Next() {
-		ad.Nested(func(elem *netlink.AttributeDecoder) error {
-			for elem.Next() {
-				if elem.Type() != unix.NFTA_SET_ELEM_KEY {
-					continue
-				}
-				elem.Nested(func(k *netlink.AttributeDecoder) error {
-					for k.Next() {
-						if k.Type() == unix.NFTA_DATA_VALUE {
-							key, good := decodeFields(fields, k.Bytes(), v6)
-							ok = ok && good
-							keys = append(keys, key)
-						}
-					}
-					return nil
-				})
-			}
-			return nil
-		})
+		k, found, err := nestedAttr(ad.Bytes(), unix.NFTA_SET_ELEM_KEY, unix.NFTA_DATA_VALUE)
+		if err != nil {
+			return nil, false
+		}
+		if !found {
+			continue
+		}
+		key, ok := decodeFields(fields, k, v6)
+		if !ok {
+			return nil, false
+		}
+		keys = append(keys, key)
 	}
-	return keys, ok && ad.Err() == nil
+	return keys, ad.Err() == nil
 }
 
 // protocolNames is protocolNumbers the other way round.
