@@ -145,16 +145,8 @@ func attr(data []byte, typ uint16) ([]byte, bool) {
 	if len(data) < 4 {
 		return nil, false
 	}
-	ad, err := netlink.NewAttributeDecoder(data[4:])
-	if err != nil {
-		return nil, false
-	}
-	for ad.Next() {
-		if ad.Type() == typ {
-			return ad.Bytes(), true
-		}
-	}
-	return nil, false
+	v, ok, err := nestedAttr(data[4:], typ)
+	return v, ok && err == nil
 }
 
 func attrString(data []byte, typ uint16) string {
