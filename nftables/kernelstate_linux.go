@@ -223,6 +223,15 @@ var checkSets = func() map[string]setLayout {
 	return m
 }()
 
+// setID names a set or map among all tables of both families: what
+// ApplyElementBatch and CheckElements group elements by, one message or
+// request per set.
+type setID struct {
+	family knftables.Family
+	table  string
+	name   string
+}
+
 // lookupBatch is how many keys one GETSETELEM request asks for.
 const lookupBatch = 256
 
@@ -230,11 +239,6 @@ const lookupBatch = 256
 // request, and compares the value the kernel returns with the element's
 // (as the kernel encodes it).
 func (s *netlinkState) CheckElements(elements []*knftables.Element) ([]ElementState, error) {
-	type setID struct {
-		family knftables.Family
-		table  string
-		name   string
-	}
 	type item struct {
 		i          int
 		key, value []byte

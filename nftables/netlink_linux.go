@@ -31,11 +31,6 @@ func ApplyElementBatch(b ElementBatch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	type setID struct {
-		family knftables.Family
-		table  string
-		name   string
-	}
 	type group struct {
 		set   *nftables.Set
 		elems []nftables.SetElement
