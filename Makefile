@@ -20,7 +20,7 @@ VMTESTFLAGS ?=
 # accept passes the API server's checks). `make fuzz` runs each for
 # FUZZTIME; CI runs it for a bounded time, the seeds also run in `make test`.
 FUZZTIME ?= 30s
-FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./nftables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices
+FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./nftables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices ./nftables:FuzzEncodeElement
 
 .PHONY: all test test-tools vmtest bench fuzz lint fmt
 

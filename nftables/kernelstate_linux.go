@@ -4,12 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/internal/netlinkbuf"
 )
 
 // NewKernelState returns a KernelState that reads nf_tables over netlink
@@ -142,16 +145,8 @@ func attr(data []byte, typ uint16) ([]byte, bool) {
 	if len(data) < 4 {
 		return nil, false
 	}
-	ad, err := netlink.NewAttributeDecoder(data[4:])
-	if err != nil {
-		return nil, false
-	}
-	for ad.Next() {
-		if ad.Type() == typ {
-			return ad.Bytes(), true
-		}
-	}
-	return nil, false
+	v, ok, err := nestedAttr(data[4:], typ)
+	return v, ok && err == nil
 }
 
 func attrString(data []byte, typ uint16) string {
@@ -221,21 +216,21 @@ func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[st
 // checkSets are the sets and maps CheckElements reads: those ApplyElements
 // writes, and the no-endpoint verdict maps (whose comments are not
 // compared).
-var checkSets = func() map[string]struct {
-	key, value []field
-	verdict    bool
-} {
-	m := map[string]struct {
-		key, value []field
-		verdict    bool
-	}{}
-	for name, spec := range netlinkSets {
-		m[name] = spec
-	}
+var checkSets = func() map[string]setLayout {
+	m := maps.Clone(netlinkSets)
 	m[noEndpointServicesMap] = netlinkSets[serviceIPsMap]
 	m[noEndpointNodePortsMap] = netlinkSets[serviceNodePortsMap]
 	return m
 }()
+
+// setID names a set or map among all tables of both families: what
+// ApplyElementBatch and CheckElements group elements by, one message or
+// request per set.
+type setID struct {
+	family knftables.Family
+	table  string
+	name   string
+}
 
 // lookupBatch is how many keys one GETSETELEM request asks for.
 const lookupBatch = 256
@@ -244,11 +239,6 @@ const lookupBatch = 256
 // request, and compares the value the kernel returns with the element's
 // (as the kernel encodes it).
 func (s *netlinkState) CheckElements(elements []*knftables.Element) ([]ElementState, error) {
-	type setID struct {
-		family knftables.Family
-		table  string
-		name   string
-	}
 	type item struct {
 		i          int
 		key, value []byte
@@ -434,73 +424,62 @@ func elementData(b []byte) ([]byte, error) {
 	if len(b) < 4 {
 		return nil, errors.New("short set element message")
 	}
-	data := []byte{}
-	ad, err := netlink.NewAttributeDecoder(b[4:])
+	d, ok, err := nestedAttr(b[4:], unix.NFTA_SET_ELEM_LIST_ELEMENTS, unix.NFTA_LIST_ELEM, unix.NFTA_SET_ELEM_DATA)
+	if err != nil || !ok {
+		return []byte{}, err
+	}
+	if v, ok, err := nestedAttr(d, unix.NFTA_DATA_VALUE); ok || err != nil {
+		return v, err
+	}
+	vd, ok, err := nestedAttr(d, unix.NFTA_DATA_VERDICT)
+	if err != nil || !ok {
+		return []byte{}, err
+	}
+	var code uint32 // NF_DROP when the kernel names none
+	c, ok, err := nestedAttr(vd, unix.NFTA_VERDICT_CODE)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok && len(c) != 4:
+		return nil, fmt.Errorf("verdict code of %d bytes", len(c))
+	case ok:
+		code = binary.BigEndian.Uint32(c)
+	}
+	chain, _, err := nestedAttr(vd, unix.NFTA_VERDICT_CHAIN)
 	if err != nil {
 		return nil, err
 	}
-	for ad.Next() {
-		if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
-			continue
+	return verdictBytes(code, strings.TrimRight(string(chain), "\x00")), nil
+}
+
+// nestedAttr follows path down the attribute list b, taking at each level
+// the first attribute of the path's type, and returns the payload it
+// reaches; false if one is missing, an error if a list cannot be read.
+func nestedAttr(b []byte, path ...uint16) ([]byte, bool, error) {
+	for _, typ := range path {
+		ad, err := netlink.NewAttributeDecoder(b)
+		if err != nil {
+			return nil, false, err
 		}
-		ad.Nested(func(list *netlink.AttributeDecoder) error {
-			for list.Next() {
-				list.Nested(func(elem *netlink.AttributeDecoder) error {
-					for elem.Next() {
-						if elem.Type() != unix.NFTA_SET_ELEM_DATA {
-							continue
-						}
-						elem.Nested(func(v *netlink.AttributeDecoder) error {
-							for v.Next() {
-								switch v.Type() {
-								case unix.NFTA_DATA_VALUE:
-									data = v.Bytes()
-								case unix.NFTA_DATA_VERDICT:
-									var code uint32
-									var chain string
-									v.Nested(func(vd *netlink.AttributeDecoder) error {
-										vd.ByteOrder = binary.BigEndian
-										for vd.Next() {
-											switch vd.Type() {
-											case unix.NFTA_VERDICT_CODE:
-												code = vd.Uint32()
-											case unix.NFTA_VERDICT_CHAIN:
-												chain = vd.String()
-											}
-										}
-										return nil
-									})
-									data = verdictBytes(code, chain)
-								}
-							}
-							return nil
-						})
-					}
-					return nil
-				})
+		found := false
+		for !found && ad.Next() {
+			if ad.Type() == typ {
+				b, found = ad.Bytes(), true
 			}
-			return nil
-		})
+		}
+		if err := ad.Err(); err != nil {
+			return nil, false, err
+		}
+		if !found {
+			return nil, false, nil
+		}
 	}
-	if err := ad.Err(); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return b, true, nil
 }
 
 func forceReadBuffer(conn *netlink.Conn, size int) error {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var sockErr error
-	if err := raw.Control(func(fd uintptr) {
-		sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
-	}); err != nil {
-		return err
-	}
-	if sockErr != nil {
-		return fmt.Errorf("nftables netlink: setting the receive buffer: %w", sockErr)
+	if err := netlinkbuf.Force(conn, 0, size); err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
 	}
 	return nil
 }

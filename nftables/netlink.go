@@ -38,15 +38,21 @@ func (b ElementBatch) AddTo(tx *knftables.Transaction) {
 	}
 }
 
+// ApplyElements adds elements, SyncResult.Elements of a split full sync,
+// to their sets and maps in the kernel through nf_tables netlink, as one
+// batch: ApplyElementBatch with these additions alone, whose rules it
+// follows (on a platform without nf_tables netlink, it fails unless there
+// are none).
+func ApplyElements(elements []*knftables.Element) error {
+	return ApplyElementBatch(ElementBatch{Add: elements})
+}
+
 // netlinkSets are the sets and maps whose elements ApplyElements and
 // ApplyElementBatch send, with the fields of their keys and values: the
 // writer's bulk. The others stay with nft: elements with comments (the
 // no-endpoint maps) and interval sets (nodeport-ips, firewall-allow), whose
 // encodings nft decides.
-var netlinkSets = map[string]struct {
-	key, value []field
-	verdict    bool
-}{
+var netlinkSets = map[string]setLayout{
 	endpointsMap:         {key: []field{fAddr, fProto, fPort, fIndex}, value: []field{fAddr, fPort}},
 	nodePortEndpointsMap: {key: []field{fProto, fPort, fIndex}, value: []field{fAddr, fPort}},
 	serviceIPsMap:        {key: []field{fAddr, fProto, fPort}, verdict: true},
@@ -54,6 +60,14 @@ var netlinkSets = map[string]struct {
 	clusterIPsSet:        {key: []field{fAddr}},
 	hairpinSet:           {key: []field{fAddr, fAddr}},
 	firewallIPsSet:       {key: []field{fAddr, fProto, fPort}},
+}
+
+// setLayout is how a set's elements are laid out: the fields of the key,
+// and of the value for a map whose values are data; verdict for a map
+// whose values are verdicts.
+type setLayout struct {
+	key, value []field
+	verdict    bool
 }
 
 type field uint8
@@ -64,6 +78,12 @@ const (
 	fPort               // inet_service
 	fIndex              // numgen's result, a 32-bit integer
 )
+
+// protocolNumbers are inet_proto's values for the protocols a Service
+// may name: encodeFields writes them, and the watcher's decodeFields reads
+// them back through protocolNames, so that one element's two encodings
+// cannot drift apart.
+var protocolNumbers = map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}
 
 // netlinkElement reports whether ApplyElements and ApplyElementBatch send
 // el.
@@ -142,7 +162,7 @@ func encodeFields(fields []field, parts []string, v6 bool) ([]byte, error) {
 			}
 			b = append(b, a.AsSlice()...)
 		case fProto:
-			n, ok := map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}[p]
+			n, ok := protocolNumbers[p]
 			if !ok {
 				return nil, fmt.Errorf("protocol %q", p)
 			}

@@ -6,21 +6,14 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/internal/netlinkbuf"
 )
 
 // elementsPerMessage bounds the elements of one NEWSETELEM message: their
 // list is one netlink attribute, whose length is 16 bits.
 const elementsPerMessage = 512
-
-// ApplyElements adds elements, SyncResult.Elements of a split full sync,
-// to their sets and maps in the kernel through nf_tables netlink, as one
-// batch: ApplyElementBatch with these additions alone, whose rules it
-// follows.
-func ApplyElements(elements []*knftables.Element) error {
-	return ApplyElementBatch(ElementBatch{Add: elements})
-}
 
 // ApplyElementBatch sends b to the kernel through nf_tables netlink as one
 // batch, which the kernel commits whole or not at all: first every
@@ -37,11 +30,6 @@ func ApplyElements(elements []*knftables.Element) error {
 func ApplyElementBatch(b ElementBatch) error {
 	if b.Len() == 0 {
 		return nil
-	}
-	type setID struct {
-		family knftables.Family
-		table  string
-		name   string
 	}
 	type group struct {
 		set   *nftables.Set
@@ -155,26 +143,9 @@ func familyName(s *nftables.Set) knftables.Family {
 // sends a batch in one sendmsg, which the kernel refuses (EMSGSIZE) beyond
 // the socket's send buffer, and reads an acknowledgement per message, which
 // the kernel queues at once and drops (ENOBUFS) beyond the receive buffer.
-// The FORCE options pass the sysctl caps, for a process with
-// CAP_NET_ADMIN, which changing nf_tables needs anyway. Buffers are
-// accounted as used, not reserved.
 func bigBuffers(c *netlink.Conn) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var sockErr error
-	if err := raw.Control(func(fd uintptr) {
-		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
-			if sockErr == nil {
-				sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, 1<<30)
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if sockErr != nil {
-		return fmt.Errorf("nftables netlink: socket buffers: %w", sockErr)
+	if err := netlinkbuf.Force(c, 1<<30, 1<<30); err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
 	}
 	return nil
 }

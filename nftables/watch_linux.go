@@ -142,38 +142,47 @@ func elementKeys(list []byte, fields []field, v6 bool) ([]string, bool) {
 		return nil, false
 	}
 	var keys []string
-	ok := true
 	for ad.Next() {
-		ad.Nested(func(elem *netlink.AttributeDecoder) error {
-			for elem.Next() {
-				if elem.Type() != unix.NFTA_SET_ELEM_KEY {
-					continue
-				}
-				elem.Nested(func(k *netlink.AttributeDecoder) error {
-					for k.Next() {
-						if k.Type() == unix.NFTA_DATA_VALUE {
-							key, good := decodeFields(fields, k.Bytes(), v6)
-							ok = ok && good
-							keys = append(keys, key)
-						}
-					}
-					return nil
-				})
-			}
-			return nil
-		})
+		k, found, err := nestedAttr(ad.Bytes(), unix.NFTA_SET_ELEM_KEY, unix.NFTA_DATA_VALUE)
+		if err != nil {
+			return nil, false
+		}
+		if !found {
+			continue
+		}
+		key, ok := decodeFields(fields, k, v6)
+		if !ok {
+			return nil, false
+		}
+		keys = append(keys, key)
 	}
-	return keys, ok && ad.Err() == nil
+	return keys, ad.Err() == nil
+}
+
+// protocolNames is protocolNumbers the other way round.
+var protocolNames = func() map[byte]string {
+	m := make(map[byte]string, len(protocolNumbers))
+	for name, n := range protocolNumbers {
+		m[n] = name
+	}
+	return m
+}()
+
+// size is how many bytes f takes in a concatenation as encodeFields writes
+// it: a whole 32-bit register for each field but an IPv6 address, which
+// takes four.
+func (f field) size(v6 bool) int {
+	if f == fAddr && v6 {
+		return 16
+	}
+	return 4
 }
 
 // decodeFields is encodeFields' inverse: the parts joined by " . ".
 func decodeFields(fields []field, b []byte, v6 bool) (string, bool) {
 	parts := make([]string, 0, len(fields))
 	for _, f := range fields {
-		n := 4
-		if f == fAddr && v6 {
-			n = 16
-		}
+		n := f.size(v6)
 		if len(b) < n {
 			return "", false
 		}
@@ -184,7 +193,7 @@ func decodeFields(fields []field, b []byte, v6 bool) (string, bool) {
 			a, _ := netip.AddrFromSlice(v)
 			parts = append(parts, a.String())
 		case fProto:
-			name, ok := map[byte]string{6: "tcp", 17: "udp", 132: "sctp"}[v[0]]
+			name, ok := protocolNames[v[0]]
 			if !ok {
 				return "", false
 			}
@@ -250,8 +259,7 @@ func (w *KernelWatcher) Quiet(fn func() error) error {
 	defer w.mu.Unlock()
 	if jerr != nil {
 		w.closed = true
-		close(w.notify)
-		w.notify = make(chan struct{})
+		w.wake()
 		return fmt.Errorf("nftables netlink: joining the nf_tables monitor group again: %w", jerr)
 	}
 	// Batches up to g may never announce their generation; those after
@@ -261,8 +269,7 @@ func (w *KernelWatcher) Quiet(fn func() error) error {
 	}
 	if genLE(w.seen, g) {
 		w.seen = g
-		close(w.notify)
-		w.notify = make(chan struct{})
+		w.wake()
 	}
 	return ferr
 }
@@ -289,8 +296,7 @@ func (w *KernelWatcher) read() {
 			}
 			w.mu.Lock()
 			w.closed = true
-			close(w.notify)
-			w.notify = make(chan struct{})
+			w.wake()
 			w.mu.Unlock()
 			return
 		}
@@ -330,8 +336,7 @@ func (w *KernelWatcher) read() {
 			if genLE(w.seen, g) {
 				w.seen = g
 			}
-			close(w.notify)
-			w.notify = make(chan struct{})
+			w.wake()
 		}
 		w.mu.Unlock()
 	}
@@ -353,6 +358,13 @@ func (w *KernelWatcher) logBatch(k tableKey, g uint32, b *batchChanges) {
 	}
 	l.batches = append(l.batches, b)
 	l.keys += b.keys
+}
+
+// wake tells the callers of Changes waiting on notify that seen or closed
+// moved. w.mu is held.
+func (w *KernelWatcher) wake() {
+	close(w.notify)
+	w.notify = make(chan struct{})
 }
 
 // genLE reports whether generation a is not after b, in serial-number

@@ -13,10 +13,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/netlinkbuf"
 )
 
 // benchEnv turns on TestTransportTimes, which loads 10,000-service
@@ -81,24 +81,8 @@ func (n *nftTable) netlinkRun(c Change) (time.Duration, error) {
 // sends a batch in one sendmsg, which the kernel refuses (EMSGSIZE) when it
 // exceeds the send buffer, and asks an acknowledgement of every message,
 // which the kernel queues all at once and drops (ENOBUFS) when they exceed
-// the receive buffer. The FORCE options pass the sysctl caps (root only).
-func bigBuffers(c *netlink.Conn) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var sockErr error
-	if err := raw.Control(func(fd uintptr) {
-		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
-			if sockErr == nil {
-				sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, 1<<30)
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	return sockErr
-}
+// the receive buffer.
+func bigBuffers(c *netlink.Conn) error { return netlinkbuf.Force(c, 1<<30, 1<<30) }
 
 func (n *nftTable) list(t testing.TB) string {
 	t.Helper()
