@@ -45,36 +45,30 @@ type metrics struct {
 // without the event handlers counting. It fails when reg refuses one (it
 // has a metric of that name already).
 func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints func() int) (*metrics, error) {
+	// The makers of the metrics whose only label is the IP family.
 	family := []string{"ip_family"}
+	histogram := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: name, Help: help, Buckets: buckets}, family)
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: name, Help: help}, family)
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: name, Help: help}, family)
+	}
 	m := &metrics{
-		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Subsystem: subsystem, Name: "sync_proxy_rules_duration_seconds",
-			Help:    "How long a sync of the proxy rules took, full or partial, successful or not.",
-			Buckets: syncBuckets,
-		}, family),
-		syncFullDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Subsystem: subsystem, Name: "sync_full_proxy_rules_duration_seconds",
-			Help:    "How long a full sync of the proxy rules took.",
-			Buckets: syncBuckets,
-		}, family),
-		syncPartialDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Subsystem: subsystem, Name: "sync_partial_proxy_rules_duration_seconds",
-			Help:    "How long a partial sync of the proxy rules took.",
-			Buckets: syncBuckets,
-		}, family),
-		networkProgramming: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Subsystem: subsystem, Name: "network_programming_duration_seconds",
-			Help:    "Time from an EndpointSlice change (its last-change-trigger-time) to the rules for it being applied.",
-			Buckets: programmingBuckets,
-		}, family),
-		lastSync: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: subsystem, Name: "sync_proxy_rules_last_timestamp_seconds",
-			Help: "When the proxy rules were last synced successfully, in seconds since the epoch.",
-		}, family),
-		lastQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: subsystem, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
-			Help: "When a sync of the proxy rules was last asked for, in seconds since the epoch; far ahead of the last sync means syncs are stuck.",
-		}, family),
+		syncDuration: histogram("sync_proxy_rules_duration_seconds",
+			"How long a sync of the proxy rules took, full or partial, successful or not.", syncBuckets),
+		syncFullDuration: histogram("sync_full_proxy_rules_duration_seconds",
+			"How long a full sync of the proxy rules took.", syncBuckets),
+		syncPartialDuration: histogram("sync_partial_proxy_rules_duration_seconds",
+			"How long a partial sync of the proxy rules took.", syncBuckets),
+		networkProgramming: histogram("network_programming_duration_seconds",
+			"Time from an EndpointSlice change (its last-change-trigger-time) to the rules for it being applied.", programmingBuckets),
+		lastSync: gauge("sync_proxy_rules_last_timestamp_seconds",
+			"When the proxy rules were last synced successfully, in seconds since the epoch."),
+		lastQueued: gauge("sync_proxy_rules_last_queued_timestamp_seconds",
+			"When a sync of the proxy rules was last asked for, in seconds since the epoch; far ahead of the last sync means syncs are stuck."),
 		serviceChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_total",
 			Help: "Service events received.",
@@ -83,34 +77,24 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 			Subsystem: subsystem, Name: "sync_proxy_rules_endpoint_changes_total",
 			Help: "EndpointSlice events received.",
 		}),
-		backend: BackendMetrics{RestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: subsystem, Name: "sync_proxy_rules_iptables_restore_failures_total",
-			Help: "iptables-restore runs that failed.",
-		}, family),
-			PartialRestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Subsystem: subsystem, Name: "sync_proxy_rules_iptables_partial_restore_failures_total",
-				Help: "iptables-restore runs of partial syncs that failed (the next sync is full).",
-			}, family),
-			DriftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Subsystem: subsystem, Name: "sync_proxy_rules_iptables_drift_repairs_total",
-				Help: "Checks that found the top-level iptables chains different from what was applied, each followed by a full sync (a proxykit metric; kube-proxy has none).",
-			}, family),
-			NFTablesSyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Subsystem: subsystem, Name: "sync_proxy_rules_nftables_sync_failures_total",
-				Help: "nftables transactions that failed (the next sync is full).",
-			}, family),
-			NFTablesCleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Subsystem: subsystem, Name: "sync_proxy_rules_nftables_cleanup_failures_total",
-				Help: "Failed nftables transactions that were deleting stale chains, which therefore stay until a later sync deletes them.",
-			}, family)},
+		backend: BackendMetrics{
+			RestoreFailures: counter("sync_proxy_rules_iptables_restore_failures_total",
+				"iptables-restore runs that failed."),
+			PartialRestoreFailures: counter("sync_proxy_rules_iptables_partial_restore_failures_total",
+				"iptables-restore runs of partial syncs that failed (the next sync is full)."),
+			DriftRepairs: counter("sync_proxy_rules_iptables_drift_repairs_total",
+				"Checks that found the top-level iptables chains different from what was applied, each followed by a full sync (a proxykit metric; kube-proxy has none)."),
+			NFTablesSyncFailures: counter("sync_proxy_rules_nftables_sync_failures_total",
+				"nftables transactions that failed (the next sync is full)."),
+			NFTablesCleanupFailures: counter("sync_proxy_rules_nftables_cleanup_failures_total",
+				"Failed nftables transactions that were deleting stale chains, which therefore stay until a later sync deletes them."),
+		},
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_no_local_endpoints_total",
 			Help: "Service ports with a Local traffic policy whose traffic is dropped because this node has no endpoint for them.",
 		}, []string{"ip_family", "traffic_policy"}),
-		conntrackDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: subsystem, Name: "conntrack_reconciler_deleted_entries_total",
-			Help: "Stale conntrack entries deleted after syncs.",
-		}, family),
+		conntrackDeleted: counter("conntrack_reconciler_deleted_entries_total",
+			"Stale conntrack entries deleted after syncs."),
 	}
 	if reg == nil {
 		return m, nil
