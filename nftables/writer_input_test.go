@@ -28,6 +28,30 @@ type skewedPort struct {
 	nodePort  *int
 	hcPort    *int
 	affinity  *v1.ServiceAffinity
+	// externalIPs, vips and sources replace the lists when not nil.
+	externalIPs, vips []netip.Addr
+	sources           []netip.Prefix
+}
+
+func (p *skewedPort) ExternalIPs() []netip.Addr {
+	if p.externalIPs != nil {
+		return p.externalIPs
+	}
+	return p.ServicePort.ExternalIPs()
+}
+
+func (p *skewedPort) LoadBalancerVIPs() []netip.Addr {
+	if p.vips != nil {
+		return p.vips
+	}
+	return p.ServicePort.LoadBalancerVIPs()
+}
+
+func (p *skewedPort) LoadBalancerSourceRanges() []netip.Prefix {
+	if p.sources != nil {
+		return p.sources
+	}
+	return p.ServicePort.LoadBalancerSourceRanges()
 }
 
 func (p *skewedPort) NodePort() int {
@@ -128,6 +152,40 @@ func TestWriterSkipsBadInput(t *testing.T) {
 				t.Errorf("the bad port reached the table:\n%s", d)
 			}
 		})
+	}
+}
+
+// TestWriterSkipsBadAddresses gives the writer a load-balancer port whose
+// external IPs, load-balancer VIPs and source ranges each mix a good
+// address with a zoned one, one of the other family and an invalid one:
+// the bad addresses alone are left out, and the port is programmed with
+// the good ones.
+func TestWriterSkipsBadAddresses(t *testing.T) {
+	c := newCluster(v1.IPv4Protocol, node)
+	c.setService(makeService("ns", "lb", "10.96.0.1", withLoadBalancer("192.0.2.10", "198.51.100.0/24")))
+	c.setEndpoints("ns", "lb", tcp8080, local("10.0.1.1"))
+	in := c.input()
+	name := svcPortName("ns", "lb", "p")
+	in.Services[name] = &skewedPort{ServicePort: c.ServiceMap[name],
+		externalIPs: []netip.Addr{addr("fe80::1%eth0"), addr("2001:db8::7"), {}, addr("192.0.2.7")},
+		vips:        []netip.Addr{addr("fe80::2%eth0"), addr("2001:db8::10"), {}, addr("192.0.2.10")},
+		sources:     []netip.Prefix{prefix("2001:db8::/64"), {}, prefix("198.51.100.0/24")},
+	}
+	fake, w := newFake(t, baseConfig())
+	res := syncFake(t, w, fake, in)
+	if res.ServicePorts != 1 {
+		t.Errorf("%d service ports programmed, want 1", res.ServicePorts)
+	}
+	d := fake.Dump()
+	for _, want := range []string{"192.0.2.7 . tcp . 80", "192.0.2.10 . tcp . 80", "198.51.100.0/24"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("the table lacks %q:\n%s", want, d)
+		}
+	}
+	for _, bad := range []string{"%eth0", "fe80", "2001:db8", "invalid"} {
+		if strings.Contains(d, bad) {
+			t.Errorf("a bad address (%q) reached the table:\n%s", bad, d)
+		}
 	}
 }
 
