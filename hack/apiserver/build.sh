@@ -47,6 +47,21 @@ if [ -n "$check_only" ]; then
 fi
 
 mkdir -p "$cache"
+# One build at a time per cache: two `make test` runs on one machine (or a
+# developer's beside CI's) would otherwise both spend the cold build and
+# race to rename into $dir. The second waits here, then finds the first's
+# binaries below. flock is util-linux's, on every Debian.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"$cache/.lock"
+	if ! flock -n 9; then
+		echo "apiserver: another build holds $cache/.lock; waiting for it" >&2
+		flock 9
+	fi
+	if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
+		echo "$dir"
+		exit 0
+	fi
+fi
 tmp=$(mktemp -d "$cache/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
