@@ -13,14 +13,18 @@
 // chains, hooks and priorities, and these objects, whose number does not
 // grow with the services except as elements:
 //
-//	hook        priority   base chain                 jumps to (new connections: ct state new)
-//	prerouting  dstnat-10  filter-prerouting     ──▶  firewall-check: daddr . proto . dport @firewall-ips and
-//	output      dstnat-10  filter-output         ──▶    daddr . proto . dport . saddr != @firewall-allow: drop
-//	input       dstnat-10  filter-input          ──▶  nodeport-endpoints-check ─▶ vmap @no-endpoint-nodeports
-//	forward     dstnat-10  filter-forward        ──▶  service-endpoints-check  ─▶ vmap @no-endpoint-services
-//	                                                    (drop: no local endpoint; goto reject-chain: none at all)
-//	output      dstnat+10  filter-output-post-dnat ▶  cluster-ips-check: reject @cluster-ips (a port the service
-//	                                                    lacks), drop the service CIDRs (an address no service has)
+//	hook        priority   base chain                    jumps to (new connections: ct state new)
+//	prerouting  dstnat-10  filter-prerouting-pre-dnat ─▶ firewall-check: daddr . proto . dport @firewall-ips and
+//	output      dstnat-10  filter-output-pre-dnat     ─▶   daddr . proto . dport . saddr != @firewall-allow: drop
+//	input       filter     filter-input               ─▶ nodeport-endpoints-check ─▶ vmap @no-endpoint-nodeports,
+//	                                                   ─▶ service-endpoints-check  ─▶ vmap @no-endpoint-services
+//	forward     filter     filter-forward             ─▶ service-endpoints-check, then cluster-ips-check
+//	output      filter     filter-output              ─▶ service-endpoints-check, then cluster-ips-check
+//
+//	  no-endpoint-* verdicts: drop (no local endpoint), goto reject-chain (no endpoint at all)
+//	  cluster-ips-check: reject @cluster-ips (a port the service lacks), drop the service CIDRs (an
+//	    address no service has)
+//
 //	prerouting  dstnat     nat-prerouting  ─┐
 //	output      dstnat     nat-output      ─┴──▶  services:
 //	                                                daddr . proto . dport vmap @service-ips ──▶ lb-K | lb-external-K | <per-service>
@@ -37,6 +41,19 @@
 //	nodeport-endpoints  map  proto . node port . index    : endpoint address . port
 //	hairpin-endpoints   set  ep . ep, for this node's endpoints
 //	firewall-ips, firewall-allow  sets  VIP . proto . port (. source range, intervals)
+//
+// Only the firewall check sees the address the client chose (before
+// DNAT); the other checks run after nat-output and nat-prerouting, so they
+// match only a packet that no rule sent on to an endpoint. That is what
+// lets the node's own connection to an external IP or load-balancer IP
+// of a service with an external traffic policy of Local and no endpoint
+// on this node through: nat-output short-circuits it to all endpoints, as
+// from a pod, and the drop in no-endpoint-services, meant for clients
+// outside the node, no longer matches it. Since the firewall runs first,
+// a client outside a load balancer's source ranges is dropped even when
+// the service has no endpoints, not rejected. The first sync deletes the
+// base chains of the earlier layout (filter-prerouting,
+// filter-output-post-dnat), which kube-proxy's nftables mode used too.
 //
 // A service port of K endpoints is, for its cluster IP, one service-ips
 // element pointing at the shared chain lb-K and K endpoints elements at
