@@ -41,7 +41,7 @@ func TestChainNames(t *testing.T) {
 	if got := endpointBase(short, netip.MustParseAddr("fd00::1"), 80); !strings.HasSuffix(got, "-ns/web/tcp/http__fd00..1/80") {
 		t.Errorf("endpointBase = %q, want HASH-ns/web/tcp/http__fd00..1/80", got)
 	}
-	for _, fixed := range []string{servicesChain, rejectChain, filterPreroutingChain, markMasqChain} {
+	for _, fixed := range []string{servicesChain, rejectChain, filterPreroutingPreDNATChain, markMasqChain} {
 		if isServiceObject(fixed) {
 			t.Errorf("fixed chain %q taken for a per-service one", fixed)
 		}

@@ -13,14 +13,18 @@
 // chains, hooks and priorities, and these objects, whose number does not
 // grow with the services except as elements:
 //
-//	hook        priority   base chain                 jumps to (new connections: ct state new)
-//	prerouting  dstnat-10  filter-prerouting     ──▶  firewall-check: daddr . proto . dport @firewall-ips and
-//	output      dstnat-10  filter-output         ──▶    daddr . proto . dport . saddr != @firewall-allow: drop
-//	input       dstnat-10  filter-input          ──▶  nodeport-endpoints-check ─▶ vmap @no-endpoint-nodeports
-//	forward     dstnat-10  filter-forward        ──▶  service-endpoints-check  ─▶ vmap @no-endpoint-services
-//	                                                    (drop: no local endpoint; goto reject-chain: none at all)
-//	output      dstnat+10  filter-output-post-dnat ▶  cluster-ips-check: reject @cluster-ips (a port the service
-//	                                                    lacks), drop the service CIDRs (an address no service has)
+//	hook        priority   base chain                    jumps to (new connections: ct state new)
+//	prerouting  dstnat-10  filter-prerouting-pre-dnat ─▶ firewall-check: daddr . proto . dport @firewall-ips and
+//	output      dstnat-10  filter-output-pre-dnat     ─▶   daddr . proto . dport . saddr != @firewall-allow: drop
+//	input       filter     filter-input               ─▶ nodeport-endpoints-check ─▶ vmap @no-endpoint-nodeports,
+//	                                                   ─▶ service-endpoints-check  ─▶ vmap @no-endpoint-services
+//	forward     filter     filter-forward             ─▶ service-endpoints-check, then cluster-ips-check
+//	output      filter     filter-output              ─▶ service-endpoints-check, then cluster-ips-check
+//
+//	  no-endpoint-* verdicts: drop (no local endpoint), goto reject-chain (no endpoint at all)
+//	  cluster-ips-check: reject @cluster-ips (a port the service lacks), drop the service CIDRs (an
+//	    address no service has)
+//
 //	prerouting  dstnat     nat-prerouting  ─┐
 //	output      dstnat     nat-output      ─┴──▶  services:
 //	                                                daddr . proto . dport vmap @service-ips ──▶ lb-K | lb-external-K | <per-service>
@@ -37,6 +41,19 @@
 //	nodeport-endpoints  map  proto . node port . index    : endpoint address . port
 //	hairpin-endpoints   set  ep . ep, for this node's endpoints
 //	firewall-ips, firewall-allow  sets  VIP . proto . port (. source range, intervals)
+//
+// Only the firewall check sees the address the client chose (before
+// DNAT); the other checks run after nat-output and nat-prerouting, so they
+// match only a packet that no rule sent on to an endpoint. That is what
+// lets the node's own connection to an external IP or load-balancer IP
+// of a service with an external traffic policy of Local and no endpoint
+// on this node through: nat-output short-circuits it to all endpoints, as
+// from a pod, and the drop in no-endpoint-services, meant for clients
+// outside the node, no longer matches it. Since the firewall runs first,
+// a client outside a load balancer's source ranges is dropped even when
+// the service has no endpoints, not rejected. The first sync deletes the
+// base chains of the earlier layout (filter-prerouting,
+// filter-output-post-dnat), which kube-proxy's nftables mode used too.
 //
 // A service port of K endpoints is, for its cluster IP, one service-ips
 // element pointing at the shared chain lb-K and K endpoints elements at
@@ -163,11 +180,20 @@
 //     "numgen vmap" per service makes the kernel load a 10,000-service
 //     table in about 100 s (each anonymous set is a set the kernel finds by
 //     a linear search, BENCHMARKS.md); this layout loads it in seconds.
-//   - The hairpin masquerade is decided in nat-postrouting from a set of
-//     this node's endpoints ("ep . ep", after DNAT), not by an "ip saddr
-//     EP" rule in every endpoint chain: a pod can reach itself through a
-//     service only from its own node, where its endpoint is local, so the
-//     same packets are masqueraded.
+//   - The hairpin masquerade looks up "saddr . daddr" of a DNATed
+//     connection in a set of this node's endpoint addresses ("ep . ep");
+//     kube-proxy's hairpin-connections set holds "ep . ep . proto . port"
+//     per local endpoint. For a connection these rules DNATed the two
+//     agree (its destination is an endpoint's address and port); a
+//     connection that another program's rules DNATed from a local
+//     endpoint to itself, on a port no service uses, is masqueraded here
+//     and not by kube-proxy.
+//   - Masquerading is marked in the shared and per-service chains
+//     (through a mark-for-masquerade chain) for the packets they DNAT;
+//     kube-proxy marks inline, and for cluster-IP traffic from outside
+//     the cluster CIDR (or all of it, with MasqueradeAll) in "services",
+//     before the lookup. The same connections leave masqueraded: what
+//     kube-proxy marks besides is not DNATed and is dropped or rejected.
 //   - Removing an endpoint moves the last one into its index: established
 //     connections keep their conntrack entries and new ones stay uniform
 //     over the endpoints, with at most two elements rewritten.
@@ -179,7 +205,10 @@
 //   - Source ranges are elements of two sets (firewall-allow is a
 //     concatenated interval set) instead of a chain and an anonymous set
 //     per load balancer; a range inside another of the same service is
-//     left out, since the kernel refuses overlapping intervals.
+//     left out, since the kernel refuses overlapping intervals. A load
+//     balancer's own VIP is allowed as a source when a range holds any of
+//     WriterConfig.NodeIPs; kube-proxy checks its one node IP of the
+//     family.
 //   - Partial syncs are O(change): kube-proxy walks every service and
 //     re-adds every map element on each sync.
 //   - Stale chains are deleted in the same transaction, after the elements
@@ -198,6 +227,21 @@
 //   - Element claims: when two services claim one address and port (an
 //     external IP listed twice), the first claim holds the element and the
 //     next takes over when it goes, instead of the last writer winning.
+//   - The first sync deletes the base chains of the earlier layout
+//     (filter-prerouting, filter-output-post-dnat) that a table written
+//     by an earlier version or by an older kube-proxy holds; kube-proxy
+//     leaves them, where they repeat the firewall and cluster-IP checks.
+//   - Localhost node ports: kube-proxy's alpha KubeProxyNFTablesLocalhostNodePorts
+//     gate (off by default) rejects, with a counter, or proxies in user
+//     space connections to a loopback address at a node port. This package
+//     has neither: as kube-proxy with the gate off, node ports are not
+//     served on loopback addresses, and such a connection reaches whatever
+//     listens on the port.
+//
+// Apart from these, the rules make kube-proxy's decisions, as far as its
+// own nftables test cases and this package's tests (with the tracer and
+// with real packets) go, and in its order: the firewall before DNAT, the
+// no-endpoints and cluster-IP checks after it (see the layout above).
 //
 // # Transport
 //

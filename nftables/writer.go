@@ -31,14 +31,14 @@ const DefaultMasqueradeBit = 14
 
 // The fixed objects of the table, kube-proxy's names.
 const (
-	filterPreroutingChain     = "filter-prerouting"
-	filterInputChain          = "filter-input"
-	filterForwardChain        = "filter-forward"
-	filterOutputChain         = "filter-output"
-	filterOutputPostDNATChain = "filter-output-post-dnat"
-	natPreroutingChain        = "nat-prerouting"
-	natOutputChain            = "nat-output"
-	natPostroutingChain       = "nat-postrouting"
+	filterPreroutingPreDNATChain = "filter-prerouting-pre-dnat"
+	filterOutputPreDNATChain     = "filter-output-pre-dnat"
+	filterInputChain             = "filter-input"
+	filterForwardChain           = "filter-forward"
+	filterOutputChain            = "filter-output"
+	natPreroutingChain           = "nat-prerouting"
+	natOutputChain               = "nat-output"
+	natPostroutingChain          = "nat-postrouting"
 
 	servicesChain               = "services"
 	serviceEndpointsCheckChain  = "service-endpoints-check"
@@ -1013,6 +1013,11 @@ func (w *Writer) writeStatic() {
 			w.add(&w.chainOps, c)
 			w.chainOps = append(w.chainOps, op{opFlush, c}, op{opDelete, c})
 		}
+		for _, name := range retiredBaseChains {
+			c := &knftables.Chain{Family: w.family, Table: w.table, Name: name}
+			w.add(&w.chainOps, c)
+			w.chainOps = append(w.chainOps, op{opFlush, c}, op{opDelete, c})
+		}
 		w.baseFresh = true
 	}
 	for _, bc := range baseChains {
@@ -1218,20 +1223,32 @@ type baseChain struct {
 	priority  knftables.BaseChainPriority
 }
 
-// baseChains are kube-proxy's hooks and priorities. The filter chains run
-// before DNAT (dstnat-10), so that they see the service address; the
-// second output filter chain runs after it (dstnat+10), to catch what DNAT
-// left addressed to a cluster IP.
+// baseChains are kube-proxy's hooks and priorities. Only the firewall
+// check runs before DNAT (dstnat-10), where it sees the address the client
+// chose; every other filter chain runs at filter priority, after DNAT. At
+// the input and forward hooks that changes nothing (the prerouting hook's
+// DNAT is done by then), but at the output hook it is what lets a node's
+// own connection that nat-output sent on to an endpoint (the "short-circuit
+// local traffic" of an external address with a Local policy and no local
+// endpoint) pass the endpoints check, which matches only a packet still
+// addressed to the service.
 var baseChains = []baseChain{
-	{filterPreroutingChain, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
-	{filterInputChain, knftables.FilterType, knftables.InputHook, knftables.DNATPriority + "-10"},
-	{filterForwardChain, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority + "-10"},
-	{filterOutputChain, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
-	{filterOutputPostDNATChain, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "+10"},
+	{filterPreroutingPreDNATChain, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
+	{filterOutputPreDNATChain, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
+	{filterInputChain, knftables.FilterType, knftables.InputHook, knftables.FilterPriority},
+	{filterForwardChain, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
+	{filterOutputChain, knftables.FilterType, knftables.OutputHook, knftables.FilterPriority},
 	{natPreroutingChain, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
 	{natOutputChain, knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
 	{natPostroutingChain, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
 }
+
+// retiredBaseChains are the base chains of the earlier layout (kube-proxy's
+// and this package's, which ran every filter chain before DNAT and caught
+// what DNAT left at a cluster IP in a second output chain): the first sync
+// deletes them, so that a table left by either does not keep checking
+// packets twice.
+var retiredBaseChains = []string{"filter-prerouting", "filter-output-post-dnat"}
 
 // jumpRules are the base chains' rules. reject is allowed only at the
 // input, forward and output hooks on older kernels (before 5.9), so the
@@ -1241,11 +1258,11 @@ var jumpRules = []struct{ from, match, to string }{
 	{filterInputChain, "ct state new", serviceEndpointsCheckChain},
 	{filterForwardChain, "ct state new", serviceEndpointsCheckChain},
 	{filterOutputChain, "ct state new", serviceEndpointsCheckChain},
-	{filterPreroutingChain, "ct state new", firewallCheckChain},
-	{filterOutputChain, "ct state new", firewallCheckChain},
+	{filterPreroutingPreDNATChain, "ct state new", firewallCheckChain},
+	{filterOutputPreDNATChain, "ct state new", firewallCheckChain},
 	{natOutputChain, "", servicesChain},
 	{natPreroutingChain, "", servicesChain},
 	{natPostroutingChain, "", masqueradingChain},
 	{filterForwardChain, "ct state new", clusterIPsCheckChain},
-	{filterOutputPostDNATChain, "ct state new", clusterIPsCheckChain},
+	{filterOutputChain, "ct state new", clusterIPsCheckChain},
 }

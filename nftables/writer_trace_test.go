@@ -64,6 +64,9 @@ func TestWriterTrace(t *testing.T) {
 	c.setService(makeService("ns", "sticky", "10.96.0.14", withAffinity(60)))
 	c.setEndpoints("ns", "sticky", tcp8080, local(podA))
 	c.setService(makeService("ns", "empty", "10.96.0.15", withNodePort(30085)))
+	c.setService(makeService("ns", "remote-ext", "10.96.0.16", withExternalIPs("192.0.2.16"), withLoadBalancer("203.0.113.16"), withExternalLocal()))
+	c.setEndpoints("ns", "remote-ext", tcp8080, remote(podB))
+	c.setService(makeService("ns", "fenced-empty", "10.96.0.17", withLoadBalancer("203.0.113.17", "198.51.100.0/24")))
 	cfg := baseConfig()
 	cfg.ServiceCIDRs = []netip.Prefix{prefix("10.96.0.0/16")}
 	fake, w := newFake(t, cfg)
@@ -104,6 +107,25 @@ func TestWriterTrace(t *testing.T) {
 		{"no endpoints: cluster IP", tcp(podA, "10.96.0.15", 80), rejected},
 		{"no endpoints: node port", tcp(outside, nodeIP, 30085), rejected},
 		{"no endpoints: from the node", fromNode("10.96.0.15", 80), rejected},
+		// The node's packets to its own address come back in over
+		// loopback, through filter-input's node-port checks.
+		{"no endpoints: node port, from the node", fromNode(nodeIP, 30085), rejected},
+		{"Local node port without local endpoints, from the node", fromNode(nodeIP, 30083), []outcome{dnat(podB+":8080", true)}},
+		{"node port, from the node", fromNode(nodeIP, 30080), []outcome{dnat(podA+":8080", true), dnat(podB+":8080", true)}},
+		{"node port not in use, from the node", fromNode(nodeIP, 30099), accepted},
+		// The node's own connections to the external addresses of a
+		// Local service without a local endpoint are short-circuited to
+		// all endpoints, as from a pod; the endpoints check runs after
+		// nat-output and does not see the service's address any more.
+		{"Local external IP without local endpoints, from outside", tcp(outside, "192.0.2.16", 80), dropped},
+		{"Local external IP without local endpoints, from the node", fromNode("192.0.2.16", 80), []outcome{dnat(podB+":8080", true)}},
+		{"Local LB without local endpoints, from outside", tcp(outside, "203.0.113.16", 80), dropped},
+		{"Local LB without local endpoints, from the node", fromNode("203.0.113.16", 80), []outcome{dnat(podB+":8080", true)}},
+		// The firewall runs before the endpoints check: a source outside
+		// the ranges is dropped even when the service has no endpoints.
+		{"LB without endpoints, source outside its ranges, from the node", fromNode("203.0.113.17", 80), dropped},
+		{"LB without endpoints, source outside its ranges", tcp(stranger, "203.0.113.17", 80), dropped},
+		{"LB without endpoints, source inside its ranges", tcp(outside, "203.0.113.17", 80), rejected},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			outs, err := tr.Trace(tc.p)

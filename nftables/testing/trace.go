@@ -86,52 +86,75 @@ func (t *Tracer) Trace(p Packet) ([]Outcome, error) {
 	}
 	r := &run{t: t, tbl: tbl, proto: proto, src: p.Src}
 	start := state{dst: p.Dst, dport: p.DstPort}
+	// A node's packet starts at output and leaves through postrouting; if
+	// its destination (after DNAT) is local, it comes back in over
+	// loopback: prerouting, then input, where it ends. A packet from
+	// outside starts at prerouting; the routing decision sends it to
+	// input (local destination, where it ends) or through forward.
 	var hooks []knftables.BaseChainHook
 	if p.Output {
-		hooks = []knftables.BaseChainHook{knftables.OutputHook, knftables.PostroutingHook}
+		hooks = []knftables.BaseChainHook{knftables.OutputHook, knftables.PostroutingHook, "loopback", knftables.InputHook}
 	} else {
 		hooks = []knftables.BaseChainHook{knftables.PreroutingHook, "route", knftables.PostroutingHook}
 	}
-	states := []state{start}
-	var outs []Outcome
-	// split files the ends of a hook: those a verdict stopped are
-	// outcomes, the others go on to the next hook.
-	split := func(ends []end, next []state, final bool) []state {
-		for _, e := range ends {
-			switch {
-			case e.verdict != vNone:
-				outs = append(outs, e.outcome())
-			case final:
-				e.verdict = vAccept
-				outs = append(outs, e.outcome())
-			default:
-				next = append(next, e.state)
-			}
-		}
-		return next
-	}
+	// ends holds one entry per branch, in the order of the branches: a
+	// branch that a verdict stopped, or that left the node, stays in its
+	// place while the others go through the next hooks.
+	ends := []end{{state: start}}
 	for _, hook := range hooks {
-		var next []state
-		for _, st := range states {
-			h, final := hook, false
-			if hook == "route" {
+		var next []end
+		for _, e := range ends {
+			if e.verdict != vNone {
+				next = append(next, e)
+				continue
+			}
+			h, final, nat := hook, false, !e.looped
+			switch hook {
+			case "route":
 				// The routing decision: to this node (input, where the
 				// packet ends), or on (forward, then postrouting).
-				h, final = knftables.ForwardHook, false
-				if r.isLocal(st.dst) {
+				h = knftables.ForwardHook
+				if r.isLocal(e.dst) {
 					h, final = knftables.InputHook, true
 				}
+			case "loopback":
+				if !r.isLocal(e.dst) {
+					// Sent to another host: it left the node.
+					e.verdict = vAccept
+					next = append(next, e)
+					continue
+				}
+				h = knftables.PreroutingHook
+			case knftables.InputHook:
+				final = true
 			}
-			ends, err := r.hook(h, st)
+			// On a node's packet back over loopback (looped) the kernel
+			// runs no nat chain: the connection's NAT was set up on the
+			// way out (nat-output's DNAT, nat-postrouting's SNAT). The
+			// filter chains run, and conntrack still calls the packet
+			// new.
+			out, err := r.hook(h, e.state, nat)
 			if err != nil {
 				return nil, err
 			}
-			next = split(ends, next, final)
+			for _, x := range out {
+				if x.verdict == vNone && final {
+					x.verdict = vAccept
+				}
+				if h == knftables.PostroutingHook && p.Output {
+					x.looped = true
+				}
+				next = append(next, x)
+			}
 		}
-		states = next
+		ends = next
 	}
-	for _, st := range states {
-		outs = append(outs, end{state: st, verdict: vAccept}.outcome())
+	outs := make([]Outcome, 0, len(ends))
+	for _, e := range ends {
+		if e.verdict == vNone {
+			e.verdict = vAccept
+		}
+		outs = append(outs, e.outcome())
 	}
 	return outs, nil
 }
@@ -153,6 +176,7 @@ type state struct {
 	mark   uint32
 	dnat   netip.AddrPort
 	masq   bool
+	looped bool // the node's packet, back over loopback
 	chains []string
 }
 
@@ -189,17 +213,17 @@ func (r *run) isLocal(a netip.Addr) bool {
 	return a.IsLoopback() || slices.Contains(r.t.local, a)
 }
 
-// hook runs the table's base chains at hook in priority order. An accept
-// ends one base chain, not the hook; a drop or reject ends the packet.
-// Ends with vNone go on.
-func (r *run) hook(hook knftables.BaseChainHook, st state) ([]end, error) {
+// hook runs the table's base chains at hook in priority order, the nat
+// chains among them only if nat is true. An accept ends one base chain,
+// not the hook; a drop or reject ends the packet. Ends with vNone go on.
+func (r *run) hook(hook knftables.BaseChainHook, st state, nat bool) ([]end, error) {
 	type bc struct {
 		name string
 		prio int
 	}
 	var chains []bc
 	for name, c := range r.tbl.Chains {
-		if c.Hook == nil || *c.Hook != hook {
+		if c.Hook == nil || *c.Hook != hook || (!nat && c.Type != nil && *c.Type == knftables.NATType) {
 			continue
 		}
 		prio, err := priority(*c.Priority)

@@ -230,3 +230,64 @@ func TestTraceDataMapRefusesWhatItCannotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceLocalDelivery: a node's packet to one of its own addresses
+// comes back in over loopback, through the prerouting and input hooks'
+// filter chains but no nat chain (the kernel set the connection's NAT up
+// on the way out), as the kernel does; one to another host leaves the
+// node after postrouting. A packet from outside is unchanged.
+func TestTraceLocalDelivery(t *testing.T) {
+	fake := table(t, "ip daddr 10.1.0.1 tcp dport 8080 goto ep")
+	tx := fake.NewTransaction()
+	for _, c := range []struct {
+		name string
+		typ  knftables.BaseChainType
+		hook knftables.BaseChainHook
+		prio knftables.BaseChainPriority
+		rule string
+	}{
+		{"out", knftables.NATType, knftables.OutputHook, knftables.DNATPriority, "ip daddr 10.96.0.1 tcp dport 80 dnat to 10.1.0.1:8080"},
+		{"post", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority, "ip daddr 10.1.0.1 tcp dport 82 masquerade"},
+		{"filter-pre", knftables.FilterType, knftables.PreroutingHook, knftables.FilterPriority, "ip daddr 10.1.0.1 tcp dport 83 drop"},
+		{"in", knftables.FilterType, knftables.InputHook, knftables.FilterPriority, "ip daddr 10.1.0.1 tcp dport 81 reject"},
+		{"in-nat", knftables.NATType, knftables.InputHook, knftables.SNATPriority, "tcp dport 81 accept"},
+	} {
+		tx.Add(&knftables.Chain{Name: c.name, Type: ptr.To(c.typ), Hook: ptr.To(c.hook), Priority: ptr.To(c.prio)})
+		tx.Add(&knftables.Rule{Chain: c.name, Rule: c.rule})
+	}
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	tr := nftablestest.NewTracer(fake, knftables.IPv4Family, "t", netip.MustParseAddr("10.1.0.1"))
+	node := func(dst string, port int) nftablestest.Packet {
+		return nftablestest.Packet{Src: netip.MustParseAddr("10.1.0.1"), Dst: netip.MustParseAddr(dst), Protocol: v1.ProtocolTCP, DstPort: port, Output: true}
+	}
+	for _, tc := range []struct {
+		name string
+		p    nftablestest.Packet
+		want nftablestest.Outcome
+	}{
+		{"to a local port that input rejects", node("10.1.0.1", 81),
+			nftablestest.Outcome{Verdict: nftablestest.Reject, Chains: []string{"out", "post", "filter-pre", "in"}}},
+		{"to a local port that prerouting's filter drops", node("10.1.0.1", 83),
+			nftablestest.Outcome{Verdict: nftablestest.Drop, Chains: []string{"out", "post", "filter-pre"}}},
+		{"DNATed to a local address: no second DNAT in prerouting", node("10.96.0.1", 80),
+			nftablestest.Outcome{Verdict: nftablestest.Accept, DNAT: netip.MustParseAddrPort("10.1.0.1:8080"), Chains: []string{"out", "post", "filter-pre", "in"}}},
+		{"masqueraded on the way out, delivered locally", node("10.1.0.1", 82),
+			nftablestest.Outcome{Verdict: nftablestest.Accept, Masquerade: true, Chains: []string{"out", "post", "filter-pre", "in"}}},
+		{"to another host: leaves after postrouting", node("10.2.0.9", 81),
+			nftablestest.Outcome{Verdict: nftablestest.Accept, Chains: []string{"out", "post"}}},
+		{"from outside to a local port that input rejects", nftablestest.Packet{Src: netip.MustParseAddr("10.2.0.9"), Dst: netip.MustParseAddr("10.1.0.1"), Protocol: v1.ProtocolTCP, DstPort: 81},
+			nftablestest.Outcome{Verdict: nftablestest.Reject, Chains: []string{"pre", "filter-pre", "in"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outs, err := tr.Trace(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]nftablestest.Outcome{tc.want}, outs, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
