@@ -157,21 +157,27 @@ spec: {clusterIP: 10.96.0.10, ports: [{port: 80}]}
 }
 
 // TestManifestWatchSelectorTransitions runs the proxier on the fakes and
-// edits the demo cluster: a Service that gains the label of another proxy
-// leaves the rules and comes back when it loses it, as the watch of an API
-// server sends it DELETED and ADDED; and a change to another Node (here a
-// deletion taint) does not reach this node's health, since the node
-// informer selects this node by name.
+// edits the demo cluster: a Service that gains the label of another proxy,
+// and an EndpointSlice that gains the headless label, leave the rules and
+// come back when they lose it, as the watch of an API server sends them
+// DELETED and ADDED; and a change to another Node (here a deletion taint)
+// does not reach this node's health, since the node informer selects this
+// node by name.
 func TestManifestWatchSelectorTransitions(t *testing.T) {
 	node := newFakeNode(t)
 	r := startOnFakes(t, node)
 	healthURL := node.url(t, "127.0.0.1:10256", "/healthz")
 	const webRule = `-d 10.96.0.10/32 -p tcp -m comment --comment "shop/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-67NZLRHBNDSAWJRO`
+	// api's endpoint on this node, which only its slice api-1 holds.
+	const apiEndpoint = "10.244.1.30:8443"
 	webProgrammed := func(want bool) func() error {
 		return func() error {
 			rules := node.ipt4.Rules(iptables.TableNAT, iptables.KubeServicesChain)
 			if slices.Contains(rules, webRule) != want {
 				return fmt.Errorf("web programmed: %v, want %v; KUBE-SERVICES holds %q", !want, want, rules)
+			}
+			if got := strings.Contains(node.ipt4.Dump(), apiEndpoint); got != want {
+				return fmt.Errorf("api's endpoint %s programmed: %v, want %v", apiEndpoint, got, want)
 			}
 			return nil
 		}
@@ -182,7 +188,9 @@ func TestManifestWatchSelectorTransitions(t *testing.T) {
 	edited := strings.Replace(r.demo, "metadata: {name: web, namespace: shop}\n",
 		"metadata: {name: web, namespace: shop, labels: {service.kubernetes.io/service-proxy-name: other}}\n", 1)
 	edited = strings.Replace(edited, "kind: Node\nmetadata:\n  name: node-b\n", "kind: Node\nspec: {taints: [{key: ToBeDeletedByClusterAutoscaler, effect: NoSchedule}]}\nmetadata:\n  name: node-b\n", 1)
-	if strings.Count(edited, "\n") != strings.Count(r.demo, "\n")+1 || !strings.Contains(edited, "service-proxy-name") {
+	edited = strings.Replace(edited, "  name: api-1\n  namespace: shop\n  labels: {kubernetes.io/service-name: api}\n",
+		"  name: api-1\n  namespace: shop\n  labels: {kubernetes.io/service-name: api, service.kubernetes.io/headless: \"\"}\n", 1)
+	if strings.Count(edited, "\n") != strings.Count(r.demo, "\n")+1 || !strings.Contains(edited, "service-proxy-name") || !strings.Contains(edited, "service-name: api, service.kubernetes.io/headless") {
 		t.Fatal("the demo file changed: the edit does not apply")
 	}
 	r.edit(t, edited)
