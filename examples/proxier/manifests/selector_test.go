@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/proxier/config"
@@ -237,6 +239,19 @@ func TestStoreWatchSelectorTransitions(t *testing.T) {
 	defer r.Stop()
 	if diff := cmp.Diff(want[1:], take(t, r, len(want)-1)); diff != "" {
 		t.Errorf("events resumed from resource version 2 (-want +got):\n%s", diff)
+	}
+	again, err := svcs.Watch(ctx, resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Stop()
+	select {
+	case ev := <-again.ResultChan():
+		if svc, ok := ev.Object.(*v1.Service); !ok || ev.Type != watch.Deleted || len(svc.Labels) != 0 {
+			t.Errorf("the event of web leaving is %s %v, want DELETED with its labels before the change (none)", ev.Type, ev.Object)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
 	}
 
 	// A Service in the selection, and one out of it, in a streamed list.
