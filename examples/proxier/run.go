@@ -85,9 +85,7 @@ func openCluster(ctx context.Context, o *options, env *environment, follow bool)
 	logger := klog.FromContext(ctx)
 	if o.manifests != "" {
 		src, problems, err := manifests.New(ctx, o.manifests)
-		for _, pr := range problems {
-			logger.Error(pr.Err, "Skipping a manifest document", "file", pr.File, "document", pr.Document)
-		}
+		manifests.LogProblems(logger, problems)
 		if err != nil {
 			return nil, err
 		}

@@ -85,7 +85,8 @@ func (*clientset) IsWatchListSemanticsUnSupported() bool { return false }
 //     exactly what the List did not have;
 //   - watches stream the initial list when asked (sendInitialEvents).
 //
-// Watches do not filter by label or field selector and do not time out.
+// Watches filter by label and field selector, as an API server's do, and do
+// not time out.
 type store struct {
 	objects clienttesting.ObjectTracker
 
@@ -115,11 +116,15 @@ func newStore() *store {
 }
 
 // storedEvent is one write, kept for watches that resume from an older
-// resource version. obj is never changed after it is recorded.
+// resource version. Its objects are never changed after it is recorded.
 type storedEvent struct {
 	rv        int64
 	namespace string
 	event     watch.Event
+	// prev is the object's state before a MODIFIED event, so that a watch
+	// whose selector the change makes the object enter or leave sees it
+	// ADDED or DELETED instead.
+	prev runtime.Object
 }
 
 // history is a ring of the most recent events of one resource.
@@ -184,14 +189,42 @@ func (s *store) Get(gvr schema.GroupVersionResource, ns, name string, opts ...me
 	return s.objects.Get(gvr, ns, name, opts...)
 }
 
-// List is part of ObjectTracker; the list's resource version is that of
-// the last write, so a watch from it misses nothing.
+// List is part of ObjectTracker. It holds the objects that opts' label
+// and field selectors select, as an API server's list does, and its
+// resource version is that of the last write, so a watch from it misses
+// nothing. A selector the API server would refuse is a 400 Bad Request.
 func (s *store) List(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, ns string, opts ...metav1.ListOptions) (runtime.Object, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	list, err := s.objects.List(gvr, gvk, ns, opts...)
+	var o metav1.ListOptions
+	if len(opts) > 1 {
+		return nil, fmt.Errorf("list %s: expected at most one ListOptions, got %d", gvr.Resource, len(opts))
+	}
+	if len(opts) == 1 {
+		o = opts[0]
+	}
+	sel, err := newSelection(gvr, o)
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list, err := s.objects.List(gvr, gvk, ns)
+	if err != nil {
+		return nil, err
+	}
+	if !sel.all() {
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		kept := items[:0]
+		for _, item := range items {
+			if sel.matches(item) {
+				kept = append(kept, item)
+			}
+		}
+		if err := meta.SetList(list, kept); err != nil {
+			return nil, err
+		}
 	}
 	if lm, err := meta.ListAccessor(list); err == nil {
 		lm.SetResourceVersion(strconv.FormatInt(s.rv, 10))
@@ -215,7 +248,7 @@ func (s *store) Create(gvr schema.GroupVersionResource, obj runtime.Object, ns s
 	if err := s.objects.Create(gvr, obj, ns, opts...); err != nil {
 		return err
 	}
-	s.record(gvr, watch.Added, obj)
+	s.record(gvr, watch.Added, obj, nil)
 	return nil
 }
 
@@ -279,7 +312,7 @@ func (s *store) update(gvr schema.GroupVersionResource, obj runtime.Object, ns s
 	if err := write(obj); err != nil {
 		return err
 	}
-	s.record(gvr, watch.Modified, obj)
+	s.record(gvr, watch.Modified, obj, old)
 	return nil
 }
 
@@ -312,14 +345,15 @@ func (s *store) Delete(gvr schema.GroupVersionResource, ns, name string, opts ..
 	if m, err := meta.Accessor(old); err == nil {
 		m.SetResourceVersion(strconv.FormatInt(s.rv+1, 10))
 	}
-	s.record(gvr, watch.Deleted, old)
+	s.record(gvr, watch.Deleted, old, nil)
 	return nil
 }
 
 // record takes the next resource version for a write of obj (whose
-// resource version the caller set to it), keeps the event and queues it
-// for the resource's watches. The caller holds s.mu.
-func (s *store) record(gvr schema.GroupVersionResource, typ watch.EventType, obj runtime.Object) {
+// resource version the caller set to it; prev is its state before a
+// MODIFIED event), keeps the event and queues it for the resource's
+// watches. The caller holds s.mu.
+func (s *store) record(gvr schema.GroupVersionResource, typ watch.EventType, obj, prev runtime.Object) {
 	s.rv++
 	if _, known := s.kinds[gvr]; !known {
 		if gvks, _, err := scheme.Scheme.ObjectKinds(obj); err == nil {
@@ -330,7 +364,7 @@ func (s *store) record(gvr schema.GroupVersionResource, typ watch.EventType, obj
 	if m, err := meta.Accessor(obj); err == nil {
 		ns = m.GetNamespace()
 	}
-	e := storedEvent{rv: s.rv, namespace: ns, event: watch.Event{Type: typ, Object: obj}}
+	e := storedEvent{rv: s.rv, namespace: ns, event: watch.Event{Type: typ, Object: obj}, prev: prev}
 	h := s.history[gvr]
 	if h == nil {
 		h = &history{}
@@ -338,10 +372,11 @@ func (s *store) record(gvr schema.GroupVersionResource, typ watch.EventType, obj
 	}
 	h.add(e, s.historySize)
 	for w := range s.watchers[gvr] {
-		if !w.matches(ns) {
+		ev, ok := w.event(e)
+		if !ok {
 			continue
 		}
-		if !w.send(e.event, true) {
+		if !w.send(ev, true) {
 			delete(s.watchers[gvr], w)
 		}
 	}
@@ -360,8 +395,13 @@ func (s *store) record(gvr schema.GroupVersionResource, typ watch.EventType, obj
 //     is older than the store's history, and a "too large resource version"
 //     timeout when it is newer than the last write.
 //
-// ns "" watches every namespace. The returned watch never blocks a write;
-// it ends (its channel closes) on Stop or when its reader falls
+// ns "" watches every namespace. Only the objects opts' label and field
+// selectors select are sent, as by an API server's watch cache: a change
+// that makes an object enter the selection is sent as ADDED, one that
+// makes it leave as DELETED (with the object's state before the change
+// and the change's resource version). A selector the API server would
+// refuse is a 400 Bad Request. The returned watch never blocks a write; it
+// ends (its channel closes) on Stop or when its reader falls
 // watchQueueLimit events behind.
 func (s *store) Watch(gvr schema.GroupVersionResource, ns string, opts ...metav1.ListOptions) (watch.Interface, error) {
 	var o metav1.ListOptions
@@ -384,12 +424,17 @@ func (s *store) Watch(gvr schema.GroupVersionResource, ns string, opts ...metav1
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("watch %s: sendInitialEvents needs resourceVersionMatch=NotOlderThan and allowWatchBookmarks", gvr.Resource))
 	}
 
+	sel, err := newSelection(gvr, o)
+	if err != nil {
+		return nil, err
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if from > s.rv {
 		return nil, tooLargeResourceVersion(from, s.rv)
 	}
-	w := newWatcher(s, gvr, ns)
+	w := newWatcher(s, gvr, ns, sel)
 	switch {
 	case streamList || from == 0:
 		if err := s.sendCurrent(w, gvr, ns, streamList); err != nil {
@@ -402,8 +447,8 @@ func (s *store) Watch(gvr schema.GroupVersionResource, ns string, opts ...metav1
 		}
 		if h != nil {
 			h.after(from, func(e storedEvent) {
-				if w.matches(e.namespace) {
-					w.send(e.event, false)
+				if ev, ok := w.event(e); ok {
+					w.send(ev, false)
 				}
 			})
 		}
@@ -433,7 +478,9 @@ func (s *store) sendCurrent(w *watcher, gvr schema.GroupVersionResource, ns stri
 		return err
 	}
 	for _, item := range items {
-		w.send(watch.Event{Type: watch.Added, Object: item}, false)
+		if w.sel.matches(item) {
+			w.send(watch.Event{Type: watch.Added, Object: item}, false)
+		}
 	}
 	if !bookmark {
 		return nil
@@ -492,6 +539,7 @@ type watcher struct {
 	store *store
 	gvr   schema.GroupVersionResource
 	ns    string
+	sel   selection
 
 	result chan watch.Event
 	// ended is closed when the watch ends: on Stop, or when the reader fell
@@ -506,19 +554,49 @@ type watcher struct {
 
 var _ watch.Interface = (*watcher)(nil)
 
-func newWatcher(s *store, gvr schema.GroupVersionResource, ns string) *watcher {
+func newWatcher(s *store, gvr schema.GroupVersionResource, ns string, sel selection) *watcher {
 	return &watcher{
 		store:  s,
 		gvr:    gvr,
 		ns:     ns,
+		sel:    sel,
 		result: make(chan watch.Event),
 		ended:  make(chan struct{}),
 		wake:   make(chan struct{}, 1),
 	}
 }
 
-func (w *watcher) matches(ns string) bool {
-	return w.ns == metav1.NamespaceAll || w.ns == ns
+// event returns what w's reader is sent for e, and whether it is sent at
+// all: e's own event when the object is selected before and after it,
+// ADDED when a change makes the object enter w's selection, DELETED when
+// it makes it leave, nothing when it is outside before and after.
+func (w *watcher) event(e storedEvent) (watch.Event, bool) {
+	if w.ns != metav1.NamespaceAll && w.ns != e.namespace {
+		return watch.Event{}, false
+	}
+	if w.sel.all() {
+		return e.event, true
+	}
+	now := w.sel.matches(e.event.Object)
+	if e.event.Type != watch.Modified {
+		return e.event, now
+	}
+	before := w.sel.matches(e.prev)
+	switch {
+	case now && before:
+		return e.event, true
+	case now:
+		return watch.Event{Type: watch.Added, Object: e.event.Object}, true
+	case before:
+		// The object's last state the reader may see, at the version of
+		// the change that took it away. run copies it before sending.
+		left := e.prev.DeepCopyObject()
+		if m, err := meta.Accessor(left); err == nil {
+			m.SetResourceVersion(strconv.FormatInt(e.rv, 10))
+		}
+		return watch.Event{Type: watch.Deleted, Object: left}, true
+	}
+	return watch.Event{}, false
 }
 
 // send queues ev. With limited set, a queue already at the store's limit

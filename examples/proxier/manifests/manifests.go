@@ -4,9 +4,17 @@
 // listers and event handlers a proxier uses are the real ones, and edits to
 // the files flow through as add, update and delete events.
 //
+// The embedded cluster behaves as an API server does where a proxier can
+// tell: lists and watches apply label and field selectors (an object that
+// a change moves into or out of a watch's selection is ADDED or DELETED
+// for it), and objects that an API server's validation would refuse, on
+// create or on update, are refused with a [Problem] naming them while the
+// rest load. A selector that does not parse makes client-go's fake
+// clientset panic before it reaches the store; a selector with a field the
+// API server cannot select by is refused with 400 Bad Request.
+//
 // It is for demos, tests and scripting (the example proxier's --manifests
-// flag), not for production: the fake clientset keeps everything in memory
-// and, unlike an API server, does not filter watches by label selector.
+// flag), not for production: the fake clientset keeps everything in memory.
 package manifests
 
 import (
@@ -21,6 +29,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -32,11 +42,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // Problem is one document that could not be loaded: bad YAML, an object of
-// a kind this package does not serve, or an object without a name. The
-// other documents still load.
+// a kind this package does not serve, an object without a name, or an
+// object that an API server would refuse to create or to update to. The
+// other documents still load; an object refused on update keeps its
+// previous state, as in an API server.
 type Problem struct {
 	// File is the path of the file the document is in.
 	File string
@@ -44,23 +58,59 @@ type Problem struct {
 	Document int
 	// Err says what is wrong.
 	Err error
+	// Kind, Namespace and Name name the object that was refused; Kind is
+	// empty when the document could not be read as an object.
+	Kind, Namespace, Name string
 }
 
-// Error returns "file: document N: what is wrong".
+// Error returns "file: document N: what is wrong", the file name escaped
+// as logsafe.Quote escapes it.
 func (p Problem) Error() string {
-	return fmt.Sprintf("%s: document %d: %v", p.File, p.Document, p.Err)
+	return fmt.Sprintf("%s: document %d: %v", logsafe.Quote(p.File), p.Document, p.Err)
 }
+
+// LogProblems logs each problem as an error with its file and document,
+// and with the object when one was refused. Every text that comes from the
+// manifests (names, file names, parser messages) is escaped, so that a
+// name holding a line break cannot start a log line of its own.
+func LogProblems(logger klog.Logger, problems []Problem) {
+	for _, p := range problems {
+		var err error
+		if p.Err != nil {
+			err = escapedError{p.Err}
+		}
+		if p.Kind != "" {
+			logger.Error(err, "Refusing an invalid manifest object", "kind", p.Kind, "object", logsafe.KRef(p.Namespace, p.Name),
+				"file", logsafe.Quote(p.File), "document", p.Document)
+			continue
+		}
+		logger.Error(err, "Skipping a manifest document", "file", logsafe.Quote(p.File), "document", p.Document)
+	}
+}
+
+// escapedError is an error whose text is escaped when it holds a control
+// character or is not valid UTF-8: klog writes an error's text as it is,
+// spreading one with a line break over several lines.
+type escapedError struct{ err error }
+
+func (e escapedError) Error() string {
+	s := e.err.Error()
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) {
+		return logsafe.Quote(s)
+	}
+	return s
+}
+
+func (e escapedError) Unwrap() error { return e.err }
 
 // objectKey identifies an object across reloads.
 type objectKey struct {
 	kind, namespace, name string
 }
 
+// String returns "Kind namespace/name", the names escaped as in a log line.
 func (k objectKey) String() string {
-	if k.namespace == "" {
-		return k.kind + " " + k.name
-	}
-	return k.kind + " " + k.namespace + "/" + k.name
+	return k.kind + " " + logsafe.KRef(k.namespace, k.name).String()
 }
 
 // Source is a fake cluster fed from manifest files. Create one with [New];
@@ -113,17 +163,26 @@ func (s *Source) Path() string { return s.path }
 // longer in any file deleted, each producing the watch event a real API
 // server would send. Objects whose content did not change cause no event.
 // When path cannot be read, nothing is changed and the error is returned.
+// An object an API server would refuse is returned as a problem naming it
+// and is not created, or, when it exists, keeps its previous state.
 //
 // Reload never waits for the watches to be read, so an edit of any size
 // applies at once, informers started or not. When ctx ends part way, the
 // objects not applied yet are left as they were and ctx's error is
 // returned; the next Reload applies them.
 func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
+	problems, err := s.reload(ctx)
+	// Refusals join the documents' problems, in file and document order.
+	sortProblems(problems)
+	return problems, err
+}
+
+func (s *Source) reload(ctx context.Context) ([]Problem, error) {
 	// The fake clientset records every call it serves and keeps the
 	// records for tests to inspect; nothing here does, and a long-running
 	// --manifests proxier would keep every object it ever changed.
 	defer s.client.ClearActions()
-	desired, problems, err := s.readPath()
+	desired, where, problems, err := s.readPath()
 	if err != nil {
 		return problems, err
 	}
@@ -143,12 +202,19 @@ func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
 			return problems, err
 		}
 		obj := desired[k]
-		_, exists := s.current[k]
+		old, exists := s.current[k]
+		if err := validate(obj, old); err != nil {
+			// As an API server refuses it: a new object is not created, an
+			// existing one keeps its state.
+			at := where[k]
+			problems = append(problems, Problem{File: at.file, Document: at.document, Err: err, Kind: k.kind, Namespace: k.namespace, Name: k.name})
+			continue
+		}
 		if err := s.apply(ctx, obj, exists); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", k, err))
 			continue
 		}
-		logger.V(4).Info("Manifest object applied", "object", k.String(), "update", exists)
+		logger.V(4).Info("Manifest object applied", "kind", k.kind, "object", logsafe.KRef(k.namespace, k.name), "update", exists)
 		s.current[k] = obj
 	}
 	for k := range s.current {
@@ -162,10 +228,19 @@ func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", k, err))
 			continue
 		}
-		logger.V(4).Info("Manifest object deleted", "object", k.String())
+		logger.V(4).Info("Manifest object deleted", "kind", k.kind, "object", logsafe.KRef(k.namespace, k.name))
 		delete(s.current, k)
 	}
 	return problems, errors.Join(errs...)
+}
+
+// validate returns why an API server would refuse obj: on create when old
+// is nil, else on update from old.
+func validate(obj, old runtime.Object) error {
+	if old == nil {
+		return validateCreate(obj)
+	}
+	return validateUpdate(obj, old)
 }
 
 func (s *Source) apply(ctx context.Context, obj runtime.Object, update bool) error {
@@ -255,18 +330,25 @@ func isManifestName(name string) bool {
 	return false
 }
 
+// place is where an object is defined: a file and a 1-based document.
+type place struct {
+	file     string
+	document int
+}
+
 // readPath reads the manifests at the source's path, parsing only the files
-// whose content changed since the last call.
-func (s *Source) readPath() (map[objectKey]runtime.Object, []Problem, error) {
+// whose content changed since the last call. It returns the objects, where
+// each is defined, and the documents' problems.
+func (s *Source) readPath() (map[objectKey]runtime.Object, map[objectKey]place, []Problem, error) {
 	names, err := files(s.path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("manifests %s: %w", s.path, err)
+		return nil, nil, nil, fmt.Errorf("manifests %q: %w", s.path, err)
 	}
 	parsed := make(map[string]*parsedFile, len(names))
 	for _, name := range names {
 		data, err := os.ReadFile(name)
 		if err != nil {
-			return nil, nil, fmt.Errorf("manifests %s: %w", name, err)
+			return nil, nil, nil, fmt.Errorf("manifests %q: %w", name, err)
 		}
 		if f := s.files[name]; f != nil && bytes.Equal(f.data, data) {
 			parsed[name] = f
@@ -277,10 +359,6 @@ func (s *Source) readPath() (map[objectKey]runtime.Object, []Problem, error) {
 	s.files = parsed
 
 	objs := map[objectKey]runtime.Object{}
-	type place struct {
-		file     string
-		document int
-	}
 	where := map[objectKey]place{}
 	var problems []Problem
 	for _, name := range names {
@@ -289,19 +367,23 @@ func (s *Source) readPath() (map[objectKey]runtime.Object, []Problem, error) {
 		for _, o := range f.objects {
 			if prev, dup := where[o.key]; dup {
 				problems = append(problems, Problem{File: name, Document: o.document,
-					Err: fmt.Errorf("%s is also defined at %s document %d; the later one wins", o.key, prev.file, prev.document)})
+					Err: fmt.Errorf("%s is also defined at %s document %d; the later one wins", o.key, logsafe.Quote(prev.file), prev.document)})
 			}
 			where[o.key] = place{name, o.document}
 			objs[o.key] = o.obj
 		}
 	}
+	return objs, where, problems, nil
+}
+
+// sortProblems orders problems by file and document, stably.
+func sortProblems(problems []Problem) {
 	sort.SliceStable(problems, func(i, j int) bool {
 		if problems[i].File != problems[j].File {
 			return problems[i].File < problems[j].File
 		}
 		return problems[i].Document < problems[j].Document
 	})
-	return objs, problems, nil
 }
 
 // parseFile parses the documents of one manifest file.

@@ -99,7 +99,7 @@ func TestNewLoadsDirectoryAndReportsProblems(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a-cluster.yaml"), clusterYAML)
 	write(t, filepath.Join(dir, "b-list.yml"), listYAML)
-	write(t, filepath.Join(dir, "c-bad.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: ok, namespace: x}\n---\nkind: [unclosed\n")
+	write(t, filepath.Join(dir, "c-bad.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: ok, namespace: x}\nspec: {ports: [{port: 80}]}\n---\nkind: [unclosed\n")
 	write(t, filepath.Join(dir, "notes.txt"), "not a manifest")
 
 	src, problems, err := New(context.Background(), dir)
@@ -286,7 +286,7 @@ func TestReloadParsesOnlyChangedFiles(t *testing.T) {
 
 	// A duplicate in a new file is reported against it, and wins.
 	c := filepath.Join(dir, "c.yaml")
-	write(t, c, strings.Replace(listYAML, "10.96.0.53", "10.96.0.54", 1))
+	write(t, c, strings.Replace(listYAML, "port: 53", "port: 5454", 1))
 	problems, err = src.Reload(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -295,8 +295,8 @@ func TestReloadParsesOnlyChangedFiles(t *testing.T) {
 		t.Errorf("problems = %v, want the ConfigMap and the duplicate in c.yaml", problems)
 	}
 	svc, err := src.Client().CoreV1().Services("default").Get(ctx, "dns", metav1.GetOptions{})
-	if err != nil || svc.Spec.ClusterIP != "10.96.0.54" {
-		t.Errorf("dns = %v (%v), want the later file's cluster IP", svc, err)
+	if err != nil || svc.Spec.Ports[0].Port != 5454 {
+		t.Errorf("dns = %v (%v), want the later file's port", svc, err)
 	}
 
 	// A removed file takes its objects and its cache entry with it.
@@ -370,5 +370,100 @@ func TestReloadStopsWithContext(t *testing.T) {
 	want := []string{"EndpointSlice shop/web-abc", "Node node-a", "Service shop/web"}
 	if diff := cmp.Diff(want, sorted(names(t, src.Client()))); diff != "" {
 		t.Errorf("objects after the next reload (-want +got):\n%s", diff)
+	}
+}
+
+// TestWatchFollowsDirectoryReplacement checks that the watch follows the
+// manifests directory by name: after the directory is removed and made
+// again, or another one is renamed to its name, the files of the new one
+// are read, and a later edit in it flows through as events.
+func TestWatchFollowsDirectoryReplacement(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace func(t *testing.T, dir, content string)
+	}{{
+		name: "rm -rf, mkdir, write",
+		replace: func(t *testing.T, dir, content string) {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(dir, "cluster.yaml"), content)
+		},
+	}, {
+		name: "renamed over",
+		replace: func(t *testing.T, dir, content string) {
+			// The atomic replace of configuration tools: build the new
+			// directory aside, move the old one away, move the new one in.
+			next, old := dir+".new", dir+".old"
+			if err := os.Mkdir(next, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(next, "cluster.yaml"), content)
+			if err := os.Rename(dir, old); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(next, dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(old); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "manifests")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(dir, "cluster.yaml"), clusterYAML)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			src, _, err := New(ctx, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events := recordEvents(t, src.Client(), 2)
+			// A settle long enough that the steps of a replace fold into
+			// one reload: a reload of the new directory before its file is
+			// written would delete the objects and add them again.
+			if err := src.Watch(ctx, 200*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+
+			tc.replace(t, dir, strings.Replace(clusterYAML, "10.0.1.5", "10.0.1.6", 1))
+			if diff := cmp.Diff([]string{"MODIFIED shop/web-abc"}, waitEvents(t, events)); diff != "" {
+				t.Errorf("events after the replace (-want +got):\n%s", diff)
+			}
+			// The new directory is watched: an edit in it flows through.
+			write(t, filepath.Join(dir, "cluster.yaml"), strings.Replace(clusterYAML, "10.0.1.5", "10.0.1.7", 1))
+			if diff := cmp.Diff([]string{"MODIFIED shop/web-abc"}, waitEvents(t, events)); diff != "" {
+				t.Errorf("events after an edit in the new directory (-want +got):\n%s", diff)
+			}
+			slice, err := src.Client().DiscoveryV1().EndpointSlices("shop").Get(ctx, "web-abc", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slice.Endpoints[0].Addresses[0]; got != "10.0.1.7" {
+				t.Errorf("endpoint address = %s, want the edit's 10.0.1.7", got)
+			}
+		})
+	}
+}
+
+// waitEvents polls events until it returns some, for at most 10 seconds.
+func waitEvents(t *testing.T, events func() []string) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := events(); len(got) > 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no event 10 s after the manifests changed")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

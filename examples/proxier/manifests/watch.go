@@ -9,6 +9,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // Watch reloads the manifests whenever a file under the source's path is
@@ -16,12 +18,18 @@ import (
 // events (an editor writing a file in several steps) are folded into one
 // reload that happens settle after the last event. Problems and errors of a
 // reload are logged; the previous state stays in place for objects that
-// could not be read. It returns an error only if the watch cannot start.
+// could not be read.
+//
+// The directory is followed by name, as files are: when it is removed and
+// created again, or another directory is renamed to its name (the atomic
+// replace of editors and configuration tools), the new one is watched and
+// read. While the directory is missing, reloads fail and the objects stay
+// as they were. It returns an error only if the watch cannot start.
 func (s *Source) Watch(ctx context.Context, settle time.Duration) error {
 	logger := klog.FromContext(ctx)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("watching manifests %s: %w", s.path, err)
+		return fmt.Errorf("watching manifests %q: %w", s.path, err)
 	}
 	dir, onlyFile, err := watchTarget(s.path)
 	if err != nil {
@@ -30,10 +38,19 @@ func (s *Source) Watch(ctx context.Context, settle time.Duration) error {
 	}
 	// A single file is watched through its directory: editors and
 	// `kubectl`-style tools often replace a file rather than write it, and a
-	// watch on the file itself would end with the old inode.
+	// watch on the file itself would end with the old inode. For the same
+	// reason the directory is watched through its parent too: a watch on
+	// the directory ends with the directory's inode.
 	if err := w.Add(dir); err != nil {
 		w.Close()
-		return fmt.Errorf("watching manifests %s: %w", dir, err)
+		return fmt.Errorf("watching manifests %q: %w", dir, err)
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := w.Add(parent); err != nil {
+			w.Close()
+			return fmt.Errorf("watching manifests %q: %w", parent, err)
+		}
 	}
 	go func() {
 		defer w.Close()
@@ -50,10 +67,24 @@ func (s *Source) Watch(ctx context.Context, settle time.Duration) error {
 				if !ok {
 					return
 				}
-				if onlyFile != "" && filepath.Clean(ev.Name) != onlyFile {
+				name := filepath.Clean(ev.Name)
+				switch {
+				case name == dir:
+					// The directory itself was removed, renamed or
+					// (again) created. Watching the new one before the
+					// reload below reads it means that a file written in it
+					// after this is either read by that reload or seen by
+					// the new watch.
+					if ev.Has(fsnotify.Create) {
+						if err := w.Add(dir); err != nil {
+							logger.Error(err, "Watching the manifests directory again", "path", logsafe.Quote(dir))
+						}
+					}
+				case filepath.Dir(name) != dir:
+					continue // another entry of the parent directory
+				case onlyFile != "" && name != onlyFile:
 					continue
-				}
-				if onlyFile == "" && !isManifestName(filepath.Base(ev.Name)) {
+				case onlyFile == "" && !isManifestName(filepath.Base(name)):
 					continue
 				}
 				if timer == nil {
@@ -66,36 +97,38 @@ func (s *Source) Watch(ctx context.Context, settle time.Duration) error {
 				if !ok {
 					return
 				}
-				logger.Error(err, "Manifest watch error", "path", s.path)
+				logger.Error(err, "Manifest watch error", "path", logsafe.Quote(s.path))
 			case <-fire:
 				fire = nil
 				problems, err := s.Reload(ctx)
-				for _, p := range problems {
-					logger.Error(p.Err, "Skipping manifest document", "file", p.File, "document", p.Document)
-				}
+				LogProblems(logger, problems)
 				if err != nil && ctx.Err() != nil {
 					return // shutting down: the rest applies at the next start
 				}
 				if err != nil {
-					logger.Error(err, "Reloading manifests", "path", s.path)
+					logger.Error(err, "Reloading manifests", "path", logsafe.Quote(s.path))
 					continue
 				}
-				logger.V(2).Info("Manifests reloaded", "path", s.path)
+				logger.V(2).Info("Manifests reloaded", "path", logsafe.Quote(s.path))
 			}
 		}
 	}()
 	return nil
 }
 
-// watchTarget returns the directory to watch and, when path is a file, the
-// cleaned file name to filter events by.
+// watchTarget returns the directory to watch, cleaned and absolute, and,
+// when path is a file, the cleaned file name to filter events by.
 func watchTarget(path string) (dir, file string, err error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return "", "", fmt.Errorf("watching manifests %s: %w", path, err)
+		return "", "", fmt.Errorf("watching manifests %q: %w", path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", "", fmt.Errorf("watching manifests %q: %w", path, err)
 	}
 	if info.IsDir() {
-		return path, "", nil
+		return abs, "", nil
 	}
-	return filepath.Dir(path), filepath.Clean(path), nil
+	return filepath.Dir(abs), abs, nil
 }
