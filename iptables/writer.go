@@ -487,7 +487,7 @@ func (w *Writer) RouteLocalnet() bool { return w.routeLocalnet }
 // KUBE-NODEPORTS accepts health-check node ports. The slice is new on
 // every call.
 func (w *Writer) JumpRules() []JumpRule {
-	rules := w.cn.JumpRules()
+	rules := w.cn.jumpRules()
 	if w.localhost {
 		rules = append(rules, localhostJumpRules()...)
 	}

@@ -70,7 +70,7 @@ func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize
 	}
 	res := w.Sync(ctx, c.input())
 	ipt.must(func(i iptables.Interface) error {
-		if err := iptables.EnsureJumpRules(ctx, i); err != nil {
+		if err := w.EnsureJumpRules(ctx, i); err != nil {
 			return err
 		}
 		// iptables-restore without -w, as TestWriterRestoreTime runs it:

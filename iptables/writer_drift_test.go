@@ -133,7 +133,7 @@ func testCheckDrift(t *testing.T, backend iptables.Backend, tc driftCase) {
 	w := mustWriter(t, scnWriterConfig(true))
 	f := iptablestest.NewFake(iptablestest.WithBackend(backend))
 	res := w.Sync(ctx, c.input())
-	err := applyFake(f, res)
+	err := applyFake(f, w, res)
 	w.Applied(err)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func testCheckDrift(t *testing.T, backend iptables.Backend, tc driftCase) {
 	if res.Full != d.Found() {
 		t.Errorf("sync after the check: full %v, want %v", res.Full, d.Found())
 	}
-	err = applyFake(f, res)
+	err = applyFake(f, w, res)
 	w.Applied(err)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestWriterCheckDriftWhenNotSettled(t *testing.T) {
 	if d := check("before Applied"); d.Found() || ipt.lists != 0 {
 		t.Errorf("before Applied: drift %+v after %d listings, want none and none", d, ipt.lists)
 	}
-	w.Applied(applyFake(ipt.Fake, res))
+	w.Applied(applyFake(ipt.Fake, w, res))
 	if d := check("settled"); d.Found() || ipt.lists == 0 {
 		t.Errorf("settled: drift %+v after %d listings, want none after some", d, ipt.lists)
 	}
@@ -268,7 +268,7 @@ func BenchmarkCheckDrift(b *testing.B) {
 			w := benchWriter(b)
 			f := iptablestest.NewFake()
 			res := w.Sync(ctx, c.input())
-			err := applyFake(f, res)
+			err := applyFake(f, w, res)
 			w.Applied(err)
 			if err != nil {
 				b.Fatal(err)
@@ -292,7 +292,7 @@ func TestWriterCheckDriftChainDeleted(t *testing.T) {
 			ctx := context.Background()
 			w := mustWriter(t, scnWriterConfig(true))
 			f := iptablestest.NewFake(iptablestest.WithBackend(backend))
-			err := applyFake(f, w.Sync(ctx, scnCluster().input()))
+			err := applyFake(f, w, w.Sync(ctx, scnCluster().input()))
 			w.Applied(err)
 			if err != nil {
 				t.Fatal(err)

@@ -166,7 +166,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 	// A full sync is also how rules another program flushed come back,
 	// jumps from the built-in chains included.
 	if res.Full {
-		err = iptables.EnsureJumps(ctx, b.ipt, b.w.JumpRules())
+		err = b.w.EnsureJumpRules(ctx, b.ipt)
 	}
 	if err == nil && len(res.Payload) > 0 {
 		err = b.ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
