@@ -28,7 +28,7 @@ type appliedChains struct {
 	// payload failed or was never reported: the next sync is full then,
 	// and rebuilds chains from scratch.
 	known  bool
-	chains map[chainRef]chainSum
+	chains map[chainRef]*chainSum
 	// round counts the checks; a chainSum's seen and compared hold the
 	// round in which a check last found the chain declared and compared
 	// its rules.
@@ -44,74 +44,87 @@ type chainSum struct {
 // noteAppliedChains updates w.applied from the payload just applied: a
 // declared chain is flushed, "-A" adds a rule, "-X" deletes the chain.
 // A full payload declares every chain the writer keeps, so after a
-// failure the map is rebuilt from the next (full) one.
+// failure the map is rebuilt from the next (full) one. The writer writes
+// a chain's rules together, so a rule's chain is looked up only when it
+// is not the previous rule's.
 func (w *Writer) noteAppliedChains() {
 	a := &w.applied
 	if !a.known {
 		if a.chains == nil {
-			a.chains = make(map[chainRef]chainSum)
+			a.chains = make(map[chainRef]*chainSum)
 		}
 		clear(a.chains)
 		a.known = true
 	}
 	nat := false
-	for line := range bytes.Lines(w.payload) {
-		line = bytes.TrimSuffix(line, []byte{'\n'})
-		if len(line) == 0 {
-			continue
-		}
-		if line[0] == '*' {
-			nat = string(line) == "*nat"
-			continue
-		}
-		if !nat {
+	var last []byte   // the chain of the previous rule
+	var sum *chainSum // its entry, nil if not a service chain
+	b := w.payload
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte{'\n'})
+		if len(line) < 3 {
 			continue
 		}
 		switch {
+		case line[0] == '*':
+			nat = string(line) == "*nat"
+			last = nil
+		case !nat:
+		case line[0] == '-' && line[1] == 'A' && line[2] == ' ':
+			name, spec, _ := bytes.Cut(line[3:], []byte{' '})
+			if last == nil || !bytes.Equal(name, last) {
+				last, sum = name, nil
+				if r, ok := w.cn.parseRef(string(name)); ok {
+					sum = a.chains[r]
+				}
+			}
+			if sum != nil {
+				sum.rules++
+				sum.targets += targetHash(spec)
+			}
 		case line[0] == ':':
 			name, _, _ := bytes.Cut(line[1:], []byte{' '})
 			if r, ok := w.cn.parseRef(string(name)); ok {
-				a.chains[r] = chainSum{}
+				if s := a.chains[r]; s != nil {
+					*s = chainSum{}
+				} else {
+					a.chains[r] = &chainSum{}
+				}
 			}
-		case bytes.HasPrefix(line, []byte("-A ")):
-			name, spec, _ := bytes.Cut(line[3:], []byte{' '})
-			if r, ok := w.cn.parseRef(string(name)); ok {
-				s := a.chains[r]
-				s.rules++
-				s.targets += targetHash(string(spec))
-				a.chains[r] = s
-			}
-		case bytes.HasPrefix(line, []byte("-X ")):
+			last = nil
+		case line[0] == '-' && line[1] == 'X' && line[2] == ' ':
 			if r, ok := w.cn.parseRef(string(line[3:])); ok {
 				delete(a.chains, r)
 			}
+			last = nil
 		}
 	}
 }
 
-// targetHash hashes the target of a rule spec and its arguments (the
-// words from "-j" or "-g" on), split and unquoted as nextRuleWord does,
-// so that the writer's text and iptables' listing of the same rule give
-// the same hash. A rule without a target hashes to the same value as any
-// other.
-func targetHash(spec string) uint64 {
+// targetHash hashes the target of a rule spec with its arguments: the
+// text after the first " -j " (or a leading "-j "), as the writer writes
+// it and iptables prints it back, while the matches before it are
+// reordered and rewritten. The writer's comments name service ports and
+// endpoints, which hold no " -j ". A rule without a target hashes to the
+// same value as any other.
+func targetHash[T string | []byte](spec T) uint64 {
 	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	inTarget := false
-	for i := 0; ; {
-		word, next, ok := nextRuleWord(spec, i)
-		if !ok {
+	i := 0
+	for ; i+4 <= len(spec); i++ {
+		if spec[i] == ' ' && spec[i+1] == '-' && spec[i+2] == 'j' && spec[i+3] == ' ' {
 			break
 		}
-		i = next
-		if !inTarget {
-			inTarget = word == "-j" || word == "--jump" || word == "-g" || word == "--goto"
-			continue
+	}
+	if i+4 > len(spec) {
+		i = len(spec)
+		if len(spec) >= 3 && spec[0] == '-' && spec[1] == 'j' && spec[2] == ' ' {
+			i = -1
 		}
-		for j := 0; j < len(word); j++ {
-			h = (h ^ uint64(word[j])) * prime
-		}
-		h = (h ^ ' ') * prime
+	}
+	h := uint64(offset)
+	for j := i + 1; j < len(spec); j++ {
+		h = (h ^ uint64(spec[j])) * prime
 	}
 	return h
 }
@@ -144,62 +157,51 @@ func (w *Writer) checkServiceChains(ctx context.Context, ipt Interface, natSave 
 	return nil
 }
 
-// readServiceChains reads iptables-save's listing of nat: it marks the service chains it declares as seen
-// in this round, and compares the rules of each with w.applied, marking
-// them compared and adding those that differ to d. iptables
-// prints a chain's rules together, which lets a chain be compared as soon
-// as its last rule is read. Service chains the writer did not apply are
-// left alone.
+// readServiceChains reads iptables-save's listing of nat: it marks the
+// service chains it declares as seen in this round, and compares the rules
+// of each with w.applied, marking them compared and adding those that
+// differ to d. iptables-save prints a chain's rules together, which lets a
+// chain be compared once its last rule is read. Service chains the writer
+// did not apply are left alone.
 func (w *Writer) readServiceChains(listing string, d *Drift) {
 	a := &w.applied
-	var cur chainRef
-	var curOK bool
+	var curName string
+	var cur *chainSum // curName's entry, nil if not one of the writer's
+	var curRef chainRef
 	var rules uint32
 	var targets uint64
 	finish := func() {
-		if !curOK {
+		if cur == nil {
 			return
 		}
-		s, ok := a.chains[cur]
-		if !ok {
-			return
+		cur.compared = a.round
+		if rules != cur.rules || targets != cur.targets {
+			w.chainDrift(curRef, cur, rules, d)
 		}
-		if rules == s.rules && targets == s.targets {
-			s.compared = a.round
-			a.chains[cur] = s
-			return
-		}
-		s.compared = a.round // reported here, not again by compareChain
-		a.chains[cur] = s
-		w.chainDrift(cur, s, rules, d)
 	}
-	for line := range strings.Lines(listing) {
-		line = strings.TrimRight(line, "\n")
-		var name string
+	for rest := listing; len(rest) > 0; {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
 		switch {
-		case strings.HasPrefix(line, ":"):
-			name, _, _ = strings.Cut(line[1:], " ")
 		case strings.HasPrefix(line, "-A "):
-			var spec string
-			name, spec, _ = strings.Cut(line[3:], " ")
-			r, ok := w.cn.parseRef(name)
-			if !ok {
-				continue
-			}
-			if !curOK || r != cur {
+			name, spec, _ := strings.Cut(line[3:], " ")
+			if name != curName {
 				finish()
-				cur, curOK, rules, targets = r, true, 0, 0
+				curName, cur, rules, targets = name, nil, 0, 0
+				if r, ok := w.cn.parseRef(name); ok {
+					cur, curRef = a.chains[r], r
+				}
 			}
-			rules++
-			targets += targetHash(spec)
-			continue
-		default:
-			continue
-		}
-		if r, ok := w.cn.parseRef(name); ok {
-			if s, mine := a.chains[r]; mine {
-				s.seen = a.round
-				a.chains[r] = s
+			if cur != nil {
+				rules++
+				targets += targetHash(spec)
+			}
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			if r, ok := w.cn.parseRef(name); ok {
+				if s := a.chains[r]; s != nil {
+					s.seen = a.round
+				}
 			}
 		}
 	}
@@ -207,10 +209,9 @@ func (w *Writer) readServiceChains(listing string, d *Drift) {
 }
 
 // compareChain adds to d what a check found for the chain r after
-// readServiceChains: nothing if its rules were compared; the
-// whole chain if it was not declared; its rules if it was declared
-// without any.
-func (w *Writer) compareChain(r chainRef, s chainSum, d *Drift) {
+// readServiceChains: nothing if its rules were compared; the whole chain
+// if it was not declared; its rules if it was declared without any.
+func (w *Writer) compareChain(r chainRef, s *chainSum, d *Drift) {
 	switch {
 	case s.compared == w.applied.round:
 	case s.seen != w.applied.round:
@@ -224,7 +225,7 @@ func (w *Writer) compareChain(r chainRef, s chainSum, d *Drift) {
 // chainDrift adds to d a chain r that holds rules where the writer applied
 // s: rules it lacks count as missing, rules beyond as unexpected, and the
 // same number of rules with other targets as one of each.
-func (w *Writer) chainDrift(r chainRef, s chainSum, rules uint32, d *Drift) {
+func (w *Writer) chainDrift(r chainRef, s *chainSum, rules uint32, d *Drift) {
 	want := int(s.rules)
 	have := int(rules)
 	switch {
