@@ -175,7 +175,8 @@ func testDriftRepairKernel(t *testing.T, backend iptables.Backend) {
 // tens of seconds). On nft, where one check in
 // NFTServiceChainCheckInterval also reads the service chains, it reports
 // the two kinds of check apart: "top-ns/check" for a check of the
-// top-level chains alone, "save-ns/check" for one that saves nat too.
+// top-level chains alone, "save-ns/check" for one that saves nat too;
+// "nat-save-ns" is, for comparison, one iptables-save of nat alone.
 func BenchmarkCheckDriftKernel(b *testing.B) {
 	sizes := benchSizes[:1]
 	if os.Getenv(restoreBenchEnv) == "1" {
@@ -214,6 +215,12 @@ func BenchmarkCheckDriftKernel(b *testing.B) {
 					b.ReportMetric(float64(top.Nanoseconds())/float64(tops), "top-ns/check")
 				}
 				b.ReportMetric(float64(save.Nanoseconds())/float64(saves), "save-ns/check")
+				// For comparison, iptables-save of nat alone.
+				b.StopTimer()
+				start := time.Now()
+				var buf bytes.Buffer
+				ipt.must(func(i iptables.Interface) error { return i.SaveInto(ctx, iptables.TableNAT, &buf) })
+				b.ReportMetric(float64(time.Since(start).Nanoseconds()), "nat-save-ns")
 			})
 		}
 	}

@@ -328,6 +328,30 @@ func BenchmarkCheckDrift(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckDriftLegacy is BenchmarkCheckDrift on a Fake of the
+// legacy backend, where every check reads the service chains from the
+// save of nat: the Go side of what TestWriterDriftRepairKernel and
+// BenchmarkCheckDriftKernel time with the real iptables, the Fake's save
+// included.
+func BenchmarkCheckDriftLegacy(b *testing.B) {
+	for _, size := range benchSizes[:2] {
+		b.Run(size.String(), func(b *testing.B) {
+			ctx := context.Background()
+			c := benchCluster(size)
+			w := benchWriter(b)
+			f := iptablestest.NewFake(iptablestest.WithBackend(iptables.BackendLegacy))
+			syncFake(b, w, f, c.input())
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := w.CheckDrift(ctx, f)
+				if err != nil || d.Found() {
+					b.Fatalf("drift %+v, error %v", d, err)
+				}
+			}
+		})
+	}
+}
+
 // TestWriterCheckDriftChainDeleted checks, on each backend's path, that a
 // top-level chain deleted outright is drift.
 func TestWriterCheckDriftChainDeleted(t *testing.T) {
