@@ -11,7 +11,7 @@ import (
 
 // The top-level chains of the service rules, named as kube-proxy names
 // them. The writer fills them; built-in chains jump to them (see
-// JumpRules). A writer with another WriterConfig.ChainPrefix uses the
+// Writer.JumpRules). A writer with another WriterConfig.ChainPrefix uses the
 // names its [ChainNames] give instead.
 const (
 	// KubeServicesChain (nat and filter) matches traffic to service

@@ -51,7 +51,7 @@ func testTwoWritersKernel(t *testing.T, backend iptables.Backend) {
 		res := ow.Sync(ctx, oc.input())
 		err := k.node.Do(func() error {
 			if res.Full {
-				if err := iptables.EnsureJumps(ctx, k.ipt, names.JumpRules()); err != nil {
+				if err := ow.EnsureJumpRules(ctx, k.ipt); err != nil {
 					return err
 				}
 			}
@@ -62,7 +62,7 @@ func testTwoWritersKernel(t *testing.T, backend iptables.Backend) {
 			t.Fatalf("%s %s sync: %v\n%s", otherPrefix, syncKind(res), err, res.Payload)
 		}
 		if res.Full {
-			if err := iptables.EnsureJumps(ctx, k.fake, names.JumpRules()); err != nil {
+			if err := ow.EnsureJumpRules(ctx, k.fake); err != nil {
 				t.Fatal(err)
 			}
 		}

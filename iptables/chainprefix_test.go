@@ -123,14 +123,14 @@ func TestNewChainNamesValidates(t *testing.T) {
 	}
 }
 
-// prefixedSync syncs w and applies the result to f with names' jump rules.
-func prefixedSync(t *testing.T, w *iptables.Writer, names *iptables.ChainNames, f *iptablestest.Fake, in iptables.SyncInput) iptables.SyncResult {
+// prefixedSync syncs w and applies the result to f with w's jump rules.
+func prefixedSync(t *testing.T, w *iptables.Writer, f *iptablestest.Fake, in iptables.SyncInput) iptables.SyncResult {
 	t.Helper()
 	ctx := context.Background()
 	res := w.Sync(ctx, in)
 	var err error
 	if res.Full {
-		err = iptables.EnsureJumps(ctx, f, names.JumpRules())
+		err = w.EnsureJumpRules(ctx, f)
 	}
 	if err == nil && len(res.Payload) > 0 {
 		err = f.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
@@ -152,7 +152,6 @@ func TestWriterChainPrefixPayloads(t *testing.T) {
 	other := cfg
 	other.ChainPrefix = otherPrefix
 	kw, ow := mustWriter(t, cfg), mustWriter(t, other)
-	names := mustNames(t, otherPrefix)
 	kf, of := iptablestest.NewFake(), iptablestest.NewFake()
 	c := scnCluster()
 	for _, s := range []struct {
@@ -170,7 +169,7 @@ func TestWriterChainPrefixPayloads(t *testing.T) {
 		s.change(c)
 		in := c.input()
 		kres := syncFake(t, kw, kf, in)
-		ores := prefixedSync(t, ow, names, of, in)
+		ores := prefixedSync(t, ow, of, in)
 		if kres.Full != s.full || ores.Full != s.full {
 			t.Fatalf("%s: full = %v and %v, want %v", s.name, kres.Full, ores.Full, s.full)
 		}
@@ -211,7 +210,7 @@ func TestTwoWritersShareTables(t *testing.T) {
 	ocfg.ChainPrefix = otherPrefix
 	kw, ow := mustWriter(t, scnConfig()), mustWriter(t, ocfg)
 
-	prefixedSync(t, kw, kube, f, kc.input())
+	prefixedSync(t, kw, f, kc.input())
 	// The second proxy starts with the first one's chains in the tables:
 	// they are not its leftovers.
 	var save bytes.Buffer
@@ -219,7 +218,7 @@ func TestTwoWritersShareTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	ow.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
-	if res := prefixedSync(t, ow, names, f, oc.input()); res.ChainsDeleted != 0 {
+	if res := prefixedSync(t, ow, f, oc.input()); res.ChainsDeleted != 0 {
 		t.Errorf("the second writer's first sync deletes %d chains, want none", res.ChainsDeleted)
 	}
 	for _, n := range []*iptables.ChainNames{kube, names} {
@@ -237,10 +236,10 @@ func TestTwoWritersShareTables(t *testing.T) {
 	// The first proxy's full and partial syncs leave the second's rules
 	// as they were.
 	kw.RequestFullSync()
-	prefixedSync(t, kw, kube, f, kc.input())
+	prefixedSync(t, kw, f, kc.input())
 	scnRemoveEndpoint(kc)
 	scnDeleteService(kc)
-	prefixedSync(t, kw, kube, f, kc.input())
+	prefixedSync(t, kw, f, kc.input())
 	if diff := cmp.Diff(otherBefore, iptablestest.PrefixLines(f.Dump(), otherPrefix)); diff != "" {
 		t.Errorf("the KUBE writer's syncs changed %s's rules:\n%s", otherPrefix, diff)
 	}
@@ -248,7 +247,7 @@ func TestTwoWritersShareTables(t *testing.T) {
 
 	// And the other way round, ending with a cleanup of the second.
 	ow.RequestFullSync()
-	prefixedSync(t, ow, names, f, oc.input())
+	prefixedSync(t, ow, f, oc.input())
 	n, err := names.Cleanup(ctx, f)
 	if err != nil {
 		t.Fatal(err)
@@ -302,10 +301,8 @@ func TestChainNamesOwnership(t *testing.T) {
 		}
 	}
 
-	if diff := cmp.Diff(iptables.JumpRules(), kube.JumpRules()); diff != "" {
-		t.Errorf("default jump rules differ from kube-proxy's:\n%s", diff)
-	}
-	kj, oj := kube.JumpRules(), other.JumpRules()
+	ocfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, ChainPrefix: otherPrefix}
+	kj, oj := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol}).JumpRules(), mustWriter(t, ocfg).JumpRules()
 	var want []iptables.JumpRule
 	for _, j := range kj {
 		j.Target = iptables.Chain(strings.Replace(string(j.Target), "KUBE-", otherPrefix+"-", 1))

@@ -24,7 +24,7 @@ type ChainOwner func(t Table, c Chain) bool
 
 // IsWriterChain is the [ChainOwner] of [Cleanup]: it reports whether chain
 // c of table t is made by a Writer with [DefaultChainPrefix] or by
-// EnsureJumpRules, or is the proxy's canary. Chains that other programs
+// its EnsureJumpRules, or is the proxy's canary. Chains that other programs
 // make with similar names (the kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY,
 // KUBE-IPTABLES-HINT, KUBE-MARK-DROP) are not.
 func IsWriterChain(t Table, c Chain) bool { return defaultNames.IsWriterChain(t, c) }
@@ -59,7 +59,7 @@ func (n *ChainNames) IsWriterChain(t Table, c Chain) bool {
 // KUBE-FORWARD and KUBE-PROXY-FIREWALL, and every per-service and
 // per-endpoint chain in the nat table), the [ProxyCanaryChain] in any table,
 // and every rule in a built-in chain that jumps to one of them (the rules
-// of [JumpRules], and any other jump a proxy may have added). Nothing else
+// of [Writer.JumpRules], and any other jump a proxy may have added). Nothing else
 // is touched: chains of other programs, including the kubelet's KUBE-*
 // chains, keep their rules.
 //

@@ -59,7 +59,7 @@ func testCleanupKernel(t *testing.T, backend iptables.Backend) {
 		w := mustWriter(t, scnWriterConfig(ipt.HasRandomFully()))
 		res := w.Sync(ctx, scnCluster().input())
 		do(func() error {
-			if err := iptables.EnsureJumpRules(ctx, ipt); err != nil {
+			if err := w.EnsureJumpRules(ctx, ipt); err != nil {
 				return err
 			}
 			if err := ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {

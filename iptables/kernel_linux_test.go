@@ -39,7 +39,7 @@ func requireKernel(t *testing.T) {
 
 // nsIPT is an Interface whose calls run in a namespace.
 type nsIPT struct {
-	t   *testing.T
+	t   testing.TB
 	ns  *kerneltest.NS
 	ipt iptables.Interface
 }
@@ -48,7 +48,7 @@ type nsIPT struct {
 // otherwise, it uses the namespace's own xtables lock (lockFile(ns)):
 // legacy tables are per namespace, and other tests on the machine may hold
 // the host's lock for seconds.
-func newNSIPT(t *testing.T, ns *kerneltest.NS, backend iptables.Backend, p iptables.Protocol, opts ...iptables.Option) *nsIPT {
+func newNSIPT(t testing.TB, ns *kerneltest.NS, backend iptables.Backend, p iptables.Protocol, opts ...iptables.Option) *nsIPT {
 	t.Helper()
 	n := &nsIPT{t: t, ns: ns}
 	t.Cleanup(func() { os.Remove(lockFile(ns)) })

@@ -270,6 +270,8 @@ type Writer struct {
 	deleting []chainRef
 	// unapplied is true between a Sync and the matching Applied.
 	unapplied bool
+	// applied is what the service chains hold, for CheckDrift.
+	applied appliedChains
 
 	// Buffers reused from sync to sync.
 	payload    []byte
@@ -487,7 +489,7 @@ func (w *Writer) RouteLocalnet() bool { return w.routeLocalnet }
 // KUBE-NODEPORTS accepts health-check node ports. The slice is new on
 // every call.
 func (w *Writer) JumpRules() []JumpRule {
-	rules := w.cn.JumpRules()
+	rules := w.cn.jumpRules()
 	if w.localhost {
 		rules = append(rules, localhostJumpRules()...)
 	}
@@ -532,11 +534,13 @@ func (w *Writer) Applied(err error) {
 		return
 	}
 	w.deleting = w.deleting[:0]
+	w.noteAppliedChains()
 }
 
 // failed records that the last payload may not have been applied.
 func (w *Writer) failed() {
 	w.needFull = true
+	w.applied.known = false
 	for _, r := range w.deleting {
 		w.maybeStale[r] = struct{}{}
 	}

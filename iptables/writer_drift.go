@@ -11,16 +11,18 @@ import (
 // of 10,000 services makes a log line, not a log page.
 const maxDriftExamples = 10
 
-// Drift is what [Writer.CheckDrift] found different between the per-service
-// rules of the top-level chains and what the writer last applied.
+// Drift is what [Writer.CheckDrift] found different between the rules in
+// the kernel and what the writer last applied: per-service rules of the
+// top-level chains, and the rules of per-service and per-endpoint chains.
 type Drift struct {
 	// Missing counts the rules the writer applied that the kernel no
 	// longer holds; Unexpected the rules the kernel holds that the writer
 	// did not apply or has deleted since.
 	Missing, Unexpected int
-	// Examples describes up to ten of those rules, each as
-	// "missing nat KUBE-SERVICES: \"ns/svc:p cluster IP\" -j KUBE-SVC-..."
-	// or "unexpected ...".
+	// Examples describes up to ten of those rules or chains, each as
+	// "missing nat KUBE-SERVICES: \"ns/svc:p cluster IP\" -j KUBE-SVC-...",
+	// "unexpected ...", "missing nat KUBE-SEP-...: the whole chain" or
+	// "changed nat KUBE-SVC-...: 10 rules, want 11, or other targets".
 	Examples []string
 }
 
@@ -47,32 +49,53 @@ func (w *Writer) describeRule(k ruleKey) string {
 	return fmt.Sprintf("%s %s: %q -j %s", table, w.topChainName(k.chain), k.comment, k.target)
 }
 
-// CheckDrift reads the top-level chains that hold per-service rules (nat
-// KUBE-SERVICES and KUBE-NODEPORTS; filter KUBE-SERVICES,
-// KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS and KUBE-PROXY-FIREWALL) with ipt
-// and compares their per-service rules with those the writer applied. When
-// they differ (someone deleted a service's jump, or added one to a service
-// chain), it makes the next Sync full, which rewrites those chains, and
-// returns what it found.
+// CheckDrift compares the rules the writer applied with those in the
+// kernel, read with ipt. When they differ it makes the next Sync full,
+// which rewrites every chain the writer owns, and returns what it found.
+// It compares two things:
+//
+//   - The per-service rules of the top-level chains (nat KUBE-SERVICES and
+//     KUBE-NODEPORTS; filter KUBE-SERVICES, KUBE-EXTERNAL-SERVICES,
+//     KUBE-NODEPORTS and KUBE-PROXY-FIREWALL), by chain, comment and
+//     target: a service's jump deleted, or a jump to a service chain
+//     added. Every check reads them.
+//   - The per-service and per-endpoint chains (KUBE-SVC-, KUBE-SVL-,
+//     KUBE-EXT-, KUBE-FW- and KUBE-SEP-), by their number of rules and the
+//     targets of those rules with their arguments ("-j KUBE-SEP-...",
+//     "-j DNAT --to-destination 10.0.0.1:8080"): a rule deleted or added,
+//     a chain flushed or deleted, an endpoint redirected. On the legacy
+//     backend every check reads them; on the nft backend the first check
+//     does, and then one in every [NFTServiceChainCheckInterval].
+//
+// So drift is found by the next check (top-level chains, and on legacy
+// everything), or within NFTServiceChainCheckInterval checks (service
+// chains on nft), and repaired by the sync after it. Not found: a rule
+// changed in place that keeps what is compared (its matches, such as a
+// probability or a source range, edited by hand); chains of the writer's
+// prefix that no applied payload declared and nothing jumps to; and rules
+// without a comment the writer wrote and without a jump to a service chain
+// in the top-level chains, which belong to someone else. The periodic full
+// sync (WriterConfig.FullSyncPeriod) covers those.
 //
 // This is the repair a partial sync cannot do: it trusts that the kernel
 // holds what it wrote, while kube-proxy rewrites KUBE-SERVICES at every
 // sync and so repairs it within a sync period. The check costs one
-// "iptables -S CHAIN" per chain (nat's two always, the filter chains only
-// when the writer has rules in them; on the legacy backend one
-// iptables-save of nat instead of nat's two) and memory in proportion to
-// the services, not a sync; BENCHMARKS.md has its cost at 10,000 services.
-// Rules compare by chain, comment and target, so a rule changed in place
-// but keeping those is not seen, and neither is drift inside the
-// per-service chains; the periodic full sync (WriterConfig.FullSyncPeriod)
-// covers those. Rules that carry neither a comment the writer wrote nor a
-// jump to a service chain belong to someone else and are ignored.
+// "iptables -S CHAIN" per top-level chain (nat's two always, the filter
+// chains only when the writer has rules in them), or, on the legacy
+// backend, one iptables-save of nat instead of nat's two, from which it
+// also reads the service chains; on the nft backend the checks that read
+// the service chains add one iptables-save of nat, which reads the whole
+// ruleset and costs far more than listing a chain. Memory grows with the
+// services and endpoints: the writer keeps a count and a sum per chain,
+// updated by Applied from each payload. BENCHMARKS.md has the costs at
+// 10,000 services.
 //
 // Call it between Applied and the next Sync, never concurrently with them.
 // It does nothing, and execs nothing, when the next Sync is full anyway
-// (the first one, or after a failure). An error reading a chain is
-// returned, and the writer's state is left alone; a missing chain counts
-// as drift.
+// (the first one, or after a failure). An error reading a top-level chain
+// is returned, and the writer's state is left alone; an error reading the
+// service chains is returned with what the top-level chains showed, which
+// is acted on. A missing chain counts as drift.
 func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 	if w.needFull || w.unapplied || w.requestFull.Load() {
 		return Drift{}, nil
@@ -158,10 +181,13 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 			d.example("unexpected " + w.describeRule(k))
 		}
 	}
+	// A failed read of the service chains does not hide what the
+	// top-level chains showed.
+	err := w.checkServiceChains(ctx, ipt, natSave, &d)
 	if d.Found() {
 		w.needFull = true
 	}
-	return d, nil
+	return d, err
 }
 
 func (d *Drift) example(what string) {

@@ -21,7 +21,7 @@ import (
 // checks Writer.CheckDrift against the real "iptables -S": it must find
 // nothing in the rules as applied (the kernel prints rules differently from
 // how the writer wrote them, and a false alarm would make every check
-// period a full sync), and exactly the rule deleted by hand. It logs what
+// period a full sync), and the rule deleted by hand. It logs what
 // a check costs (go test -v), and, for comparison, what reading the two
 // tables with iptables-save costs. Only 1000x10 runs unless
 // PROXYKIT_RESTORE_BENCH=1, which adds 10000x10; nothing runs with -short.
@@ -70,7 +70,7 @@ func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize
 	}
 	res := w.Sync(ctx, c.input())
 	ipt.must(func(i iptables.Interface) error {
-		if err := iptables.EnsureJumpRules(ctx, i); err != nil {
+		if err := w.EnsureJumpRules(ctx, i); err != nil {
 			return err
 		}
 		// iptables-restore without -w, as TestWriterRestoreTime runs it:
@@ -135,9 +135,11 @@ func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize
 		}
 		return i.DeleteChain(ctx, iptables.TableNAT, svc1)
 	})
+	// The chain's own rules count as missing too when this check reads
+	// it: always on legacy, in one check of several on nft.
 	d, _ := check()
-	if d.Missing != 1 || d.Unexpected != 0 || len(d.Examples) != 1 || !strings.Contains(d.Examples[0], `"bench/svc-1:p cluster IP" -j `+string(svc1)) {
-		t.Errorf("after deleting the jump to %s: drift %+v, want that one rule missing", svc1, d)
+	if d.Missing < 1 || d.Unexpected != 0 || !slicesContainPrefix(d.Examples, `missing nat KUBE-SERVICES: "bench/svc-1:p cluster IP" -j `+string(svc1)) {
+		t.Errorf("after deleting the jump to %s: drift %+v, want that rule missing", svc1, d)
 	}
 	res = w.Sync(ctx, c.input())
 	if !res.Full {

@@ -71,8 +71,52 @@ func TestWriterCheckDrift(t *testing.T) {
 				spec, svc := findRule(t, f, iptables.TableNAT, iptables.KubeServicesChain, webTCP)
 				restoreOrFail(t, f, iptables.TableNAT, "-D KUBE-SERVICES "+spec, ":"+svc+" - [0:0]", "-X "+svc)
 			},
+			// The jump, and the chain's three rules.
+			wantMissing:  4,
+			wantExamples: []string{`missing nat KUBE-SERVICES: "demo/web:tcp cluster IP" -j KUBE-SVC-`, "missing nat KUBE-SVC-"},
+		},
+		{
+			name: "rule deleted inside a service chain",
+			drift: func(t *testing.T, f *iptablestest.Fake) {
+				_, svc := findRule(t, f, iptables.TableNAT, iptables.KubeServicesChain, webTCP)
+				spec, _ := findRule(t, f, iptables.TableNAT, iptables.Chain(svc), "-j KUBE-SEP-")
+				restoreOrFail(t, f, iptables.TableNAT, "-D "+svc+" "+spec)
+			},
 			wantMissing:  1,
-			wantExamples: []string{`missing nat KUBE-SERVICES: "demo/web:tcp cluster IP" -j KUBE-SVC-`},
+			wantExamples: []string{"changed nat KUBE-SVC-"},
+		},
+		{
+			name: "endpoint chain flushed",
+			drift: func(t *testing.T, f *iptablestest.Fake) {
+				_, svc := findRule(t, f, iptables.TableNAT, iptables.KubeServicesChain, webTCP)
+				_, sep := findRule(t, f, iptables.TableNAT, iptables.Chain(svc), "-j KUBE-SEP-")
+				restoreOrFail(t, f, iptables.TableNAT, ":"+sep+" - [0:0]")
+			},
+			// Its masquerade and DNAT rules.
+			wantMissing:  2,
+			wantExamples: []string{"changed nat KUBE-SEP-"},
+		},
+		{
+			name: "rule added by hand to a service chain",
+			drift: func(t *testing.T, f *iptablestest.Fake) {
+				_, svc := findRule(t, f, iptables.TableNAT, iptables.KubeServicesChain, webTCP)
+				restoreOrFail(t, f, iptables.TableNAT, "-I "+svc+" 1 -s 10.9.9.9/32 -j RETURN")
+			},
+			wantUnexpected: 1,
+			wantExamples:   []string{"changed nat KUBE-SVC-"},
+		},
+		{
+			name: "endpoint redirected",
+			drift: func(t *testing.T, f *iptablestest.Fake) {
+				_, svc := findRule(t, f, iptables.TableNAT, iptables.KubeServicesChain, webTCP)
+				_, sep := findRule(t, f, iptables.TableNAT, iptables.Chain(svc), "-j KUBE-SEP-")
+				spec, _ := findRule(t, f, iptables.TableNAT, iptables.Chain(sep), "-j DNAT")
+				before, _, _ := strings.Cut(spec, "--to-destination")
+				restoreOrFail(t, f, iptables.TableNAT, "-D "+sep+" "+spec, "-A "+sep+" "+before+"--to-destination 10.9.9.9:22")
+			},
+			wantMissing:    1,
+			wantUnexpected: 1,
+			wantExamples:   []string{"changed nat KUBE-SEP-"},
 		},
 		{
 			name: "node-port chain flushed",
@@ -133,7 +177,7 @@ func testCheckDrift(t *testing.T, backend iptables.Backend, tc driftCase) {
 	w := mustWriter(t, scnWriterConfig(true))
 	f := iptablestest.NewFake(iptablestest.WithBackend(backend))
 	res := w.Sync(ctx, c.input())
-	err := applyFake(f, res)
+	err := applyFake(f, w, res)
 	w.Applied(err)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +202,7 @@ func testCheckDrift(t *testing.T, backend iptables.Backend, tc driftCase) {
 	if res.Full != d.Found() {
 		t.Errorf("sync after the check: full %v, want %v", res.Full, d.Found())
 	}
-	err = applyFake(f, res)
+	err = applyFake(f, w, res)
 	w.Applied(err)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +268,7 @@ func TestWriterCheckDriftWhenNotSettled(t *testing.T) {
 	if d := check("before Applied"); d.Found() || ipt.lists != 0 {
 		t.Errorf("before Applied: drift %+v after %d listings, want none and none", d, ipt.lists)
 	}
-	w.Applied(applyFake(ipt.Fake, res))
+	w.Applied(applyFake(ipt.Fake, w, res))
 	if d := check("settled"); d.Found() || ipt.lists == 0 {
 		t.Errorf("settled: drift %+v after %d listings, want none after some", d, ipt.lists)
 	}
@@ -268,11 +312,35 @@ func BenchmarkCheckDrift(b *testing.B) {
 			w := benchWriter(b)
 			f := iptablestest.NewFake()
 			res := w.Sync(ctx, c.input())
-			err := applyFake(f, res)
+			err := applyFake(f, w, res)
 			w.Applied(err)
 			if err != nil {
 				b.Fatal(err)
 			}
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := w.CheckDrift(ctx, f)
+				if err != nil || d.Found() {
+					b.Fatalf("drift %+v, error %v", d, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCheckDriftLegacy is BenchmarkCheckDrift on a Fake of the
+// legacy backend, where every check reads the service chains from the
+// save of nat: the Go side of what TestWriterDriftRepairKernel and
+// BenchmarkCheckDriftKernel time with the real iptables, the Fake's save
+// included.
+func BenchmarkCheckDriftLegacy(b *testing.B) {
+	for _, size := range benchSizes[:2] {
+		b.Run(size.String(), func(b *testing.B) {
+			ctx := context.Background()
+			c := benchCluster(size)
+			w := benchWriter(b)
+			f := iptablestest.NewFake(iptablestest.WithBackend(iptables.BackendLegacy))
+			syncFake(b, w, f, c.input())
 			b.ReportAllocs()
 			for b.Loop() {
 				d, err := w.CheckDrift(ctx, f)
@@ -292,7 +360,7 @@ func TestWriterCheckDriftChainDeleted(t *testing.T) {
 			ctx := context.Background()
 			w := mustWriter(t, scnWriterConfig(true))
 			f := iptablestest.NewFake(iptablestest.WithBackend(backend))
-			err := applyFake(f, w.Sync(ctx, scnCluster().input()))
+			err := applyFake(f, w, w.Sync(ctx, scnCluster().input()))
 			w.Applied(err)
 			if err != nil {
 				t.Fatal(err)
@@ -305,6 +373,76 @@ func TestWriterCheckDriftChainDeleted(t *testing.T) {
 			if !slicesContainPrefix(d.Examples, "missing nat KUBE-NODEPORTS: the whole chain") {
 				t.Errorf("KUBE-NODEPORTS deleted: examples %q", d.Examples)
 			}
+		})
+	}
+}
+
+// savingIPT counts the saves of nat.
+type savingIPT struct {
+	*iptablestest.Fake
+	natSaves int
+}
+
+func (s *savingIPT) SaveInto(ctx context.Context, table iptables.Table, buf *bytes.Buffer) error {
+	if table == iptables.TableNAT {
+		s.natSaves++
+	}
+	return s.Fake.SaveInto(ctx, table, buf)
+}
+
+// TestWriterCheckDriftServiceChainInterval checks how often CheckDrift
+// reads the service chains: with the nat save it makes anyway on legacy,
+// at every check; on nft, with a save of its own in the first check and
+// one in every NFTServiceChainCheckInterval after it. An endpoint chain
+// flushed by hand is found within that many checks, and the sync after
+// it is full.
+func TestWriterCheckDriftServiceChainInterval(t *testing.T) {
+	const checks = 2*iptables.NFTServiceChainCheckInterval + 1
+	for _, tc := range []struct {
+		backend   iptables.Backend
+		wantSaves int
+	}{
+		{iptables.BackendLegacy, checks},
+		{iptables.BackendNFT, 3},
+	} {
+		t.Run(string(tc.backend), func(t *testing.T) {
+			ctx := context.Background()
+			c := scnCluster()
+			w := mustWriter(t, scnWriterConfig(true))
+			ipt := &savingIPT{Fake: iptablestest.NewFake(iptablestest.WithBackend(tc.backend))}
+			syncFake(t, w, ipt.Fake, c.input())
+			for range checks {
+				if d, err := w.CheckDrift(ctx, ipt); err != nil || d.Found() {
+					t.Fatalf("drift %+v, error %v", d, err)
+				}
+			}
+			if ipt.natSaves != tc.wantSaves {
+				t.Errorf("%d checks saved nat %d times, want %d", checks, ipt.natSaves, tc.wantSaves)
+			}
+
+			_, svc := findRule(t, ipt.Fake, iptables.TableNAT, iptables.KubeServicesChain, `"demo/web:tcp cluster IP"`)
+			_, sep := findRule(t, ipt.Fake, iptables.TableNAT, iptables.Chain(svc), "-j KUBE-SEP-")
+			restoreOrFail(t, ipt.Fake, iptables.TableNAT, ":"+sep+" - [0:0]")
+			for i := range iptables.NFTServiceChainCheckInterval {
+				d, err := w.CheckDrift(ctx, ipt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Found() {
+					continue
+				}
+				if d.Missing != 2 || !slicesContainPrefix(d.Examples, "changed nat "+sep) {
+					t.Errorf("check %d: drift %+v, want the two rules of %s missing", i+1, d, sep)
+				}
+				if res := syncFake(t, w, ipt.Fake, c.input()); !res.Full {
+					t.Error("the sync after the drift is partial")
+				}
+				if got := ipt.Rules(iptables.TableNAT, iptables.Chain(sep)); len(got) != 2 {
+					t.Errorf("%s after the repair: %q, want its two rules", sep, got)
+				}
+				return
+			}
+			t.Errorf("%s flushed: not found in %d checks", sep, iptables.NFTServiceChainCheckInterval)
 		})
 	}
 }

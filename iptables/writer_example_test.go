@@ -49,7 +49,7 @@ func ExampleWriter() {
 		})
 		var err error
 		if res.Full {
-			err = iptables.EnsureJumpRules(ctx, ipt)
+			err = w.EnsureJumpRules(ctx, ipt)
 		}
 		if err == nil && len(res.Payload) > 0 {
 			err = ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)

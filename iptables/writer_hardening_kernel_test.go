@@ -23,7 +23,7 @@ func (k *kernelNode) applyKernel(t *testing.T, res iptables.SyncResult) {
 	ctx := context.Background()
 	err := k.node.Do(func() error {
 		if res.Full {
-			if err := iptables.EnsureJumps(ctx, k.ipt, k.w.JumpRules()); err != nil {
+			if err := k.w.EnsureJumpRules(ctx, k.ipt); err != nil {
 				return err
 			}
 		}

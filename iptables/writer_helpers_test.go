@@ -78,7 +78,7 @@ func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func syncFake(t testing.TB, w *iptables.Writer, f *iptablestest.Fake, in iptables.SyncInput) iptables.SyncResult {
 	t.Helper()
 	res := w.Sync(context.Background(), in)
-	err := applyFake(f, res)
+	err := applyFake(f, w, res)
 	w.Applied(err)
 	if err != nil {
 		t.Fatalf("applying the %s sync:\n%s\nerror: %v", syncKind(res), res.Payload, err)
@@ -86,10 +86,10 @@ func syncFake(t testing.TB, w *iptables.Writer, f *iptablestest.Fake, in iptable
 	return res
 }
 
-func applyFake(f *iptablestest.Fake, res iptables.SyncResult) error {
+func applyFake(f *iptablestest.Fake, w *iptables.Writer, res iptables.SyncResult) error {
 	ctx := context.Background()
 	if res.Full {
-		if err := iptables.EnsureJumpRules(ctx, f); err != nil {
+		if err := w.EnsureJumpRules(ctx, f); err != nil {
 			return err
 		}
 	}

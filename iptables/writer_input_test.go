@@ -438,7 +438,11 @@ var foreignWithJumps = sync.OnceValues(func() (*iptablestest.Fake, error) {
 	if err := f.ParseDump(foreignState); err != nil {
 		return nil, err
 	}
-	return f, iptables.EnsureJumpRules(context.Background(), f)
+	w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol})
+	if err != nil {
+		return nil, err
+	}
+	return f, w.EnsureJumpRules(context.Background(), f)
 })
 
 func isBuiltin(c iptables.Chain) bool {

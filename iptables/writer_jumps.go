@@ -8,8 +8,8 @@ import (
 // JumpRule is a rule in a built-in chain that sends traffic into one of the
 // writer's top-level chains. The restore payload cannot hold these rules,
 // since declaring a built-in chain in it would touch rules that belong to
-// other programs; the caller adds them with EnsureJumpRules before applying
-// a full sync.
+// other programs; the caller adds them with [Writer.EnsureJumpRules] before
+// applying a full sync.
 type JumpRule struct {
 	// Table and Chain locate the rule: Chain is a built-in chain.
 	Table Table
@@ -33,16 +33,14 @@ func Jump(table Table, chain, target Chain, comment string, newOnly bool) JumpRu
 	return JumpRule{Table: table, Chain: chain, Target: target, Args: args}
 }
 
-// JumpRules returns the rules that connect the built-in chains to the
-// writer's chains, as kube-proxy has them. The slice is new on every call.
-func JumpRules() []JumpRule { return defaultNames.JumpRules() }
-
-// JumpRules is the package's [JumpRules] for a writer with these names.
-// With a prefix other than [DefaultChainPrefix] each comment ends with
-// the prefix in brackets ("kubernetes service portals (PROXYB)"), so
-// that an operator reading the built-in chains sees which proxy each jump
-// belongs to.
-func (n *ChainNames) JumpRules() []JumpRule {
+// jumpRules returns the rules that connect the built-in chains to the
+// chains of these names, as kube-proxy has them, without the jumps to
+// KUBE-FIREWALL that only a writer with LocalhostNodePorts needs: callers
+// outside the writer get the whole list from [Writer.JumpRules]. With a
+// prefix other than [DefaultChainPrefix] each comment ends with the prefix
+// in brackets ("kubernetes service portals (PROXYB)"), so that an operator
+// reading the built-in chains sees which proxy each jump belongs to.
+func (n *ChainNames) jumpRules() []JumpRule {
 	c := func(comment string) string { return n.JumpComment(comment) }
 	return []JumpRule{
 		Jump(TableFilter, ChainInput, n.external, c("kubernetes externally-visible service portals"), true),
@@ -87,11 +85,15 @@ func localhostJumpRules() []JumpRule {
 	return rules
 }
 
-// EnsureJumpRules is EnsureJumps of the writer's JumpRules. Call it before
-// applying a full sync: at start-up, and when the rules may have been
-// flushed by someone else.
-func EnsureJumpRules(ctx context.Context, ipt Interface) error {
-	return EnsureJumps(ctx, ipt, JumpRules())
+// EnsureJumpRules is EnsureJumps of the writer's JumpRules, those to
+// KUBE-FIREWALL included: without them KUBE-FIREWALL's drop rule is never
+// reached and, with LocalhostNodePorts, the loopback node ports are open
+// to other hosts (CVE-2020-8558). It is the one way the package offers to
+// add the writer's jumps; the writer is what knows which it needs. Call it
+// before applying a full sync: at start-up, and when the rules may have
+// been flushed by someone else.
+func (w *Writer) EnsureJumpRules(ctx context.Context, ipt Interface) error {
+	return EnsureJumps(ctx, ipt, w.JumpRules())
 }
 
 // EnsureJumps creates the chains that rules jump to, if missing, and puts

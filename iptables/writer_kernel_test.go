@@ -97,13 +97,13 @@ func (k *kernelNode) apply(t *testing.T, res iptables.SyncResult) error {
 	ctx := context.Background()
 	err := k.node.Do(func() error {
 		if res.Full {
-			if err := iptables.EnsureJumpRules(ctx, k.ipt); err != nil {
+			if err := k.w.EnsureJumpRules(ctx, k.ipt); err != nil {
 				return err
 			}
 		}
 		return k.ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
 	})
-	fakeErr := applyFake(k.fake, res)
+	fakeErr := applyFake(k.fake, k.w, res)
 	if (err == nil) != (fakeErr == nil) {
 		t.Errorf("kernel and Fake disagree on the payload: kernel error %v, Fake error %v\n%s", err, fakeErr, res.Payload)
 	}
@@ -412,7 +412,7 @@ func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {
 		var took time.Duration
 		err := ns.Do(func() error {
 			if res.Full {
-				if err := iptables.EnsureJumpRules(ctx, ipt); err != nil {
+				if err := w.EnsureJumpRules(ctx, ipt); err != nil {
 					return err
 				}
 			}
@@ -518,7 +518,7 @@ func testWriterKernelIPv6(t *testing.T, backend iptables.Backend) {
 	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeName: scnNode, ClusterCIDR: prefix("fd00:10::/64"), RandomFully: ipt.HasRandomFully()})
 	res := w.Sync(ctx, c.input())
 	err = node.Do(func() error {
-		if err := iptables.EnsureJumpRules(ctx, ipt); err != nil {
+		if err := w.EnsureJumpRules(ctx, ipt); err != nil {
 			return err
 		}
 		return ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)

@@ -70,7 +70,7 @@ func TestWriterNodePortAddresses(t *testing.T) {
 			}
 			w := mustWriter(t, iptables.WriterConfig{IPFamily: tc.family, NodeName: "node-a", NodePortAddresses: prefixes, LocalhostNodePorts: tc.localhost})
 			res := w.Sync(t.Context(), c.input())
-			if err := iptables.EnsureJumps(t.Context(), f, w.JumpRules()); err != nil {
+			if err := w.EnsureJumpRules(t.Context(), f); err != nil {
 				t.Fatal(err)
 			}
 			if err := f.RestoreAll(t.Context(), res.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {

@@ -498,7 +498,7 @@ func TestWriterRecoversFromFailedRestore(t *testing.T) {
 		t.Fatalf("full=%v deleted=%d, want a partial sync deleting chains", res.Full, res.ChainsDeleted)
 	}
 	res.Payload = scnBreak(res.Payload)
-	err := applyFake(f, res)
+	err := applyFake(f, w, res)
 	if err == nil {
 		t.Fatal("broken payload was accepted")
 	}
@@ -627,23 +627,59 @@ func TestNewWriterRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestEnsureJumpRules checks that Writer.EnsureJumpRules adds each of
+// the writer's jumps once however often it runs, and, with
+// LocalhostNodePorts, the jumps to KUBE-FIREWALL first in INPUT and
+// OUTPUT: without them the drop rule that guards the loopback node ports
+// (CVE-2020-8558) is never reached.
 func TestEnsureJumpRules(t *testing.T) {
-	ctx := context.Background()
-	f := iptablestest.NewFake()
-	for range 2 {
-		if err := iptables.EnsureJumpRules(ctx, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, j := range iptables.JumpRules() {
-		n := 0
-		for _, r := range f.Rules(j.Table, j.Chain) {
-			if strings.HasSuffix(r, "-j "+string(j.Target)) && strings.Contains(r, j.Args[len(j.Args)-3]) {
-				n++
+	for _, tc := range []struct {
+		name string
+		cfg  iptables.WriterConfig
+		// wantFirst is the target of the first rule of filter INPUT and
+		// OUTPUT.
+		wantFirst iptables.Chain
+	}{
+		{"default", iptables.WriterConfig{IPFamily: v1.IPv4Protocol}, "KUBE-PROXY-FIREWALL"},
+		{"localhost node ports", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, LocalhostNodePorts: true}, "KUBE-FIREWALL"},
+		{"localhost node ports, other prefix", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, LocalhostNodePorts: true, ChainPrefix: otherPrefix}, "KUBE-FIREWALL"},
+		{"IPv6 ignores localhost node ports", iptables.WriterConfig{IPFamily: v1.IPv6Protocol, LocalhostNodePorts: true}, "KUBE-PROXY-FIREWALL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := mustWriter(t, tc.cfg)
+			f := iptablestest.NewFake()
+			if tc.cfg.IPFamily == v1.IPv6Protocol {
+				f = iptablestest.NewIPv6Fake()
 			}
-		}
-		if n != 1 {
-			t.Errorf("%s %s: %d rules jump to %s, want 1: %q", j.Table, j.Chain, n, j.Target, f.Rules(j.Table, j.Chain))
-		}
+			for range 2 {
+				if err := w.EnsureJumpRules(ctx, f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Every rule of the built-in chains is one of the writer's
+			// jumps, and each jump is there once.
+			want := map[string]int{}
+			for _, j := range w.JumpRules() {
+				want[string(j.Table)+" "+string(j.Chain)+" -> "+string(j.Target)]++
+			}
+			got := map[string]int{}
+			for _, table := range []iptables.Table{iptables.TableFilter, iptables.TableNAT} {
+				for _, c := range []iptables.Chain{iptables.ChainInput, iptables.ChainOutput, iptables.ChainForward, iptables.ChainPrerouting, iptables.ChainPostrouting} {
+					for _, r := range f.Rules(table, c) {
+						_, target, _ := strings.Cut(r, "-j ")
+						got[string(table)+" "+string(c)+" -> "+target]++
+					}
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("jumps in the built-in chains (-want +got):\n%s", diff)
+			}
+			for _, c := range []iptables.Chain{iptables.ChainInput, iptables.ChainOutput} {
+				if rules := f.Rules(iptables.TableFilter, c); len(rules) == 0 || !strings.HasSuffix(rules[0], "-j "+string(tc.wantFirst)) {
+					t.Errorf("filter %s is %q, want a jump to %s first", c, rules, tc.wantFirst)
+				}
+			}
+		})
 	}
 }

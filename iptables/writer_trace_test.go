@@ -197,7 +197,7 @@ func TestWriterTrace(t *testing.T) {
 		scnAddLate(n.c)
 		res := n.w.Sync(t.Context(), n.c.input())
 		res.Payload = scnBreak(res.Payload)
-		err := applyFake(n.f, res)
+		err := applyFake(n.f, n.w, res)
 		if err == nil {
 			t.Fatal("the Fake accepted a jump to a missing chain")
 		}

@@ -177,7 +177,7 @@ func TestFindLeftovers(t *testing.T) {
 		}
 		svcs, eps := portMaps(t, v1.IPv4Protocol, web)
 		res := w.Sync(ctx, iptables.SyncInput{Services: svcs, Endpoints: eps})
-		if err := iptables.EnsureJumpRules(ctx, ipt); err != nil {
+		if err := w.EnsureJumpRules(ctx, ipt); err != nil {
 			t.Fatal(err)
 		}
 		if err := ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {

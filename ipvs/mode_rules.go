@@ -22,7 +22,7 @@ func JumpRules() []iptables.JumpRule { return defaultModeNames.JumpRules() }
 // declaring a built-in chain would flush other programs' rules; add them
 // with iptables.EnsureJumps, as [EnsureJumpRules] does. Those that IPVS
 // mode shares with the iptables rule writer of the same prefix
-// (iptables.ChainNames.JumpRules) are identical, so that switching modes
+// (iptables.Writer.JumpRules) are identical, so that switching modes
 // leaves no duplicate; with another prefix than kube-proxy's, comments
 // end with the prefix as there. The slice is new on every call.
 func (n *ModeNames) JumpRules() []iptables.JumpRule {

@@ -408,7 +408,7 @@ func bareRestore(t *testing.T, backend iptables.Backend, objs []runtime.Object, 
 		var took time.Duration
 		err := ns.Do(func() error {
 			if res.Full {
-				if err := iptables.EnsureJumpRules(ctx, ipt); err != nil {
+				if err := w.EnsureJumpRules(ctx, ipt); err != nil {
 					return err
 				}
 			}

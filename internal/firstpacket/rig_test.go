@@ -245,7 +245,7 @@ func (r *rig) loadIPTables(t testing.TB, c *cluster) error {
 		}
 		res := w.Sync(ctx, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes})
 		start := time.Now()
-		err = iptables.EnsureJumpRules(ctx, ipt)
+		err = w.EnsureJumpRules(ctx, ipt)
 		if err == nil {
 			err = ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
 		}

@@ -31,9 +31,8 @@ type Backend struct {
 	metrics *proxier.BackendMetrics
 	// canaryInterval is how often run checks the canary.
 	canaryInterval time.Duration
-	// driftCheckPeriod is how often run compares the top-level chains
-	// with what the writer applied (Writer.CheckDrift); zero turns the
-	// check off.
+	// driftCheckPeriod is how often run compares the rules with what the
+	// writer applied (Writer.CheckDrift); zero turns the check off.
 	driftCheckPeriod time.Duration
 	// mu is held by sync and by the drift check: the writer is not safe
 	// for concurrent use, and a check during a sync would compare the
@@ -74,10 +73,11 @@ func WithCanaryInterval(d time.Duration) Option {
 	}
 }
 
-// WithDriftCheckPeriod makes Run compare the top-level chains with what
-// the writer applied every d (iptables.Writer.CheckDrift), and call lost
-// when they differ: a service's jump deleted by hand takes no canary with
-// it. Zero, the default, turns the check off.
+// WithDriftCheckPeriod makes Run compare the rules in the kernel with
+// what the writer applied every d (iptables.Writer.CheckDrift, whose doc
+// says which drift each check sees), and call lost when they differ: a
+// service's jump, or a rule of a KUBE-SVC or KUBE-SEP chain, deleted by
+// hand takes no canary with it. Zero, the default, turns the check off.
 func WithDriftCheckPeriod(d time.Duration) Option {
 	return func(b *Backend) { b.driftCheckPeriod = d }
 }
@@ -166,7 +166,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 	// A full sync is also how rules another program flushed come back,
 	// jumps from the built-in chains included.
 	if res.Full {
-		err = iptables.EnsureJumps(ctx, b.ipt, b.w.JumpRules())
+		err = b.w.EnsureJumpRules(ctx, b.ipt)
 	}
 	if err == nil && len(res.Payload) > 0 {
 		err = b.ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
@@ -212,7 +212,7 @@ func CanaryTables() []iptables.Table { return slices.Clone(canaryTables) }
 
 // Run is part of proxier.Backend. It watches the canary chain: a flush by
 // another program (a firewall reload, iptables -F) takes it too, and lost
-// then brings a full sync. It also checks the top-level chains for drift
+// then brings a full sync. It also checks the rules for drift
 // (WithDriftCheckPeriod). In a dry run it returns at once.
 func (b *Backend) Run(ctx context.Context, lost func()) {
 	if b.ipt == nil {
@@ -237,11 +237,11 @@ func (b *Backend) Run(ctx context.Context, lost func()) {
 	b.ipt.Monitor(ctx, b.w.ChainNames().Canary(), canaryTables, lost, b.canaryInterval)
 }
 
-// checkDrift compares the top-level chains with what the writer applied
-// and, when they differ, logs what it found and calls lost, which brings
-// a full sync. It waits for a sync in progress, so that it compares with
-// applied rules; an error reading the chains is logged, and the next
-// period tries again.
+// checkDrift compares the rules in the kernel with what the writer
+// applied and, when they differ, logs what it found and calls lost, which
+// brings a full sync. It waits for a sync in progress, so that it compares
+// with applied rules; an error reading the chains is logged, and the next
+// period tries again, but drift found before the error is still acted on.
 func (b *Backend) checkDrift(ctx context.Context, lost func()) {
 	b.mu.Lock()
 	d, err := b.w.CheckDrift(ctx, b.ipt)
@@ -249,7 +249,6 @@ func (b *Backend) checkDrift(ctx context.Context, lost func()) {
 	logger := klog.FromContext(ctx)
 	if err != nil {
 		logger.Error(err, "Checking the iptables rules for drift; trying again later", "ipFamily", b.family)
-		return
 	}
 	if d.Found() {
 		logger.Info("iptables rules differ from what was applied; syncing everything", "ipFamily", b.family,

@@ -3,6 +3,7 @@ package iptablesbackend
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -103,6 +104,23 @@ func hasChain(chains []iptables.Chain, c iptables.Chain) bool {
 	return false
 }
 
+// webJump returns the rule of nat KUBE-SERVICES that sends ns/web:http's
+// cluster IP to its chain, as "KUBE-SERVICES <rule>".
+func webJump(t *testing.T, fake *iptablestest.Fake) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := fake.ListRules(context.Background(), iptables.TableNAT, iptables.KubeServicesChain, &buf); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(buf.String()) {
+		if strings.Contains(line, "ns/web:http cluster IP") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "-A "))
+		}
+	}
+	t.Fatalf("no jump for ns/web:http in:\n%s", buf.String())
+	return ""
+}
+
 // TestIPTablesBackendDriftCheck checks that the backend's drift check
 // calls lost, and counts a repair, exactly when a service's jump has been
 // deleted, and that the full sync lost brings puts the jump back.
@@ -119,19 +137,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 		t.Fatalf("lost called %d times with nothing changed", losses)
 	}
 
-	var buf bytes.Buffer
-	if err := f.fake.ListRules(ctx, iptables.TableNAT, iptables.KubeServicesChain, &buf); err != nil {
-		t.Fatal(err)
-	}
-	var jump string
-	for line := range strings.Lines(buf.String()) {
-		if strings.Contains(line, "ns/web:http cluster IP") {
-			jump = strings.TrimSpace(strings.TrimPrefix(line, "-A "))
-		}
-	}
-	if jump == "" {
-		t.Fatalf("no jump for ns/web:http in:\n%s", buf.String())
-	}
+	jump := webJump(t, f.fake)
 	if err := f.fake.Restore(ctx, iptables.TableNAT, []byte("*nat\n-D "+jump+"\nCOMMIT\n"), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +151,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 	if !f.sync(t) {
 		t.Error("the sync after drift was partial")
 	}
-	buf.Reset()
+	var buf bytes.Buffer
 	if err := f.fake.ListRules(ctx, iptables.TableNAT, iptables.KubeServicesChain, &buf); err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +161,64 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 	f.b.checkDrift(ctx, lost)
 	if losses != 1 {
 		t.Errorf("lost called again after the repair")
+	}
+}
+
+// failingSaveIPT fails every save of nat, as iptables-nft-save of a large
+// table does when the stack runs out.
+type failingSaveIPT struct{ *iptablestest.Fake }
+
+func (f failingSaveIPT) SaveInto(ctx context.Context, table iptables.Table, buf *bytes.Buffer) error {
+	if table == iptables.TableNAT {
+		return errors.New("iptables-nft-save: killed")
+	}
+	return f.Fake.SaveInto(ctx, table, buf)
+}
+
+// TestIPTablesBackendDriftCheckServiceChains checks that the drift check
+// sees what was changed inside a service's chains (an endpoint chain
+// flushed by hand) and brings the full sync that refills them, and that
+// when reading those chains fails, drift in the top-level chains is still
+// repaired.
+func TestIPTablesBackendDriftCheckServiceChains(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	web := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
+	sep := iptables.EndpointChain(web, "10.244.0.11:8080")
+
+	f := newFakeIPTablesFamily(t, iptablestest.NewFake())
+	if !f.sync(t) {
+		t.Fatal("first sync partial")
+	}
+	if err := f.fake.FlushChain(ctx, iptables.TableNAT, sep); err != nil {
+		t.Fatal(err)
+	}
+	losses := 0
+	lost := func() { losses++; f.b.RequestFullSync() }
+	f.b.checkDrift(ctx, lost)
+	if losses != 1 {
+		t.Fatalf("lost called %d times after %s was flushed, want 1", losses, sep)
+	}
+	if !f.sync(t) {
+		t.Error("the sync after drift was partial")
+	}
+	if got := f.fake.Rules(iptables.TableNAT, sep); len(got) != 2 {
+		t.Errorf("%s after the repair: %q, want its two rules", sep, got)
+	}
+
+	g := newFakeIPTablesFamily(t, iptablestest.NewFake())
+	g.b.ipt = failingSaveIPT{g.fake}
+	if !g.sync(t) {
+		t.Fatal("first sync partial")
+	}
+	jump := webJump(t, g.fake)
+	if err := g.fake.Restore(ctx, iptables.TableNAT, []byte("*nat\n-D "+jump+"\nCOMMIT\n"), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
+		t.Fatal(err)
+	}
+	losses = 0
+	lost = func() { losses++; g.b.RequestFullSync() }
+	g.b.checkDrift(ctx, lost)
+	if losses != 1 {
+		t.Errorf("lost called %d times after a jump was deleted and the save of nat failed, want 1", losses)
 	}
 }
 

@@ -3,8 +3,9 @@
 // own, renders the family's rules with the iptables service rule writer
 // (full or partial syncs, as kube-proxy's) and applies them with
 // iptables-restore; between syncs its Run watches a canary chain, and
-// optionally the top-level chains, and asks for a full resync when another
-// program removed them. Made without an iptables.Interface it is a dry run
+// optionally compares the rules with what it applied (the top-level
+// chains, and the per-service and per-endpoint chains), and asks for a
+// full resync when another program removed or changed them. Made without an iptables.Interface it is a dry run
 // that prints what it would apply.
 //
 // What the mode needs of the node beyond the rules (conntrack tuning,
