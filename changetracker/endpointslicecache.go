@@ -388,9 +388,10 @@ type candidate struct {
 }
 
 // buildPorts computes the base endpoints of every port of the Service nn from
-// its applied slices. An endpoint that appears in several slices (which
-// happens while the controller moves it) is kept once per port number,
-// preferring a copy that is local. Lists are sorted by "ip:port" string, as
+// its applied slices. An address listed more than once for a port number
+// (in several slices while the controller moves an endpoint, or for two
+// pods while a terminating pod's IP is reused) is kept once, as preferCopy
+// chooses. Lists are sorted by "ip:port" string, as
 // kube-proxy sorts them (see CompareHostPort). scratch
 // is a reusable buffer; the grown buffer is returned.
 func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate) ([]portEndpoints, []candidate) {
@@ -457,8 +458,8 @@ func uniqueAddrs(eps []BaseEndpoint) bool {
 	return true
 }
 
-// baseEndpoints turns sorted candidates into BaseEndpoints, dropping
-// duplicates (same address and port) and preferring a local copy.
+// baseEndpoints turns sorted candidates into BaseEndpoints, keeping one of
+// the copies of an address and port (see preferCopy).
 func baseEndpoints(cands []candidate) []BaseEndpoint {
 	n := 0
 	for i := range cands {
@@ -474,7 +475,7 @@ func baseEndpoints(cands []candidate) []BaseEndpoint {
 	for i := range cands {
 		c := cands[i]
 		if i > 0 && sameTarget(cands[i-1], c) {
-			if c.ep.flags&flagLocal == 0 || base[j].flags&flagLocal != 0 {
+			if !preferCopy(c.ep.flags, base[j].flags) {
 				continue
 			}
 		} else {
@@ -486,6 +487,21 @@ func baseEndpoints(cands []candidate) []BaseEndpoint {
 		b.zoneHints, b.nodeHints = c.ep.zoneHints, c.ep.nodeHints
 	}
 	return base
+}
+
+// preferCopy reports whether a copy of an endpoint with flags c replaces
+// the copy kept so far, with flags kept. A copy that is not terminating
+// always wins over a terminating one, whatever the order of the slices:
+// when the pod network hands a terminating pod's IP to a new pod before the
+// old Pod object is gone, both pods are listed under the same address, and
+// the new, running pod must get the traffic (kube-proxy does the same since
+// kubernetes#135266). Between copies alike in that, a local copy wins, and
+// otherwise the first in slice order stays.
+func preferCopy(c, kept endpointFlags) bool {
+	if cTerm, keptTerm := c&flagTerminating != 0, kept&flagTerminating != 0; cTerm != keptTerm {
+		return keptTerm
+	}
+	return c&flagLocal != 0 && kept&flagLocal == 0
 }
 
 func sameTarget(a, b candidate) bool {
