@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // maxEndpointsPerSlice is the API server's limit. Bigger slices (from
@@ -111,7 +113,7 @@ func (t *EndpointsChangeTracker) sliceKey(slice *discoveryv1.EndpointSlice) (typ
 // newSliceInfo copies what the proxy uses out of slice, skipping (with a log
 // line naming the slice) ports without a number, duplicate ports, endpoints
 // without an address, addresses that do not parse or are of the other family,
-// and addresses that cannot be a backend (see specialAddrReason). The slice's
+// and addresses that cannot be a backend (see SpecialAddressReason). The slice's
 // names and port names must have been validated.
 func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily v1.IPFamily, nodeName string) *sliceInfo {
 	info := &sliceInfo{}
@@ -132,11 +134,11 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 		if p.Port == nil {
 			// A nil port means "all ports" in the API, which a
 			// port-mapping proxy cannot express.
-			logger.V(2).Info("Ignoring endpoint slice port without a number", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			logger.V(2).Info("Ignoring endpoint slice port without a number", "endpointSlice", logsafe.KObj(slice), "portName", logsafe.Quote(sp.name))
 			continue
 		}
 		if err := firstPortNumMsg("port", int(*p.Port)); err != nil {
-			logger.Error(err, "Ignoring invalid endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			logger.Error(err, "Ignoring invalid endpoint slice port", "endpointSlice", logsafe.KObj(slice), "portName", logsafe.Quote(sp.name))
 			continue
 		}
 		sp.port = *p.Port
@@ -147,14 +149,14 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 	slices.SortStableFunc(info.ports, compareSlicePorts)
 	info.ports = slices.CompactFunc(info.ports, func(a, b slicePort) bool {
 		if a.name == b.name && a.protocol == b.protocol {
-			logger.Error(nil, "Ignoring duplicate endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", b.name, "protocol", b.protocol)
+			logger.Error(nil, "Ignoring duplicate endpoint slice port", "endpointSlice", logsafe.KObj(slice), "portName", logsafe.Quote(b.name), "protocol", logsafe.Quote(string(b.protocol)))
 			return true
 		}
 		return false
 	})
 
 	if len(slice.Endpoints) > maxEndpointsPerSlice {
-		logger.V(2).Info("Endpoint slice has more endpoints than the API allows", "endpointSlice", klog.KObj(slice), "endpoints", len(slice.Endpoints), "limit", maxEndpointsPerSlice)
+		logger.V(2).Info("Endpoint slice has more endpoints than the API allows", "endpointSlice", logsafe.KObj(slice), "endpoints", len(slice.Endpoints), "limit", maxEndpointsPerSlice)
 	}
 	if len(slice.Endpoints) > 0 {
 		info.endpoints = make([]BaseEndpoint, 0, len(slice.Endpoints))
@@ -177,20 +179,20 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 	for i := range slice.Endpoints {
 		ep := &slice.Endpoints[i]
 		if len(ep.Addresses) == 0 {
-			logger.V(2).Info("Ignoring endpoint without an address", "endpointSlice", klog.KObj(slice), "index", i)
+			logger.V(2).Info("Ignoring endpoint without an address", "endpointSlice", logsafe.KObj(slice), "index", i)
 			continue
 		}
 		addr, ok := parseAddr(ep.Addresses[0])
 		if !ok {
-			logger.Error(nil, "Ignoring endpoint with an unparsable address", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
+			logger.Error(nil, "Ignoring endpoint with an unparsable address", "endpointSlice", logsafe.KObj(slice), "address", logsafe.Quote(ep.Addresses[0]))
 			continue
 		}
 		if familyOf(addr) != ipFamily {
-			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
+			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", logsafe.KObj(slice), "address", logsafe.Quote(ep.Addresses[0]))
 			continue
 		}
-		if reason := specialAddrReason(addr); reason != "" {
-			logger.Error(nil, "Ignoring endpoint that cannot be a backend", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0], "reason", reason)
+		if reason := SpecialAddressReason(addr); reason != "" {
+			logger.Error(nil, "Ignoring endpoint that cannot be a backend", "endpointSlice", logsafe.KObj(slice), "address", logsafe.Quote(ep.Addresses[0]), "reason", reason)
 			continue
 		}
 		r := endpointRef{slice: int32(i), addr: int32(len(addrs))}
