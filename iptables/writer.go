@@ -384,7 +384,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	default:
 		return nil, fmt.Errorf("iptables writer: unknown IP family %q", cfg.IPFamily)
 	}
-	w.check = portcheck.New(cfg.IPFamily)
+	w.check = portcheck.New(cfg.IPFamily, cfg.NodeIPs...)
 	names, err := NewChainNames(cfg.ChainPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("iptables writer: %w", err)

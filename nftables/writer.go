@@ -400,7 +400,7 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 	default:
 		return nil, fmt.Errorf("nftables writer: unknown IP family %q", cfg.IPFamily)
 	}
-	w.check = portcheck.New(cfg.IPFamily)
+	w.check = portcheck.New(cfg.IPFamily, cfg.NodeIPs...)
 	if w.table == "" {
 		w.table = DefaultTableName
 	}
