@@ -29,12 +29,17 @@
 //     label (names starting with a digit are accepted, as with KEP-5311's
 //     relaxed Service names), whose ClientIP affinity timeout is outside
 //     1..86400 seconds, whose session affinity is unknown, whose cluster IP
-//     does not parse, or with an unparsable load-balancer source range
+//     does not parse, is unspecified, loopback, link-local, multicast or
+//     broadcast, is written as an IPv4-mapped IPv6 address, or is an
+//     address of this node (WithNodeIPs; its rules would take the node's
+//     own ports), or with an unparsable load-balancer source range
 //     (dropping the range would open the load balancer to all);
 //   - one port of a Service whose port, nodePort or targetPort is out of
 //     range or whose protocol is not TCP, UDP or SCTP, keeping its other ports;
-//   - one external IP that does not parse or is unspecified, loopback,
-//     link-local, multicast or broadcast;
+//   - one external IP or load-balancer ingress IP that does not parse or
+//     is unspecified, loopback, link-local, multicast or broadcast (see
+//     SpecialAddressReason; an address of the node is accepted there, as
+//     the API server and kube-proxy accept it);
 //   - a whole EndpointSlice whose namespace is not a DNS-1123 label, whose name
 //     is not a DNS-1123 subdomain, whose kubernetes.io/service-name label is
 //     missing or not a DNS-1123 label, or with a port name that is not a

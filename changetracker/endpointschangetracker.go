@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // EndpointsMap maps every service port with endpoints to its endpoints,
@@ -108,7 +110,7 @@ func (t *EndpointsChangeTracker) EndpointSliceUpdate(slice *discoveryv1.Endpoint
 		if err := validateSlicePorts(slice); err != nil {
 			// Treated as a removal: keeping the slice's previous
 			// endpoints would serve what its owner no longer lists.
-			t.logger.Error(err, "Ignoring invalid endpoint slice", "endpointSlice", klog.KObj(slice))
+			t.logger.Error(err, "Ignoring invalid endpoint slice", "endpointSlice", logsafe.KObj(slice))
 			removeSlice = true
 		} else {
 			info = newSliceInfo(t.logger, slice, t.ipFamily, t.nodeName)
@@ -167,7 +169,7 @@ func (t *EndpointsChangeTracker) lastChangeTriggerTime(slice *discoveryv1.Endpoi
 	}
 	ts, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		t.logger.Error(err, "Ignoring unparsable last-change-trigger-time", "endpointSlice", klog.KObj(slice), "value", s)
+		t.logger.Error(err, "Ignoring unparsable last-change-trigger-time", "endpointSlice", logsafe.KObj(slice), "value", logsafe.Quote(s))
 		return time.Time{}
 	}
 	if !ts.After(t.startTime) {

@@ -442,3 +442,119 @@ func TestUpdateEndpointsMapResultLocalReadyEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateAddressPrefersNotTerminating covers a pod IP reused while
+// the old pod is still terminating: the address is listed twice, for the
+// old pod (terminating) and the new one (ready), in one slice or in two.
+// The ready copy must be kept whichever comes first.
+func TestDuplicateAddressPrefersNotTerminating(t *testing.T) {
+	const v4, v6 = discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
+	http := []port{namedPort("http", 8080, v1.ProtocolTCP)}
+	two := []port{namedPort("http", 8080, v1.ProtocolTCP), namedPort("dns", 53, v1.ProtocolUDP)}
+	old := terminatingEP("10.0.0.1", "node-b", false)
+	oldServing := terminatingEP("10.0.0.1", "node-b", true)
+	oldLocal := terminatingEP("10.0.0.1", "node-a", true)
+	renewed := readyEP("10.0.0.1", "node-c")
+	other := readyEP("10.0.0.2", "node-b")
+	const (
+		wantReady = "10.0.0.1:8080 ready serving node=node-c"
+		wantOther = "10.0.0.2:8080 ready serving node=node-b"
+	)
+	tests := []struct {
+		name   string
+		family v1.IPFamily
+		slices []*discoveryv1.EndpointSlice // added in this order
+		want   map[string][]string
+	}{{
+		name:   "two slices, terminating copy first",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-1", v4, http, old, other),
+			makeSlice("ns", "a", "a-2", v4, http, renewed),
+		},
+		want: map[string][]string{"ns/a:http/TCP": {wantReady, wantOther}},
+	}, {
+		name:   "two slices, ready copy first",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-2", v4, http, renewed),
+			makeSlice("ns", "a", "a-1", v4, http, old, other),
+		},
+		want: map[string][]string{"ns/a:http/TCP": {wantReady, wantOther}},
+	}, {
+		name:   "two slices, the terminating copy serving and first",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-1", v4, http, oldServing),
+			makeSlice("ns", "a", "a-2", v4, http, renewed),
+		},
+		want: map[string][]string{"ns/a:http/TCP": {wantReady}},
+	}, {
+		name:   "two slices, the terminating copy local and first",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-1", v4, http, oldLocal),
+			makeSlice("ns", "a", "a-2", v4, http, renewed),
+		},
+		want: map[string][]string{"ns/a:http/TCP": {wantReady}},
+	}, {
+		name:   "two slices, the terminating copy local and last",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-2", v4, http, renewed),
+			makeSlice("ns", "a", "a-1", v4, http, oldLocal),
+		},
+		want: map[string][]string{"ns/a:http/TCP": {wantReady}},
+	}, {
+		name:   "one slice, terminating copy first",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{makeSlice("ns", "a", "a-1", v4, http, old, other, renewed)},
+		want:   map[string][]string{"ns/a:http/TCP": {wantReady, wantOther}},
+	}, {
+		name:   "one slice, ready copy first",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{makeSlice("ns", "a", "a-1", v4, http, renewed, other, old)},
+		want:   map[string][]string{"ns/a:http/TCP": {wantReady, wantOther}},
+	}, {
+		name:   "two ports, terminating copy first",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-1", v4, two, old),
+			makeSlice("ns", "a", "a-2", v4, two, renewed),
+		},
+		want: map[string][]string{
+			"ns/a:http/TCP": {wantReady},
+			"ns/a:dns/UDP":  {"10.0.0.1:53 ready serving node=node-c"},
+		},
+	}, {
+		name:   "IPv6, terminating copy first",
+		family: v1.IPv6Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-1", v6, http, terminatingEP("fd00::1", "node-b", true)),
+			makeSlice("ns", "a", "a-2", v6, http, readyEP("fd00::1", "node-c")),
+		},
+		want: map[string][]string{"ns/a:http/TCP": {"[fd00::1]:8080 ready serving node=node-c"}},
+	}, {
+		name:   "only terminating copies: the first stays",
+		family: v1.IPv4Protocol,
+		slices: []*discoveryv1.EndpointSlice{
+			makeSlice("ns", "a", "a-1", v4, http, old),
+			makeSlice("ns", "a", "a-2", v4, http, oldServing),
+		},
+		want: map[string][]string{"ns/a:http/TCP": {"10.0.0.1:8080 terminating node=node-b"}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logger, _ := ktesting.NewTestContext(t)
+			tr := NewEndpointsChangeTracker(tc.family, "node-a", nil, WithLogger(logger))
+			m := EndpointsMap{}
+			for _, s := range tc.slices {
+				tr.EndpointSliceUpdate(s, false)
+			}
+			m.Update(tr)
+			if diff := cmp.Diff(tc.want, describeEndpointsMap(m)); diff != "" {
+				t.Errorf("map (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

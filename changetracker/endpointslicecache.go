@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // maxEndpointsPerSlice is the API server's limit. Bigger slices (from
@@ -111,7 +113,7 @@ func (t *EndpointsChangeTracker) sliceKey(slice *discoveryv1.EndpointSlice) (typ
 // newSliceInfo copies what the proxy uses out of slice, skipping (with a log
 // line naming the slice) ports without a number, duplicate ports, endpoints
 // without an address, addresses that do not parse or are of the other family,
-// and addresses that cannot be a backend (see specialAddrReason). The slice's
+// and addresses that cannot be a backend (see SpecialAddressReason). The slice's
 // names and port names must have been validated.
 func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily v1.IPFamily, nodeName string) *sliceInfo {
 	info := &sliceInfo{}
@@ -132,11 +134,11 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 		if p.Port == nil {
 			// A nil port means "all ports" in the API, which a
 			// port-mapping proxy cannot express.
-			logger.V(2).Info("Ignoring endpoint slice port without a number", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			logger.V(2).Info("Ignoring endpoint slice port without a number", "endpointSlice", logsafe.KObj(slice), "portName", logsafe.Quote(sp.name))
 			continue
 		}
 		if err := firstPortNumMsg("port", int(*p.Port)); err != nil {
-			logger.Error(err, "Ignoring invalid endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", sp.name)
+			logger.Error(err, "Ignoring invalid endpoint slice port", "endpointSlice", logsafe.KObj(slice), "portName", logsafe.Quote(sp.name))
 			continue
 		}
 		sp.port = *p.Port
@@ -147,14 +149,14 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 	slices.SortStableFunc(info.ports, compareSlicePorts)
 	info.ports = slices.CompactFunc(info.ports, func(a, b slicePort) bool {
 		if a.name == b.name && a.protocol == b.protocol {
-			logger.Error(nil, "Ignoring duplicate endpoint slice port", "endpointSlice", klog.KObj(slice), "portName", b.name, "protocol", b.protocol)
+			logger.Error(nil, "Ignoring duplicate endpoint slice port", "endpointSlice", logsafe.KObj(slice), "portName", logsafe.Quote(b.name), "protocol", logsafe.Quote(string(b.protocol)))
 			return true
 		}
 		return false
 	})
 
 	if len(slice.Endpoints) > maxEndpointsPerSlice {
-		logger.V(2).Info("Endpoint slice has more endpoints than the API allows", "endpointSlice", klog.KObj(slice), "endpoints", len(slice.Endpoints), "limit", maxEndpointsPerSlice)
+		logger.V(2).Info("Endpoint slice has more endpoints than the API allows", "endpointSlice", logsafe.KObj(slice), "endpoints", len(slice.Endpoints), "limit", maxEndpointsPerSlice)
 	}
 	if len(slice.Endpoints) > 0 {
 		info.endpoints = make([]BaseEndpoint, 0, len(slice.Endpoints))
@@ -177,20 +179,20 @@ func newSliceInfo(logger klog.Logger, slice *discoveryv1.EndpointSlice, ipFamily
 	for i := range slice.Endpoints {
 		ep := &slice.Endpoints[i]
 		if len(ep.Addresses) == 0 {
-			logger.V(2).Info("Ignoring endpoint without an address", "endpointSlice", klog.KObj(slice), "index", i)
+			logger.V(2).Info("Ignoring endpoint without an address", "endpointSlice", logsafe.KObj(slice), "index", i)
 			continue
 		}
 		addr, ok := parseAddr(ep.Addresses[0])
 		if !ok {
-			logger.Error(nil, "Ignoring endpoint with an unparsable address", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
+			logger.Error(nil, "Ignoring endpoint with an unparsable address", "endpointSlice", logsafe.KObj(slice), "address", logsafe.Quote(ep.Addresses[0]))
 			continue
 		}
 		if familyOf(addr) != ipFamily {
-			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0])
+			logger.V(4).Info("Ignoring endpoint of the other IP family", "endpointSlice", logsafe.KObj(slice), "address", logsafe.Quote(ep.Addresses[0]))
 			continue
 		}
-		if reason := specialAddrReason(addr); reason != "" {
-			logger.Error(nil, "Ignoring endpoint that cannot be a backend", "endpointSlice", klog.KObj(slice), "address", ep.Addresses[0], "reason", reason)
+		if reason := SpecialAddressReason(addr); reason != "" {
+			logger.Error(nil, "Ignoring endpoint that cannot be a backend", "endpointSlice", logsafe.KObj(slice), "address", logsafe.Quote(ep.Addresses[0]), "reason", reason)
 			continue
 		}
 		r := endpointRef{slice: int32(i), addr: int32(len(addrs))}
@@ -388,9 +390,10 @@ type candidate struct {
 }
 
 // buildPorts computes the base endpoints of every port of the Service nn from
-// its applied slices. An endpoint that appears in several slices (which
-// happens while the controller moves it) is kept once per port number,
-// preferring a copy that is local. Lists are sorted by "ip:port" string, as
+// its applied slices. An address listed more than once for a port number
+// (in several slices while the controller moves an endpoint, or for two
+// pods while a terminating pod's IP is reused) is kept once, as preferCopy
+// chooses. Lists are sorted by "ip:port" string, as
 // kube-proxy sorts them (see CompareHostPort). scratch
 // is a reusable buffer; the grown buffer is returned.
 func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate) ([]portEndpoints, []candidate) {
@@ -457,8 +460,8 @@ func uniqueAddrs(eps []BaseEndpoint) bool {
 	return true
 }
 
-// baseEndpoints turns sorted candidates into BaseEndpoints, dropping
-// duplicates (same address and port) and preferring a local copy.
+// baseEndpoints turns sorted candidates into BaseEndpoints, keeping one of
+// the copies of an address and port (see preferCopy).
 func baseEndpoints(cands []candidate) []BaseEndpoint {
 	n := 0
 	for i := range cands {
@@ -474,7 +477,7 @@ func baseEndpoints(cands []candidate) []BaseEndpoint {
 	for i := range cands {
 		c := cands[i]
 		if i > 0 && sameTarget(cands[i-1], c) {
-			if c.ep.flags&flagLocal == 0 || base[j].flags&flagLocal != 0 {
+			if !preferCopy(c.ep.flags, base[j].flags) {
 				continue
 			}
 		} else {
@@ -486,6 +489,21 @@ func baseEndpoints(cands []candidate) []BaseEndpoint {
 		b.zoneHints, b.nodeHints = c.ep.zoneHints, c.ep.nodeHints
 	}
 	return base
+}
+
+// preferCopy reports whether a copy of an endpoint with flags c replaces
+// the copy kept so far, with flags kept. A copy that is not terminating
+// always wins over a terminating one, whatever the order of the slices:
+// when the pod network hands a terminating pod's IP to a new pod before the
+// old Pod object is gone, both pods are listed under the same address, and
+// the new, running pod must get the traffic (kube-proxy does the same since
+// kubernetes#135266). Between copies alike in that, a local copy wins, and
+// otherwise the first in slice order stays.
+func preferCopy(c, kept endpointFlags) bool {
+	if cTerm, keptTerm := c&flagTerminating != 0, kept&flagTerminating != 0; cTerm != keptTerm {
+		return keptTerm
+	}
+	return c&flagLocal != 0 && kept&flagLocal == 0
 }
 
 func sameTarget(a, b candidate) bool {

@@ -126,7 +126,7 @@ func checkServicePortMap(t *testing.T, family v1.IPFamily, m ServicePortMap) {
 			t.Fatalf("%s: affinity timeout %d out of range", name, p.StickyMaxAgeSeconds())
 		}
 		for _, ip := range p.ExternalIPs() {
-			if r := specialAddrReason(ip); r != "" {
+			if r := SpecialAddressReason(ip); r != "" {
 				t.Fatalf("%s: external IP %s is a %s", name, ip, r)
 			}
 		}
@@ -272,7 +272,7 @@ func checkEndpointsMap(t *testing.T, family v1.IPFamily, m EndpointsMap) {
 			if familyOf(ep.IP()) != family {
 				t.Fatalf("%s: endpoint %s is not %s", name, ep, family)
 			}
-			if r := specialAddrReason(ep.IP()); r != "" {
+			if r := SpecialAddressReason(ep.IP()); r != "" {
 				t.Fatalf("%s: endpoint %s is a %s", name, ep, r)
 			}
 			if ep.Port() < 1 || ep.Port() > 65535 {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // ServicePortMap maps every proxied service port to its ServicePort. A
@@ -25,6 +27,7 @@ type ServiceChangeTracker struct {
 	ipFamily        v1.IPFamily
 	makeServicePort MakeServicePortFunc
 	logger          klog.Logger
+	nodeIPs         []netip.Addr
 
 	mu sync.Mutex
 	// items holds, per Service with a pending change, its ports as last
@@ -58,6 +61,7 @@ func NewServiceChangeTracker(ipFamily v1.IPFamily, makeServicePort MakeServicePo
 		ipFamily:        ipFamily,
 		makeServicePort: makeServicePort,
 		logger:          o.logger,
+		nodeIPs:         o.nodeIPs,
 	}
 }
 
@@ -139,17 +143,17 @@ func (t *ServiceChangeTracker) servicePorts(logger klog.Logger, service *v1.Serv
 		return nil
 	}
 	if err := validateServiceObject(service); err != nil {
-		logger.Error(err, "Ignoring invalid service", "service", klog.KObj(service))
+		logger.Error(err, "Ignoring invalid service", "service", logsafe.KObj(service))
 		return nil
 	}
-	clusterIP, err := serviceClusterIP(service, t.ipFamily)
+	clusterIP, err := serviceClusterIP(service, t.ipFamily, t.nodeIPs)
 	if err != nil {
 		// Headless, ExternalName and single-stack Services of the other
 		// family are normal; an unparsable address deserves a log.
 		if errors.Is(err, errInvalid) {
-			logger.Error(err, "Ignoring invalid service", "service", klog.KObj(service), "ipFamily", t.ipFamily)
+			logger.Error(err, "Ignoring invalid service", "service", logsafe.KObj(service), "ipFamily", t.ipFamily)
 		} else {
-			logger.V(4).Info("Skipping service for this IP family", "service", klog.KObj(service), "ipFamily", t.ipFamily, "reason", err.Error())
+			logger.V(4).Info("Skipping service for this IP family", "service", logsafe.KObj(service), "ipFamily", t.ipFamily, "reason", err.Error())
 		}
 		return nil
 	}
@@ -158,14 +162,14 @@ func (t *ServiceChangeTracker) servicePorts(logger klog.Logger, service *v1.Serv
 	}
 	w, err := serviceWide(logger, service, t.ipFamily)
 	if err != nil {
-		logger.Error(err, "Ignoring invalid service", "service", klog.KObj(service))
+		logger.Error(err, "Ignoring invalid service", "service", logsafe.KObj(service))
 		return nil
 	}
 	ports := make([]namedServicePort, 0, len(service.Spec.Ports))
 	for i := range service.Spec.Ports {
 		sp := &service.Spec.Ports[i]
 		if err := validateServicePortNumbers(sp); err != nil {
-			logger.Error(err, "Ignoring invalid service port", "service", klog.KObj(service), "portName", sp.Name)
+			logger.Error(err, "Ignoring invalid service port", "service", logsafe.KObj(service), "portName", logsafe.Quote(sp.Name))
 			continue
 		}
 		proto := sp.Protocol
@@ -173,7 +177,7 @@ func (t *ServiceChangeTracker) servicePorts(logger klog.Logger, service *v1.Serv
 			proto = v1.ProtocolTCP
 		}
 		if !validProtocol(proto) {
-			logger.Error(nil, "Ignoring service port with unknown protocol", "service", klog.KObj(service), "portName", sp.Name, "protocol", sp.Protocol)
+			logger.Error(nil, "Ignoring service port with unknown protocol", "service", logsafe.KObj(service), "portName", logsafe.Quote(sp.Name), "protocol", logsafe.Quote(string(sp.Protocol)))
 			continue
 		}
 		name := ServicePortName{
@@ -182,7 +186,7 @@ func (t *ServiceChangeTracker) servicePorts(logger klog.Logger, service *v1.Serv
 			Protocol:       proto,
 		}
 		if hasServicePortName(ports, name) {
-			logger.Error(nil, "Ignoring duplicate service port", "service", klog.KObj(service), "portName", sp.Name, "protocol", proto)
+			logger.Error(nil, "Ignoring duplicate service port", "service", logsafe.KObj(service), "portName", logsafe.Quote(sp.Name), "protocol", logsafe.Quote(string(proto)))
 			continue
 		}
 		base := newBaseServicePort(service, sp, clusterIP, w)

@@ -9,6 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // defaultStickyMaxAgeSeconds is the API server's default for
@@ -106,6 +108,8 @@ type ServicePort interface {
 	ExternalIPs() []netip.Addr
 	// LoadBalancerVIPs returns the load-balancer ingress IPs of the tracker's
 	// family, leaving out ingress points whose ipMode is Proxy; nil when none.
+	// Unparsable addresses and addresses that cannot be a service address
+	// (see SpecialAddressReason) are logged and dropped.
 	LoadBalancerVIPs() []netip.Addr
 	// LoadBalancerSourceRanges returns spec.loadBalancerSourceRanges of the
 	// tracker's family, parsed as prefixes (a Service with an unparsable
@@ -269,32 +273,36 @@ func (p *BaseServicePort) equal(o *BaseServicePort) bool {
 // ExternalName, or without a cluster IP of the family) and when the API server
 // would refuse the Service or the port: a namespace, name or port name that is
 // not a DNS-1123 label, an unparsable cluster IP or load-balancer source
-// range, a ClientIP affinity timeout outside 1..86400 seconds, a port,
+// range, a cluster IP that is unspecified, loopback, link-local, multicast,
+// broadcast or written as an IPv4-mapped IPv6 address (any of the
+// Service's cluster IPs, in either family), a ClientIP affinity timeout
+// outside 1..86400 seconds, a port,
 // nodePort or targetPort out of range, or a protocol other than TCP, UDP and
 // SCTP. Bad addresses that only narrow what the Service exposes (an external
-// IP that does not parse or is unspecified, loopback, link-local, multicast or
-// broadcast; an unparsable load-balancer ingress IP; a missing health-check
-// node port) are logged through logger and left out.
+// IP or load-balancer ingress IP that does not parse or is unspecified,
+// loopback, link-local, multicast or broadcast; a missing health-check
+// node port) are logged through logger and left out. It knows no node
+// addresses: see WithNodeIPs for the trackers' check of those.
 func NewBaseServicePort(logger klog.Logger, service *v1.Service, port *v1.ServicePort, ipFamily v1.IPFamily) (*BaseServicePort, error) {
 	if service == nil || port == nil {
 		return nil, fmt.Errorf("nil service or service port")
 	}
 	if err := validateServiceObject(service); err != nil {
-		return nil, fmt.Errorf("service %s/%s: %w", service.Namespace, service.Name, err)
+		return nil, fmt.Errorf("service %s: %w", logsafe.KObj(service), err)
 	}
 	if err := validateServicePortNumbers(port); err != nil {
-		return nil, fmt.Errorf("service %s/%s port %q: %w", service.Namespace, service.Name, port.Name, err)
+		return nil, fmt.Errorf("service %s port %q: %w", logsafe.KObj(service), port.Name, err)
 	}
 	if port.Protocol != "" && !validProtocol(port.Protocol) {
-		return nil, fmt.Errorf("service %s/%s port %q: %w", service.Namespace, service.Name, port.Name, invalidf("protocol %q: must be TCP, UDP or SCTP", port.Protocol))
+		return nil, fmt.Errorf("service %s port %q: %w", logsafe.KObj(service), port.Name, invalidf("protocol %q: must be TCP, UDP or SCTP", port.Protocol))
 	}
-	clusterIP, err := serviceClusterIP(service, ipFamily)
+	clusterIP, err := serviceClusterIP(service, ipFamily, nil)
 	if err != nil {
-		return nil, fmt.Errorf("service %s/%s: %w", service.Namespace, service.Name, err)
+		return nil, fmt.Errorf("service %s: %w", logsafe.KObj(service), err)
 	}
 	w, err := serviceWide(logger, service, ipFamily)
 	if err != nil {
-		return nil, fmt.Errorf("service %s/%s: %w", service.Namespace, service.Name, err)
+		return nil, fmt.Errorf("service %s: %w", logsafe.KObj(service), err)
 	}
 	return newBaseServicePort(service, port, clusterIP, w), nil
 }
@@ -328,13 +336,13 @@ func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) 
 	for _, s := range spec.ExternalIPs {
 		ip, ok := parseAddr(s)
 		if !ok {
-			logger.Error(nil, "Ignoring unparsable external IP", "service", klog.KObj(service), "externalIP", s)
+			logger.Error(nil, "Ignoring unparsable external IP", "service", logsafe.KObj(service), "externalIP", logsafe.Quote(s))
 			continue
 		}
-		if reason := specialAddrReason(ip); reason != "" {
+		if reason := SpecialAddressReason(ip); reason != "" {
 			// Rules for such an address would capture the node's own
 			// traffic, which is why the API server refuses them.
-			logger.Error(nil, "Ignoring invalid external IP", "service", klog.KObj(service), "externalIP", s, "reason", reason)
+			logger.Error(nil, "Ignoring invalid external IP", "service", logsafe.KObj(service), "externalIP", logsafe.Quote(s), "reason", reason)
 			continue
 		}
 		if familyOf(ip) == ipFamily {
@@ -353,7 +361,14 @@ func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) 
 		}
 		ip, ok := parseAddr(ing.IP)
 		if !ok {
-			logger.Error(nil, "Ignoring unparsable load-balancer ingress IP", "service", klog.KObj(service), "ip", ing.IP)
+			logger.Error(nil, "Ignoring unparsable load-balancer ingress IP", "service", logsafe.KObj(service), "ip", logsafe.Quote(ing.IP))
+			continue
+		}
+		if reason := SpecialAddressReason(ip); reason != "" {
+			// The API server checks only that the status holds an IP, but
+			// a load balancer cannot have such a VIP, and rules for it
+			// would catch the node's own traffic, as for external IPs.
+			logger.Error(nil, "Ignoring invalid load-balancer ingress IP", "service", logsafe.KObj(service), "ip", logsafe.Quote(ing.IP), "reason", reason)
 			continue
 		}
 		if familyOf(ip) == ipFamily {
@@ -375,7 +390,7 @@ func serviceWide(logger klog.Logger, service *v1.Service, ipFamily v1.IPFamily) 
 	w.internalPolicyLocal = spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
 	if spec.Type == v1.ServiceTypeLoadBalancer && w.externalPolicyLocal {
 		if spec.HealthCheckNodePort <= 0 || spec.HealthCheckNodePort > 65535 {
-			logger.Error(nil, "Service has no valid health-check node port", "service", klog.KObj(service), "healthCheckNodePort", spec.HealthCheckNodePort)
+			logger.Error(nil, "Service has no valid health-check node port", "service", logsafe.KObj(service), "healthCheckNodePort", spec.HealthCheckNodePort)
 		} else {
 			w.healthCheckNodePort = int(spec.HealthCheckNodePort)
 		}
@@ -421,8 +436,11 @@ func servicePortString(ip netip.Addr, port int, proto v1.Protocol) string {
 }
 
 // serviceClusterIP returns the Service's cluster IP of ipFamily, or an error
-// saying why the Service is not proxied in that family.
-func serviceClusterIP(service *v1.Service, ipFamily v1.IPFamily) (netip.Addr, error) {
+// saying why the Service is not proxied in that family. Every cluster IP
+// of the Service is checked (see checkClusterIP), whatever its family: the
+// API server would refuse the whole object for one bad address, so the
+// trackers of both families refuse it alike.
+func serviceClusterIP(service *v1.Service, ipFamily v1.IPFamily, nodeIPs []netip.Addr) (netip.Addr, error) {
 	if service.Spec.Type == v1.ServiceTypeExternalName {
 		return netip.Addr{}, errExternalName
 	}
@@ -436,6 +454,7 @@ func serviceClusterIP(service *v1.Service, ipFamily v1.IPFamily) (netip.Addr, er
 	if len(ips) == 0 {
 		return netip.Addr{}, errNoClusterIP
 	}
+	var found netip.Addr
 	for _, s := range ips {
 		if s == v1.ClusterIPNone {
 			return netip.Addr{}, errHeadless
@@ -444,9 +463,15 @@ func serviceClusterIP(service *v1.Service, ipFamily v1.IPFamily) (netip.Addr, er
 		if !ok {
 			return netip.Addr{}, invalidf("unparsable cluster IP %q", s)
 		}
-		if familyOf(ip) == ipFamily {
-			return ip, nil
+		if err := checkClusterIP(s, ip, nodeIPs); err != nil {
+			return netip.Addr{}, err
+		}
+		if !found.IsValid() && familyOf(ip) == ipFamily {
+			found = ip
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("no cluster IP of family %q", ipFamily)
+	if !found.IsValid() {
+		return netip.Addr{}, fmt.Errorf("no cluster IP of family %q", ipFamily)
+	}
+	return found, nil
 }

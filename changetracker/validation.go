@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -160,15 +161,23 @@ func validateSlicePorts(slice *discoveryv1.EndpointSlice) error {
 	return nil
 }
 
-// specialAddrReason says why ip cannot be a service backend or external
-// IP, or returns "" when it can. The API server refuses unspecified,
-// loopback, link-local unicast and link-local multicast endpoint and
-// external addresses (core validation's ValidateEndpointIP). It lets other
-// multicast and the IPv4 broadcast address through, by its own comment
-// probably by mistake; a DNAT target or a service address must be unicast,
-// so they are refused here too.
-func specialAddrReason(ip netip.Addr) string {
+// SpecialAddressReason says why ip cannot be a service address or a
+// backend, or returns "" when it can. It refuses what the API server
+// refuses as an endpoint or external IP (core validation's
+// ValidateEndpointIP): the unspecified address, loopback, link-local
+// unicast and link-local multicast. It also refuses every other multicast
+// address and the IPv4 broadcast address, which the API server lets
+// through (by its own comment probably by mistake): a DNAT target or a
+// service address must be unicast, and rules for such an address would
+// catch the node's own traffic. The trackers apply it to cluster IPs,
+// external IPs, load-balancer ingress IPs and endpoint addresses; the
+// rule writers apply it again to what a caller's own ServicePort hands
+// them. An IPv4-mapped IPv6 address is judged by its IPv4 address.
+func SpecialAddressReason(ip netip.Addr) string {
+	ip = ip.Unmap()
 	switch {
+	case !ip.IsValid():
+		return "not an IP address"
 	case ip.IsUnspecified():
 		return "unspecified address"
 	case ip.IsLoopback():
@@ -181,4 +190,24 @@ func specialAddrReason(ip netip.Addr) string {
 		return "broadcast address"
 	}
 	return ""
+}
+
+// checkClusterIP says why the cluster IP s, parsed as ip, cannot be
+// served, or returns nil. Beyond SpecialAddressReason, which no API server
+// hands out from a service range, it refuses an address written as an
+// IPv4-mapped IPv6 address (the API server refuses those in new objects
+// since 1.36, StrictIPCIDRValidation: the IPv4 and IPv6 tools would read
+// it differently) and an address of this node (nodeIPs): its rules would
+// take the node's own ports, sshd's included, from every client.
+func checkClusterIP(s string, ip netip.Addr, nodeIPs []netip.Addr) error {
+	if ip.Is4() && strings.Contains(s, ":") {
+		return invalidf("cluster IP %q: an IPv4-mapped IPv6 address", s)
+	}
+	if reason := SpecialAddressReason(ip); reason != "" {
+		return invalidf("cluster IP %q: %s", s, reason)
+	}
+	if slices.Contains(nodeIPs, ip) {
+		return invalidf("cluster IP %q: an address of this node", s)
+	}
+	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // injection is the namespace of issue 11's example: it would end the nat
@@ -39,7 +41,10 @@ func defaultLogs(logger klog.Logger, key, obj string) []string {
 		for i := 0; i+1 < len(e.ParameterKVList); i += 2 {
 			switch e.ParameterKVList[i] {
 			case key:
-				named = fmt.Sprint(e.ParameterKVList[i+1]) == obj
+				// Compare the raw names: the log escapes them.
+				if ref, ok := e.ParameterKVList[i+1].(logsafe.ObjectRef); ok {
+					named = (ref.Namespace == "" && ref.Name == obj) || ref.Namespace+"/"+ref.Name == obj
+				}
 			case "portName":
 				port = fmt.Sprint(e.ParameterKVList[i+1])
 			}

@@ -48,7 +48,8 @@ type WriterConfig struct {
 	// NodeIPs are this node's addresses. A load balancer whose
 	// loadBalancerSourceRanges contain one of them also accepts traffic
 	// whose source is its own VIP, which is what a node reaching the VIP
-	// through a local route sends.
+	// through a local route sends. A service port whose cluster IP is one
+	// of them gets no rules (logged): they would take the node's own ports.
 	NodeIPs []netip.Addr
 
 	// NodePortAddresses restricts node ports to the local addresses inside
@@ -386,7 +387,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	default:
 		return nil, fmt.Errorf("iptables writer: unknown IP family %q", cfg.IPFamily)
 	}
-	w.check = portcheck.New(cfg.IPFamily)
+	w.check = portcheck.New(cfg.IPFamily, cfg.NodeIPs...)
 	names, err := NewChainNames(cfg.ChainPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("iptables writer: %w", err)

@@ -61,13 +61,14 @@ func newFamilyProxier(ctx context.Context, family v1.IPFamily, nodeName string, 
 }
 
 // newFamilyProxierWith is newFamilyProxier with the trackers' constructors
-// of the caller's service ports and endpoints (nil: the base types).
+// of the caller's service ports and endpoints (nil: the base types) and
+// this node's addresses, which no cluster IP may be.
 func newFamilyProxierWith(ctx context.Context, family v1.IPFamily, nodeName string, topo *changetracker.NodeTopology, m *metrics,
-	makeServicePort changetracker.MakeServicePortFunc, makeEndpoint changetracker.MakeEndpointFunc) *familyProxier {
+	makeServicePort changetracker.MakeServicePortFunc, makeEndpoint changetracker.MakeEndpointFunc, nodeIPs ...netip.Addr) *familyProxier {
 	logger := changetracker.WithLogger(klog.FromContext(ctx).WithValues("ipFamily", family))
 	return &familyProxier{
 		family:      family,
-		svcTracker:  changetracker.NewServiceChangeTracker(family, makeServicePort, logger),
+		svcTracker:  changetracker.NewServiceChangeTracker(family, makeServicePort, logger, changetracker.WithNodeIPs(nodeIPs...)),
 		epTracker:   changetracker.NewEndpointsChangeTracker(family, nodeName, makeEndpoint, logger),
 		topology:    topo,
 		metrics:     m,

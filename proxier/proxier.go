@@ -200,7 +200,8 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 		g := &syncGroup{backend: bg.Backend}
 		var names []string
 		for _, family := range bg.Families {
-			fp := newFamilyProxierWith(ctx, family, p.nodeName, topology, p.metrics, p.o.makeServicePort, p.o.makeEndpoint)
+			fp := newFamilyProxierWith(ctx, family, p.nodeName, topology, p.metrics, p.o.makeServicePort, p.o.makeEndpoint,
+				slices.Concat(node.IPs[v1.IPv4Protocol], node.IPs[v1.IPv6Protocol])...)
 			fp.health, fp.svcHealth, fp.ct = hs, svcHealth, p.o.conntrack
 			fp.serviceCIDRs = cidrs
 			g.families = append(g.families, fp)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/logsafe"
 	"github.com/proxykit/proxykit/proxier/config"
 )
 
@@ -53,7 +54,7 @@ func (s *serviceCIDRs) set(o *networkingv1.ServiceCIDR) {
 	}
 	ranges, err := serviceCIDRRanges(o)
 	if err != nil {
-		s.logger.Error(err, "Ignoring a ServiceCIDR the API server would refuse", "serviceCIDR", o.Name)
+		s.logger.Error(err, "Ignoring a ServiceCIDR the API server would refuse", "serviceCIDR", logsafe.KObj(o))
 		ranges = nil
 	}
 	s.apply(o.Name, ranges)

@@ -7,12 +7,15 @@
 package portcheck
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // MaxAffinitySeconds is the longest session affinity the API server
@@ -21,14 +24,23 @@ const MaxAffinitySeconds = 86400
 
 // Checker checks ports and endpoints for a writer of one IP family.
 type Checker struct {
-	family v1.IPFamily
-	ipv6   bool
+	family  v1.IPFamily
+	ipv6    bool
+	nodeIPs []netip.Addr
 }
 
 // New returns a Checker for family; any value but v1.IPv6Protocol checks
-// for IPv4.
-func New(family v1.IPFamily) Checker {
-	return Checker{family: family, ipv6: family == v1.IPv6Protocol}
+// for IPv4. nodeIPs are this node's addresses (the writer's
+// WriterConfig.NodeIPs), which no cluster IP may be; IPv4-mapped ones
+// count as IPv4 and invalid ones are ignored.
+func New(family v1.IPFamily, nodeIPs ...netip.Addr) Checker {
+	c := Checker{family: family, ipv6: family == v1.IPv6Protocol}
+	for _, ip := range nodeIPs {
+		if ip.IsValid() {
+			c.nodeIPs = append(c.nodeIPs, ip.Unmap().WithZone(""))
+		}
+	}
+	return c
 }
 
 // OwnAddr reports whether ip is an address of the checker's family that
@@ -78,20 +90,65 @@ func (c Checker) Usable(logger klog.Logger, name changetracker.ServicePortName, 
 		reason, value = c.Unusable(svc)
 	}
 	if reason != "" {
-		logger.Error(nil, "Skipping service port: "+reason, "servicePort", name.String(), "protocol", name.Protocol, "value", value, "ipFamily", c.family)
+		logger.Error(nil, "Skipping service port: "+reason, "servicePort", logsafe.Quote(name.String()),
+			"protocol", logsafe.Quote(string(name.Protocol)), "value", safeValue(value), "ipFamily", c.family)
 		return false
 	}
 	return true
 }
 
+// safeValue returns v for a log line, its text escaped by logsafe.Quote:
+// the offending value of a refused port is often text from the API (an
+// address's zone included).
+func safeValue(v any) any {
+	switch v := v.(type) {
+	case string:
+		return logsafe.Quote(v)
+	case v1.Protocol:
+		return logsafe.Quote(string(v))
+	case v1.ServiceAffinity:
+		return logsafe.Quote(string(v))
+	case error:
+		return logsafe.Quote(v.Error())
+	case fmt.Stringer:
+		return logsafe.Quote(v.String())
+	}
+	return v
+}
+
 // Unusable returns why svc cannot get rules in this family, and the
-// offending value, or "" if it can: a cluster IP of another family, an
-// unknown protocol or session affinity, a port, node port or health check
-// node port out of range, an affinity timeout outside the API server's
-// bounds. Names are the writers' own business (each has its own quoting).
+// offending value, or "" if it can: a cluster IP of another family, one
+// that no API server hands out (see changetracker.SpecialAddressReason:
+// unspecified, loopback, link-local, multicast, broadcast), or an address
+// of this node, whose rules would take the node's own ports; an external
+// or load-balancer IP of this family that is such a special address (the
+// whole port is refused: the writer cannot tell which of its addresses
+// the caller meant, and the trackers never hand one on); an unknown
+// protocol or session affinity, a port, node port or health check node
+// port out of range, an affinity timeout outside the API server's bounds.
+// External and load-balancer IPs equal to a node address are usable, as
+// the API server and kube-proxy allow them. Names are the writers' own
+// business (each has its own quoting).
 func (c Checker) Unusable(svc changetracker.ServicePort) (string, any) {
-	if ip := svc.ClusterIP(); !c.OwnAddr(ip) {
+	ip := svc.ClusterIP()
+	if !c.OwnAddr(ip) {
 		return "cluster IP is not an address of the writer's family", ip
+	}
+	if r := changetracker.SpecialAddressReason(ip); r != "" {
+		return "cluster IP cannot be a service address (" + r + ")", ip
+	}
+	if slices.Contains(c.nodeIPs, ip) {
+		return "cluster IP is an address of this node", ip
+	}
+	for _, ips := range [2][]netip.Addr{svc.ExternalIPs(), svc.LoadBalancerVIPs()} {
+		for _, ip := range ips {
+			if !c.OwnAddr(ip) {
+				continue // left out by the writer
+			}
+			if r := changetracker.SpecialAddressReason(ip); r != "" {
+				return "external or load-balancer IP cannot be a service address (" + r + ")", ip
+			}
+		}
 	}
 	switch p := svc.Protocol(); p {
 	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
@@ -151,7 +208,7 @@ func (c Checker) UsableEndpoints(logger klog.Logger, name changetracker.ServiceP
 			ip, port = ep.IP(), ep.Port()
 		}
 		logger.Error(nil, "Skipping endpoint: its address is not of the writer's family or its port is not in 1..65535",
-			"servicePort", name.String(), "ip", ip, "port", port, "ipFamily", c.family)
+			"servicePort", logsafe.Quote(name.String()), "ip", logsafe.Quote(ip.String()), "port", port, "ipFamily", c.family)
 	}
 	return good
 }

@@ -11,6 +11,8 @@ import (
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // ServiceCIDRHandler receives ServiceCIDR (networking.k8s.io/v1) events
@@ -82,10 +84,10 @@ func (c *ServiceCIDRConfig) watchError(ctx context.Context, r *cache.Reflector, 
 	})
 	logger := klog.FromContext(ctx)
 	if first {
-		logger.Info("Cannot list ServiceCIDRs (an API server before 1.33, or RBAC without them); going on without them and trying again in the background", "err", err)
+		logger.Info("Cannot list ServiceCIDRs (an API server before 1.33, or RBAC without them); going on without them and trying again in the background", "err", logsafe.Quote(err.Error()))
 		return
 	}
-	logger.V(4).Info("Still cannot list ServiceCIDRs", "err", err)
+	logger.V(4).Info("Still cannot list ServiceCIDRs", "err", logsafe.Quote(err.Error()))
 }
 
 // RegisterEventHandler adds a handler; see ServiceConfig.RegisterEventHandler.
