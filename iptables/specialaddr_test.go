@@ -38,7 +38,7 @@ func TestWriterRefusesSpecialAddresses(t *testing.T) {
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 			f := iptablestest.NewFake()
 			res := w.Sync(klog.NewContext(context.Background(), logger), in)
-			err := applyFake(f, res)
+			err := applyFake(f, w, res)
 			w.Applied(err)
 			if err != nil {
 				t.Fatalf("applying the sync: %v\n%s", err, res.Payload)
