@@ -263,9 +263,8 @@
 // reported to Applied like any failure, it makes the next sync full. A
 // KernelState read that timed out is a failed read: the writer compares
 // the table at its next periodic resync, or rewrites it when a resync's
-// comparison fails. What no bound can end is a process stuck in the
-// kernel, which no signal reaches: BoundedInterface stops waiting for it
-// and fails every call until it exits.
+// comparison fails. What no bound can end is an nft stuck in the kernel,
+// which no signal reaches: its call returns when it exits.
 //
 // Tests use knftables.Fake; nftables/testing (package nftablestest) adds a
 // packet tracer over the Fake's state, which follows the data-map lookups,

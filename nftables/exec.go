@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/knftables"
-
-	"github.com/proxykit/proxykit/internal/boundedexec"
 )
 
 // DefaultCommandTimeout bounds each nft command of a BoundedInterface and
@@ -30,36 +27,25 @@ const DefaultCommandTimeout = 15 * time.Minute
 // everything again. A call that ends before timeout is returned as it
 // is, and one that its caller's context ended is no timeout.
 //
-// knftables waits for nft's output to close before it returns. Should
-// the killed nft not exit (stuck in the kernel) or leave a child holding
-// its output (a wrapper script), the call returns anyway, with the
-// timeout error, boundedexec.DefaultWaitDelay after the kill; until that
-// nft has exited, every call fails at once with such an error instead of
-// starting another nft (knftables runs one transaction at a time, so a
-// Run would wait for it).
+// Each call runs on the calling goroutine, so nft runs in the network
+// namespace of the calling thread, as without the bound. knftables
+// returns once nft has exited and closed its output; nft starts no child
+// that could keep it open, but a process stuck in the kernel exits only
+// when the kernel lets it, and the call waits until then.
 //
 // A timeout of zero or less returns nft itself, as does a nil nft.
 // NewTransaction is nft's.
 func BoundedInterface(nft knftables.Interface, timeout time.Duration) knftables.Interface {
-	return newBoundedInterface(nft, timeout, boundedexec.DefaultWaitDelay)
-}
-
-func newBoundedInterface(nft knftables.Interface, timeout, waitDelay time.Duration) knftables.Interface {
 	if nft == nil || timeout <= 0 {
 		return nft
 	}
-	return &boundedInterface{Interface: nft, timeout: timeout, waitDelay: waitDelay}
+	return &boundedInterface{Interface: nft, timeout: timeout}
 }
 
 // boundedInterface is BoundedInterface's Interface.
 type boundedInterface struct {
 	knftables.Interface
 	timeout time.Duration
-	// waitDelay is how long a call whose context ended is waited for.
-	waitDelay time.Duration
-	// abandoned counts the calls returned after waitDelay whose nft has
-	// not returned yet.
-	abandoned atomic.Int32
 }
 
 var _ knftables.Interface = (*boundedInterface)(nil)
@@ -103,47 +89,14 @@ func (b *boundedInterface) ListCounters(ctx context.Context) ([]*knftables.Count
 	return bounded(ctx, b, b.Interface.ListCounters)
 }
 
-// bounded runs call with ctx bounded by b's timeout, and returns what it
-// returns, its error naming the timeout when that ended it; or, when call
-// has not returned waitDelay after its context ended, returns without it.
+// bounded runs call, on this goroutine (whose thread's network namespace
+// nft runs in), with ctx bounded by b's timeout, and returns what it
+// returns, its error naming the timeout when that ended it.
 func bounded[T any](ctx context.Context, b *boundedInterface, call func(context.Context) (T, error)) (T, error) {
-	var zero T
-	if b.abandoned.Load() > 0 {
-		return zero, &commandTimeout{after: b.timeout, what: "not run: an nft killed earlier has not exited"}
-	}
 	ctx, cancel := context.WithTimeoutCause(ctx, b.timeout, &commandTimeout{after: b.timeout, what: "killed"})
 	defer cancel()
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := call(ctx)
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, timeoutCause(ctx, r.err)
-	case <-ctx.Done():
-	}
-	wait := time.NewTimer(b.waitDelay)
-	defer wait.Stop()
-	select {
-	case r := <-done:
-		return r.v, timeoutCause(ctx, r.err)
-	case <-wait.C:
-	}
-	b.abandoned.Add(1)
-	go func() {
-		<-done
-		b.abandoned.Add(-1)
-	}()
-	var t *commandTimeout
-	if errors.As(context.Cause(ctx), &t) {
-		return zero, fmt.Errorf("%w (nft has not exited %s after the kill)", t, b.waitDelay)
-	}
-	return zero, fmt.Errorf("nft has not exited %s after its context ended: %w", b.waitDelay, context.Cause(ctx))
+	v, err := call(ctx)
+	return v, timeoutCause(ctx, err)
 }
 
 // timeoutCause returns err, wrapped in the *commandTimeout that ended ctx

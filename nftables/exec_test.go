@@ -16,27 +16,22 @@ import (
 
 // stuckNFT is a knftables.Fake whose Run, while hang is set, behaves as
 // knftables' Run of an nft that hangs: it returns "signal: killed" when
-// its context ends, as knftables does once it has killed nft; or, with
-// ignoreKill, only when release is closed, as when the killed nft does
-// not exit or a child of it keeps its output open.
+// its context ends, as knftables does once it has killed nft. onRun, if
+// set, is called first.
 type stuckNFT struct {
 	*knftables.Fake
-	hang       atomic.Bool
-	ignoreKill bool
-	release    chan struct{}
-	runs       atomic.Int32
+	hang  atomic.Bool
+	onRun func()
 }
 
 func (s *stuckNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
-	s.runs.Add(1)
+	if s.onRun != nil {
+		s.onRun()
+	}
 	if !s.hang.Load() {
 		return s.Fake.Run(ctx, tx)
 	}
-	if s.ignoreKill {
-		<-s.release
-	} else {
-		<-ctx.Done()
-	}
+	<-ctx.Done()
 	return errors.New("signal: killed")
 }
 
@@ -62,16 +57,14 @@ func addTable(nft knftables.Interface) *knftables.Transaction {
 }
 
 // TestBoundedInterface checks that a Run whose nft hangs returns, at the
-// timeout, an error IsCommandTimeout recognises, whether knftables
-// returns once it has killed nft or not at all; that in the second case
-// the calls after fail at once, without running nft, until the stuck one
-// returns; that a call the caller's context ends is no timeout; and that
-// calls that end in time pass their results through.
+// timeout, an error IsCommandTimeout recognises, and the next Run works;
+// that a call the caller's context ends is no timeout; and that calls
+// that end in time pass their results through.
 func TestBoundedInterface(t *testing.T) {
-	const timeout, waitDelay = 20 * time.Millisecond, 20 * time.Millisecond
+	const timeout = 20 * time.Millisecond
 	t.Run("killed", func(t *testing.T) {
 		s := &stuckNFT{Fake: knftables.NewFake(knftables.IPv4Family, "t")}
-		nft := nftables.NewBoundedInterface(s, timeout, waitDelay)
+		nft := nftables.BoundedInterface(s, timeout)
 		s.hang.Store(true)
 		err := runWithin(t, context.Background(), nft, addTable(nft))
 		if !nftables.IsCommandTimeout(err) || !strings.Contains(err.Error(), "timed out after "+timeout.String()) {
@@ -85,32 +78,9 @@ func TestBoundedInterface(t *testing.T) {
 			t.Errorf("the table the second Run added is not there: %v", err)
 		}
 	})
-	t.Run("not exiting", func(t *testing.T) {
-		s := &stuckNFT{Fake: knftables.NewFake(knftables.IPv4Family, "t"), ignoreKill: true, release: make(chan struct{})}
-		nft := nftables.NewBoundedInterface(s, timeout, waitDelay)
-		s.hang.Store(true)
-		err := runWithin(t, context.Background(), nft, addTable(nft))
-		if !nftables.IsCommandTimeout(err) {
-			t.Fatalf("Run of an nft that does not exit: error %v, want a timeout", err)
-		}
-		err = runWithin(t, context.Background(), nft, addTable(nft))
-		if !nftables.IsCommandTimeout(err) || s.runs.Load() != 1 {
-			t.Fatalf("Run while the killed nft has not exited: error %v after %d runs; want a timeout, and no second run", err, s.runs.Load())
-		}
-		s.hang.Store(false)
-		close(s.release)
-		deadline := time.Now().Add(time.Minute)
-		for err != nil && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-			err = runWithin(t, context.Background(), nft, addTable(nft))
-		}
-		if err != nil {
-			t.Fatalf("Run once the killed nft has exited: %v", err)
-		}
-	})
 	t.Run("cancelled by the caller", func(t *testing.T) {
 		s := &stuckNFT{Fake: knftables.NewFake(knftables.IPv4Family, "t")}
-		nft := nftables.NewBoundedInterface(s, time.Hour, waitDelay)
+		nft := nftables.BoundedInterface(s, time.Hour)
 		s.hang.Store(true)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()

@@ -8,7 +8,3 @@ import (
 // NetlinkSetNames are the sets and maps whose elements ApplyElementBatch
 // sends, sorted: the kernel tests cover each.
 var NetlinkSetNames = slices.Sorted(maps.Keys(netlinkSets))
-
-// NewBoundedInterface is BoundedInterface with waitDelay in place of
-// boundedexec.DefaultWaitDelay.
-var NewBoundedInterface = newBoundedInterface
