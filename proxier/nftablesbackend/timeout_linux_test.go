@@ -109,3 +109,35 @@ func TestSyncTimesOutHungNFT(t *testing.T) {
 		t.Errorf("sync after the timeout: full=%v, error %v; want a full sync that succeeds", full, err)
 	}
 }
+
+// TestCommandTimeoutOption checks the bound the Backend gives its nft
+// commands and netlink requests: nftables.DefaultCommandTimeout, the
+// option's, or none.
+func TestCommandTimeoutOption(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want nftables.Netlink
+	}{
+		{name: "default", want: nftables.Netlink{Timeout: nftables.DefaultCommandTimeout}},
+		{name: "set", opts: []Option{WithCommandTimeout(time.Minute)}, want: nftables.Netlink{Timeout: time.Minute}},
+		{name: "none", opts: []Option{WithCommandTimeout(0)}, want: nftables.Netlink{Timeout: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)
+			b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol}, fake,
+				append(tc.opts, WithTableLookup(tableExists(fake)))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			if got := b.netlink(); got != tc.want {
+				t.Errorf("netlink requests bounded as %+v, want %+v", got, tc.want)
+			}
+			if unbounded := b.nft == knftables.Interface(fake); unbounded != (tc.want.Timeout < 0) {
+				t.Errorf("nft commands unbounded: %v, want %v", unbounded, tc.want.Timeout < 0)
+			}
+		})
+	}
+}
