@@ -295,6 +295,21 @@
 // TestWriterNetlinkElementSyncsKernel check whole syncs against nft's, the
 // latter with real connections after each batch.
 //
+// # Bounds
+//
+// A hung nft or a kernel that never answers would stop every later sync.
+// BoundedInterface kills an nft command that runs longer than its bound,
+// and Netlink gives each netlink request (a batch, or a read of the
+// KernelState) a deadline on its socket; both fail with an error for
+// which IsCommandTimeout is true, after DefaultCommandTimeout unless told
+// otherwise (proxier/nftablesbackend's WithCommandTimeout sets both). A
+// transaction or batch that timed out may have been committed or not:
+// reported to Applied like any failure, it makes the next sync full. A
+// KernelState read that timed out is a failed read: the writer compares
+// the table at its next periodic resync, or rewrites it when a resync's
+// comparison fails. What no bound can end is an nft stuck in the kernel,
+// which no signal reaches: its call returns when it exits.
+//
 // Tests use knftables.Fake; nftables/testing (package nftablestest) adds a
 // packet tracer over the Fake's state, which follows the data-map lookups,
 // and a check of a transaction against what the kernel refuses and the

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -30,10 +31,38 @@ import (
 // made). The KernelState is also an io.Closer: Close closes that socket,
 // after which Generation fails. Its methods may be called from several
 // goroutines.
-func NewKernelState(netnsFD int) KernelState { return &netlinkState{netns: netnsFD} }
+//
+// Each request waits for the kernel's answer at most
+// DefaultCommandTimeout (Netlink.KernelState sets another bound); then
+// the method fails with an error for which IsCommandTimeout is true, and
+// Generation's socket is closed, not read again.
+func NewKernelState(netnsFD int) KernelState { return Netlink{}.KernelState(netnsFD) }
+
+// KernelState is NewKernelState with n's bound on each request.
+func (n Netlink) KernelState(netnsFD int) KernelState {
+	return &netlinkState{netns: netnsFD, timeout: n.Timeout}
+}
+
+// WatchKernel is the package's WatchKernel, with n's bound on each
+// request of the KernelState methods (the watch of nf_tables' commits
+// waits for them as long as it runs).
+func (n Netlink) WatchKernel(netnsFD int) (*KernelWatcher, error) {
+	w, err := WatchKernel(netnsFD)
+	if err != nil {
+		return nil, err
+	}
+	w.setTimeout(n.Timeout)
+	return w, nil
+}
 
 type netlinkState struct {
 	netns int
+	// timeout is the Netlink.Timeout of the requests (zero: the
+	// default); see limit.
+	timeout time.Duration
+	// dialConn, when set, makes the sockets instead of netlink.Dial: for
+	// tests.
+	dialConn func() (*netlink.Conn, error)
 	// mu guards gen, the socket Generation keeps, and genClosed.
 	mu        sync.Mutex
 	gen       *netlink.Conn
@@ -57,7 +86,34 @@ func (s *netlinkState) Close() error {
 	return err
 }
 
+// setTimeout sets the Netlink.Timeout of the requests, before the first
+// of them that is not the one WatchKernel makes itself (with the default
+// bound).
+func (s *netlinkState) setTimeout(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timeout = d
+}
+
+// limit is the bound of each request, zero for none.
+func (s *netlinkState) limit() time.Duration { return Netlink{Timeout: s.timeout}.timeout() }
+
+// bound sets the deadline of conn's next request.
+func (s *netlinkState) bound(conn *netlink.Conn) error {
+	d := s.limit()
+	if d <= 0 {
+		return nil
+	}
+	if err := conn.SetDeadline(time.Now().Add(d)); err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
+	}
+	return nil
+}
+
 func (s *netlinkState) dial() (*netlink.Conn, error) {
+	if s.dialConn != nil {
+		return s.dialConn()
+	}
 	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: s.netns})
 	if err != nil {
 		return nil, fmt.Errorf("nftables netlink: dialing nf_tables: %w", err)
@@ -94,7 +150,9 @@ func nfproto(f knftables.Family) (byte, error) {
 // Generation reads NFT_MSG_GETGEN on the socket it keeps. A kept socket
 // whose request fails (closed, or its replies out of step after an
 // interrupted read) is replaced by a new one, once; an error on a new one
-// is returned, and the next call dials again.
+// is returned, and the next call dials again. A request that timed out
+// is not tried again: the kernel that did not answer it would not answer
+// the next in time either.
 func (s *netlinkState) Generation() (uint32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,26 +168,29 @@ func (s *netlinkState) Generation() (uint32, error) {
 			}
 			s.gen = conn
 		}
-		g, err := readGeneration(s.gen)
+		g, err := s.readGeneration(s.gen)
 		if err == nil {
 			return g, nil
 		}
 		s.gen.Close()
 		s.gen = nil
-		if fresh {
+		if fresh || IsCommandTimeout(err) {
 			return 0, err
 		}
 	}
 }
 
-func readGeneration(conn *netlink.Conn) (uint32, error) {
+func (s *netlinkState) readGeneration(conn *netlink.Conn) (uint32, error) {
 	req, err := nftMsg(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil)
 	if err != nil {
 		return 0, err
 	}
+	if err := s.bound(conn); err != nil {
+		return 0, err
+	}
 	msgs, err := conn.Execute(req)
 	if err != nil {
-		return 0, fmt.Errorf("nftables netlink: reading the generation: %w", err)
+		return 0, requestError("reading the generation", err, s.limit())
 	}
 	for _, m := range msgs {
 		if v, ok := attr(m.Data, unix.NFTA_GEN_ID); ok && len(v) == 4 {
@@ -177,20 +238,26 @@ func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[st
 	if err != nil {
 		return nil, err
 	}
+	if err := s.bound(conn); err != nil {
+		return nil, err
+	}
 	if _, err := conn.Execute(req); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, fmt.Errorf("table %s %s: %w", family, table, ErrTableNotFound)
 		}
-		return nil, fmt.Errorf("nftables netlink: reading table %s %s: %w", family, table, err)
+		return nil, requestError(fmt.Sprintf("reading table %s %s", family, table), err, s.limit())
 	}
 	counts := map[string]int{}
 	req, err = nftMsg(unix.NFT_MSG_GETCHAIN, netlink.Dump, fam, named(unix.NFTA_CHAIN_TABLE))
 	if err != nil {
 		return nil, err
 	}
+	if err := s.bound(conn); err != nil {
+		return nil, err
+	}
 	msgs, err := conn.Execute(req)
 	if err != nil {
-		return nil, fmt.Errorf("nftables netlink: listing the chains of %s %s: %w", family, table, err)
+		return nil, requestError(fmt.Sprintf("listing the chains of %s %s", family, table), err, s.limit())
 	}
 	for _, m := range msgs {
 		if attrString(m.Data, unix.NFTA_CHAIN_TABLE) == table {
@@ -201,9 +268,12 @@ func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[st
 	if err != nil {
 		return nil, err
 	}
+	if err := s.bound(conn); err != nil {
+		return nil, err
+	}
 	msgs, err = conn.Execute(req)
 	if err != nil {
-		return nil, fmt.Errorf("nftables netlink: listing the rules of %s %s: %w", family, table, err)
+		return nil, requestError(fmt.Sprintf("listing the rules of %s %s", family, table), err, s.limit())
 	}
 	for _, m := range msgs {
 		if attrString(m.Data, unix.NFTA_RULE_TABLE) == table {
@@ -298,9 +368,9 @@ func (s *netlinkState) CheckElements(elements []*knftables.Element) ([]ElementSt
 		for i, it := range items {
 			keys[i] = it.key
 		}
-		got, err := lookupKeys(conn, fam, id.table, id.name, keys)
+		got, err := lookupKeys(conn, s.bound, fam, id.table, id.name, keys)
 		if err != nil {
-			return nil, fmt.Errorf("nftables netlink: looking up elements of %s %s %s: %w", id.family, id.table, id.name, err)
+			return nil, requestError(fmt.Sprintf("looking up elements of %s %s %s", id.family, id.table, id.name), err, s.limit())
 		}
 		for i, it := range items {
 			switch {
@@ -345,15 +415,16 @@ func verdictBytes(code uint32, chain string) []byte {
 // request, and returns what elementData makes of each answer: nil for a
 // key the set does not hold, an empty value for a set's element. The
 // kernel answers a request key by key and stops at the first it does not
-// find, so a request that fails so is asked again key by key.
-func lookupKeys(conn *netlink.Conn, family byte, table, set string, keys [][]byte) ([][]byte, error) {
+// find, so a request that fails so is asked again key by key. bound sets
+// the deadline of each request.
+func lookupKeys(conn *netlink.Conn, bound func(*netlink.Conn) error, family byte, table, set string, keys [][]byte) ([][]byte, error) {
 	out := make([][]byte, len(keys))
 	for start := 0; start < len(keys); start += lookupBatch {
 		chunk := keys[start:min(start+lookupBatch, len(keys))]
-		vals, err := getElements(conn, family, table, set, chunk)
+		vals, err := getElements(conn, bound, family, table, set, chunk)
 		if errors.Is(err, unix.ENOENT) {
 			for i := range chunk {
-				v, err := getElements(conn, family, table, set, chunk[i:i+1])
+				v, err := getElements(conn, bound, family, table, set, chunk[i:i+1])
 				if errors.Is(err, unix.ENOENT) {
 					continue
 				}
@@ -372,7 +443,7 @@ func lookupKeys(conn *netlink.Conn, family byte, table, set string, keys [][]byt
 	return out, nil
 }
 
-func getElements(conn *netlink.Conn, family byte, table, set string, keys [][]byte) ([][]byte, error) {
+func getElements(conn *netlink.Conn, bound func(*netlink.Conn) error, family byte, table, set string, keys [][]byte) ([][]byte, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
@@ -390,6 +461,9 @@ func getElements(conn *netlink.Conn, family byte, table, set string, keys [][]by
 	})
 	req, err := nftMsg(unix.NFT_MSG_GETSETELEM, netlink.Acknowledge, family, ae)
 	if err != nil {
+		return nil, err
+	}
+	if err := bound(conn); err != nil {
 		return nil, err
 	}
 	if _, err := conn.Send(req); err != nil {

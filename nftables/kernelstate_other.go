@@ -14,6 +14,12 @@ import (
 // Close does nothing.
 func NewKernelState(netnsFD int) KernelState { return unsupportedState{} }
 
+// KernelState is NewKernelState: a KernelState whose methods fail.
+func (Netlink) KernelState(netnsFD int) KernelState { return unsupportedState{} }
+
+// WatchKernel fails, as the package's WatchKernel does.
+func (Netlink) WatchKernel(netnsFD int) (*KernelWatcher, error) { return WatchKernel(netnsFD) }
+
 type unsupportedState struct{}
 
 var errUnsupported = errors.New("nftables netlink: not supported on this platform")

@@ -2,13 +2,60 @@ package nftables
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/knftables"
 )
+
+// Netlink makes this package's nf_tables netlink requests, each bounded by
+// Timeout: the element batches of ApplyElementBatch and ApplyElements and
+// the reads of NewKernelState's and WatchKernel's KernelState. The package
+// functions are the zero Netlink's methods.
+type Netlink struct {
+	// Timeout bounds each request, from its sending to the kernel's last
+	// answer. A request not answered in time fails with an error for
+	// which IsCommandTimeout is true, and its socket is closed; a batch
+	// that timed out may have been committed or not. Zero means
+	// DefaultCommandTimeout; less than zero, no bound.
+	Timeout time.Duration
+}
+
+// timeout is n's bound, or zero for none.
+func (n Netlink) timeout() time.Duration {
+	switch {
+	case n.Timeout == 0:
+		return DefaultCommandTimeout
+	case n.Timeout < 0:
+		return 0
+	}
+	return n.Timeout
+}
+
+// ApplyElementBatch is the package's ApplyElementBatch, with n's bound.
+func (n Netlink) ApplyElementBatch(b ElementBatch) error {
+	return applyElementBatch(b, n.timeout())
+}
+
+// ApplyElements is the package's ApplyElements, with n's bound.
+func (n Netlink) ApplyElements(elements []*knftables.Element) error {
+	return n.ApplyElementBatch(ElementBatch{Add: elements})
+}
+
+// requestError is the error of the netlink request what: a
+// *commandTimeout when the socket's deadline, timeout after the request
+// was sent, ended it (zero: the request had no deadline).
+func requestError(what string, err error, timeout time.Duration) error {
+	if timeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w (%w)", &commandTimeout{after: timeout, what: "no answer"}, err)
+	}
+	return fmt.Errorf("nftables netlink: %s: %w", what, err)
+}
 
 // ElementBatch is a change of set and map elements that ApplyElementBatch
 // sends as one nf_tables batch: SyncResult.Batch of a partial sync that
@@ -44,7 +91,7 @@ func (b ElementBatch) AddTo(tx *knftables.Transaction) {
 // follows (on a platform without nf_tables netlink, it fails unless there
 // are none).
 func ApplyElements(elements []*knftables.Element) error {
-	return ApplyElementBatch(ElementBatch{Add: elements})
+	return Netlink{}.ApplyElements(elements)
 }
 
 // netlinkSets are the sets and maps whose elements ApplyElements and

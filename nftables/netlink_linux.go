@@ -1,7 +1,10 @@
 package nftables
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -26,8 +29,17 @@ const elementsPerMessage = 512
 // the kernel's error, having changed nothing, if the kernel refuses the
 // batch: a deletion of an element that is not there, an addition whose
 // key is there with another value, a set, table or chain that does not
-// exist. An empty batch is not sent and is no error.
+// exist. An empty batch is not sent and is no error. It waits for the
+// kernel's acknowledgements at most DefaultCommandTimeout (Netlink sets
+// another bound), then fails with an error for which IsCommandTimeout is
+// true, not knowing whether the batch was committed.
 func ApplyElementBatch(b ElementBatch) error {
+	return Netlink{}.ApplyElementBatch(b)
+}
+
+// applyElementBatch is ApplyElementBatch bounded by timeout (zero: no
+// bound); tests add socket options after the package's own.
+func applyElementBatch(b ElementBatch, timeout time.Duration, testOpts ...nftables.SockOption) error {
 	if b.Len() == 0 {
 		return nil
 	}
@@ -87,7 +99,10 @@ func ApplyElementBatch(b ElementBatch) error {
 	}
 	// A lasting connection, so that Flush does not close the socket: see
 	// closeInBackground.
-	conn, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(bigBuffers))
+	// The deadline bounds the sending and the acknowledgements: a batch
+	// takes no longer to queue than to send.
+	opts := append([]nftables.SockOption{bigBuffers, deadline(timeout)}, testOpts...)
+	conn, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(opts...))
 	if err != nil {
 		return fmt.Errorf("nftables netlink: %w", err)
 	}
@@ -112,9 +127,28 @@ func ApplyElementBatch(b ElementBatch) error {
 		}
 	}
 	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("nftables netlink: deleting %d and adding %d elements: %w", len(b.Delete), len(b.Add), err)
+		what := fmt.Sprintf("deleting %d and adding %d elements", len(b.Delete), len(b.Add))
+		if timeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Flush joins the error of every message still unanswered
+			// after the deadline: one says it.
+			return requestError(what, os.ErrDeadlineExceeded, timeout)
+		}
+		return fmt.Errorf("nftables netlink: %s: %w", what, err)
 	}
 	return nil
+}
+
+// deadline sets a socket's deadline timeout from now; zero sets none.
+func deadline(timeout time.Duration) nftables.SockOption {
+	return func(c *netlink.Conn) error {
+		if timeout <= 0 {
+			return nil
+		}
+		if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+			return fmt.Errorf("nftables netlink: %w", err)
+		}
+		return nil
+	}
 }
 
 // closeInBackground closes conn's socket without waiting for the close.

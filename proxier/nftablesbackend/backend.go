@@ -37,6 +37,9 @@ type Backend struct {
 	checkInterval time.Duration
 	// fullSyncPeriod is the writer's FullSyncPeriod.
 	fullSyncPeriod time.Duration
+	// timeout bounds each nft command and netlink request; zero or less
+	// means no bound (WithCommandTimeout).
+	timeout time.Duration
 	// applyElements, when not nil, sends the elements of a split first
 	// load (WithSplitFirstLoad).
 	applyElements func([]*knftables.Element) error
@@ -117,13 +120,14 @@ func WithFullSyncPeriod(d time.Duration) Option {
 // parser: nftables.WriterConfig.SplitFirstLoad, 0.36 s instead of 1.7 s
 // for 10,000 services of 10 endpoints (BENCHMARKS.md). apply nil means
 // nftables.ApplyElements, which talks to the network namespace of the
-// thread that syncs; it must reach the kernel nft's Interface runs in, so
-// leave this off over a knftables.Fake. Ignored in a dry run, which prints
-// everything as nft -f takes it.
+// thread that syncs, bounded by WithCommandTimeout; it must reach the
+// kernel nft's Interface runs in, so leave this off over a
+// knftables.Fake. Ignored in a dry run, which prints everything as nft -f
+// takes it.
 func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
 	return func(b *Backend) {
 		if apply == nil {
-			apply = nftables.ApplyElements
+			apply = func(elements []*knftables.Element) error { return b.netlink().ApplyElements(elements) }
 		}
 		b.applyElements = apply
 	}
@@ -139,13 +143,14 @@ func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
 // the metrics the same way: a refused batch changes nothing, counts as a
 // failed sync, and makes the next sync full. apply nil means
 // nftables.ApplyElementBatch, which talks to the network namespace of the
-// thread that syncs; it must reach the kernel nft's Interface runs in, so
-// leave this off over a knftables.Fake. Ignored in a dry run, which prints
-// every transaction as nft -f takes it.
+// thread that syncs, bounded by WithCommandTimeout; it must reach the
+// kernel nft's Interface runs in, so leave this off over a
+// knftables.Fake. Ignored in a dry run, which prints every transaction as
+// nft -f takes it.
 func WithNetlinkElementSyncs(apply func(nftables.ElementBatch) error) Option {
 	return func(b *Backend) {
 		if apply == nil {
-			apply = nftables.ApplyElementBatch
+			apply = func(batch nftables.ElementBatch) error { return b.netlink().ApplyElementBatch(batch) }
 		}
 		b.applyBatch = apply
 	}
@@ -161,6 +166,30 @@ func WithTableLookup(f TableLookup) Option {
 			b.lookup = f
 		}
 	}
+}
+
+// WithCommandTimeout bounds each nft command the Backend runs (through
+// nftables.BoundedInterface) and each nf_tables netlink request of its
+// own (nftables.Netlink): the element batches of WithSplitFirstLoad and
+// WithNetlinkElementSyncs given nil, and the reads of the periodic
+// resync. A command or batch that runs longer is killed or given up on,
+// and its sync fails with an error for which nftables.IsCommandTimeout is
+// true; its transaction may have been committed or not, so the next sync
+// is full, as after any failed sync, and the Proxier retries it. Zero or
+// less means no bound. The default is nftables.DefaultCommandTimeout;
+// set it well above the longest full sync the node's table needs (see
+// BENCHMARKS.md). The bound is iptables.WithCommandTimeout's twin.
+func WithCommandTimeout(d time.Duration) Option {
+	return func(b *Backend) { b.timeout = d }
+}
+
+// netlink makes the Backend's own netlink requests, bounded as
+// WithCommandTimeout says.
+func (b *Backend) netlink() nftables.Netlink {
+	if b.timeout <= 0 {
+		return nftables.Netlink{Timeout: -1}
+	}
+	return nftables.Netlink{Timeout: b.timeout}
 }
 
 // fullSyncPeriod bounds the time between full syncs, as in kube-proxy: a
@@ -183,12 +212,16 @@ const fullSyncPeriod = time.Hour
 // or when that socket cannot be opened (on other systems than Linux, it
 // always fails without WithTableLookup).
 func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface, opts ...Option) (*Backend, error) {
-	b := &Backend{family: cfg.IPFamily, nft: nft, out: io.Discard, checkInterval: proxier.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod}
+	b := &Backend{family: cfg.IPFamily, out: io.Discard, checkInterval: proxier.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod,
+		timeout: nftables.DefaultCommandTimeout}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
 		}
 	}
+	// The writer lists the table through nft too: every nft command of
+	// a sync has the bound.
+	b.nft = nftables.BoundedInterface(nft, b.timeout)
 	cfg.FullSyncPeriod = b.fullSyncPeriod
 	if nft == nil {
 		b.applyElements, b.applyBatch = nil, nil
@@ -202,10 +235,10 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		// of rewriting the table (BENCHMARKS.md, "Periodic resync
 		// without a rewrite"). 0: the namespace of the calling thread,
 		// the one nft runs in.
-		kw, err := nftables.WatchKernel(0)
+		kw, err := b.netlink().WatchKernel(0)
 		if err != nil {
 			klog.FromContext(ctx).Info("Not following nf_tables' commits; a periodic resync after another program's commit compares the whole table by key", "ipFamily", cfg.IPFamily, "err", err)
-			ks := nftables.NewKernelState(0)
+			ks := b.netlink().KernelState(0)
 			cfg.KernelState = ks
 			if c, ok := ks.(io.Closer); ok {
 				b.closeState = c.Close
@@ -214,7 +247,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 			cfg.KernelState, b.watcher = kw, kw
 		}
 	}
-	renderer := nft
+	renderer := b.nft
 	if renderer == nil {
 		// A dry run renders through a Fake, which holds no table: the
 		// first full sync finds nothing to delete, and its transaction
@@ -259,7 +292,8 @@ func (b *Backend) Table() string { return b.w.Table() }
 // Sync is part of proxier.Backend. It takes one input, of the Backend's
 // family, and fails on any other. A failed transaction changes nothing in
 // the kernel (nft applies a transaction whole or not at all) and makes the
-// next sync full.
+// next sync full. One that timed out (WithCommandTimeout) may have been
+// committed or not, and makes the next sync full too.
 func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
 	if len(ins) != 1 || ins[0].Family != b.family {
 		return make([]proxier.SyncResult, len(ins)), fmt.Errorf("%s nftables backend: given %d inputs, want one of its family", b.family, len(ins))
