@@ -33,6 +33,9 @@ func run(ctx context.Context, o *options, env *environment) error {
 	if o.cleanup {
 		return cleanup(ctx, env, o.names, o.nftTable)
 	}
+	if o.initOnly {
+		return initNode(ctx, o, env)
+	}
 	longRunning := !o.dryRun && !o.once
 	nodeName, err := o.nodeName()
 	if err != nil {
