@@ -146,11 +146,11 @@ func newFlagSet(stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags) {
 		fs.PrintDefaults()
 	}
 	var clusterCIDR, nodePortAddresses string
-	fs.StringVar(&o.config, "config", "", "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), as kubeadm deploys kube-proxy with; flags given on the command line override it.")
+	fs.StringVar(&o.config, "config", "", "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), as kubeadm deploys kube-proxy with; as in kube-proxy, it wins over the flags that fill its fields, but --hostname-override and the logging flags.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty, with --master empty too, means the in-cluster configuration.")
 	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server (overrides any value in the kubeconfig).")
 	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "The name of this node, if not the host name.")
-	fs.StringVar(&o.mode, "mode", modeIPTables, "Which proxy mode to use: 'iptables', 'ipvs' or 'nftables'.")
+	fs.StringVar(&o.mode, "mode", modeIPTables, "The same as --proxy-mode.")
 	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "The pod network, at most one CIDR per IP family, comma-separated. Traffic to cluster IPs from outside it is masqueraded.")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "Masquerade all traffic to cluster IPs.")
 	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses in iptables and IPVS mode, 'primary' in nftables mode (as kube-proxy); 0.0.0.0/0,::/0 means all in every mode.")
