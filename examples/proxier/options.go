@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,6 +63,8 @@ type options struct {
 	// writeConfigTo is --write-config-to; initOnly is --init-only.
 	writeConfigTo string
 	initOnly      bool
+	// verbosity is -v, or logging.verbosity; klog holds it too.
+	verbosity uint32
 	// ignoredFlags are the flags given beside --config that kube-proxy
 	// ignores there, for one warning at start-up.
 	ignoredFlags []string
@@ -182,8 +185,12 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 			return nil, err
 		}
 	}
+	v, err := strconv.ParseUint(fs.Lookup("v").Value.String(), 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("-v: %w", err)
+	}
+	o.verbosity = uint32(v)
 	clusterCIDR, nodePortAddresses := fs.Lookup("cluster-cidr").Value.String(), fs.Lookup("nodeport-addresses").Value.String()
-	var err error
 	if o.clusterCIDRs, err = parseCIDRs("--cluster-cidr", clusterCIDR); err != nil {
 		return nil, err
 	}

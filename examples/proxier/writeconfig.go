@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 	"sigs.k8s.io/yaml"
 )
@@ -29,6 +30,7 @@ func effectiveConfig(o *options) *kubeproxyconfig.KubeProxyConfiguration {
 		ClusterCIDR:        joinPrefixes(o.clusterCIDRs),
 		DetectLocalMode:    "ClusterCIDR",
 	}
+	cfg.Logging.Verbosity = logsapi.VerbosityLevel(o.verbosity)
 	cc := &cfg.ClientConnection
 	cc.Kubeconfig, cc.QPS, cc.Burst = o.kubeconfig, o.client.QPS, int32(o.client.Burst)
 	cc.ContentType, cc.AcceptContentTypes = o.client.ContentType, o.client.AcceptContentTypes

@@ -21,6 +21,11 @@ import (
 // and the file read back with --config gives the options it was written
 // from, whether these came from flags or from a file.
 func TestWriteConfigRoundTrip(t *testing.T) {
+	t.Cleanup(func() {
+		if _, err := parseOptions([]string{"-v", "0"}, io.Discard); err != nil {
+			t.Error(err)
+		}
+	})
 	for _, args := range [][]string{
 		nil,
 		{"--proxy-mode", "ipvs", "--ipvs-scheduler", "lc", "--ipvs-sync-period", "1m", "--ipvs-min-sync-period", "2s",
@@ -28,7 +33,7 @@ func TestWriteConfigRoundTrip(t *testing.T) {
 			"--nodeport-addresses", "192.168.0.0/24", "--kube-api-qps", "20", "--kube-api-burst", "40",
 			"--kubeconfig", "/etc/k.conf", "--hostname-override", "node-a", "--healthz-bind-address", "[::]:1",
 			"--conntrack-max-per-core", "100", "--conntrack-min", "5", "--conntrack-udp-timeout", "30s",
-			"--conntrack-tcp-timeout-close-wait", "0s", "--conntrack-tcp-be-liberal"},
+			"--conntrack-tcp-timeout-close-wait", "0s", "--conntrack-tcp-be-liberal", "-v", "3"},
 		{"--proxy-mode", "nftables", "--iptables-sync-period", "45s", "--iptables-min-sync-period", "3s",
 			"--nodeport-addresses", "all", "--iptables-localhost-nodeports=false", "--metrics-bind-address", "0.0.0.0:9"},
 		{"--config", "testdata/config/ipvs.yaml"},
