@@ -43,10 +43,9 @@ const (
 
 // applyConfigFile reads o.config, a KubeProxyConfiguration
 // (kubeproxy.config.k8s.io/v1alpha1) as kubeadm deploys kube-proxy with,
-// into o. A flag given on the command line (one fs visited) wins over the
-// file: kube-proxy lets only --hostname-override and its logging flags do
-// so, and ignores the others beside a file; here every flag does, so that
-// a DaemonSet can change one setting without editing the ConfigMap. A
+// into o. fs holds only the flags that apply beside a file (see
+// parseOptions): as in kube-proxy, --hostname-override and -v given on
+// the command line (visited in fs) win over the file. A
 // field left at its zero value takes kube-proxy's default, which for a
 // few fields differs from the flag's
 // (an empty healthzBindAddress is the default address, where an empty
@@ -74,7 +73,7 @@ func applyConfigFile(fs *flag.FlagSet, o *options) error {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	values, err := configValues(cfg, o, given)
+	values, err := configValues(cfg, o)
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", o.config, err)
 	}
@@ -86,7 +85,7 @@ func applyConfigFile(fs *flag.FlagSet, o *options) error {
 			return fmt.Errorf("--config %s: %s: %w", o.config, values[name].field, err)
 		}
 	}
-	o.unsupported = unsupportedFields(cfg, effectiveMode(cfg, o, given))
+	o.unsupported = unsupportedFields(cfg, effectiveMode(cfg))
 	return nil
 }
 
@@ -200,11 +199,8 @@ type flagValue struct {
 	value string
 }
 
-// effectiveMode is the proxy mode: --mode if given, else the file's.
-func effectiveMode(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, given map[string]bool) string {
-	if given["mode"] {
-		return o.mode
-	}
+// effectiveMode is the file's proxy mode, iptables if it names none.
+func effectiveMode(cfg *kubeproxyconfig.KubeProxyConfiguration) string {
 	if cfg.Mode == "" {
 		return modeIPTables
 	}
@@ -214,17 +210,15 @@ func effectiveMode(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, give
 // configValues checks the fields this proxier implements and returns
 // those that have a flag as flag values (by flag name, every one that the
 // file determines, defaults included); the others it puts into o.
-func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, given map[string]bool) (map[string]flagValue, error) {
+func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options) (map[string]flagValue, error) {
 	v := map[string]flagValue{}
-	mode := effectiveMode(cfg, o, given)
-	if !given["mode"] {
-		switch mode {
-		case modeIPTables, modeIPVS, modeNFTables:
-		default:
-			return nil, fmt.Errorf("mode: %q is not a mode this proxier has; want %q, %q or %q", cfg.Mode, modeIPTables, modeIPVS, modeNFTables)
-		}
-		v["mode"] = flagValue{"mode", mode}
+	mode := effectiveMode(cfg)
+	switch mode {
+	case modeIPTables, modeIPVS, modeNFTables:
+	default:
+		return nil, fmt.Errorf("mode: %q is not a mode this proxier has; want %q, %q or %q", cfg.Mode, modeIPTables, modeIPVS, modeNFTables)
 	}
+	v["mode"] = flagValue{"mode", mode}
 	if cfg.ClientConnection.Kubeconfig != "" {
 		v["kubeconfig"] = flagValue{"clientConnection.kubeconfig", cfg.ClientConnection.Kubeconfig}
 	}
@@ -319,14 +313,8 @@ func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options, given
 	if minSync == 0 {
 		minSync = minDefault
 	}
-	// Against the period that will apply, so that the error names the
-	// file's field rather than a flag the user did not give.
-	syncName := section + ".syncPeriod"
-	if given["sync-period"] {
-		sync, syncName = o.syncPeriod, "--sync-period"
-	}
-	if minSync > sync && !given["min-sync-period"] {
-		return nil, fmt.Errorf("%s.minSyncPeriod: %v: must not be longer than %s (%v)", section, minSync, syncName, sync)
+	if minSync > sync {
+		return nil, fmt.Errorf("%s.minSyncPeriod: %v: must not be longer than %s.syncPeriod (%v)", section, minSync, section, sync)
 	}
 	v["sync-period"] = flagValue{section + ".syncPeriod", sync.String()}
 	v["min-sync-period"] = flagValue{section + ".minSyncPeriod", minSync.String()}

@@ -24,20 +24,11 @@ import (
 // by default (testdata/config/kubeadm-default.yaml): kube-proxy's
 // defaults, and the kubeconfig kubeadm mounts.
 func kubeadmDefaults(file string) options {
-	return options{
-		config:             file,
-		kubeconfig:         "/var/lib/kube-proxy/kubeconfig.conf",
-		mode:               modeIPTables,
-		healthzBindAddress: "0.0.0.0:10256",
-		metricsBindAddress: "127.0.0.1:10249",
-		syncPeriod:         30 * time.Second,
-		minSyncPeriod:      time.Second,
-		driftCheckPeriod:   30 * time.Second,
-		chainPrefix:        "KUBE",
-		nftTable:           "kube-proxy",
-		localhostNodePorts: true,
-		conntrack:          &conntrack.Tuning{TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour},
-	}
+	o := flagDefaults()
+	o.config = file
+	o.kubeconfig = "/var/lib/kube-proxy/kubeconfig.conf"
+	o.conntrack = &conntrack.Tuning{TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour}
+	return o
 }
 
 func TestConfigFile(t *testing.T) {
@@ -47,6 +38,8 @@ func TestConfigFile(t *testing.T) {
 		unsupported = "testdata/config/unsupported.yaml"
 		nftFile     = "testdata/config/nftables.yaml"
 	)
+	nftAll := configWith(t, nftFile, "nodePortAddresses: null", "nodePortAddresses: [all]")
+	unsupportedIPTables := configWith(t, unsupported, "mode: ipvs", "mode: iptables")
 	with := func(file string, f func(*options)) *options {
 		o := kubeadmDefaults(file)
 		f(&o)
@@ -86,9 +79,10 @@ func TestConfigFile(t *testing.T) {
 			want: with(kubeadm, func(o *options) { o.hostnameOverride = "node-a" }),
 		},
 		{
-			name: "an empty address in the file is the default, an empty flag turns the server off",
+			// kube-proxy ignores the flags that fill the file's fields.
+			name: "an empty address in the file is the default, and a flag beside the file is ignored",
 			args: []string{"--config", kubeadm, "--healthz-bind-address", ""},
-			want: with(kubeadm, func(o *options) { o.healthzBindAddress = "" }),
+			want: with(kubeadm, func(o *options) { o.ignoredFlags = []string{"--healthz-bind-address"} }),
 		},
 		{
 			name: "ipvs mode",
@@ -110,8 +104,8 @@ func TestConfigFile(t *testing.T) {
 		},
 		{
 			name: "nftables mode, nodePortAddresses all",
-			args: []string{"--config", nftFile, "--nodeport-addresses", "0.0.0.0/0,::/0"},
-			want: with(nftFile, func(o *options) {
+			args: []string{"--config", nftAll},
+			want: with(nftAll, func(o *options) {
 				bit16 := 16
 				o.mode, o.syncPeriod, o.minSyncPeriod = modeNFTables, 45*time.Second, 2*time.Second
 				o.masqueradeAll, o.masqueradeBit = true, &bit16
@@ -119,20 +113,17 @@ func TestConfigFile(t *testing.T) {
 			}),
 		},
 		{
-			// Flags win whether they come before or after --config;
-			// with --mode iptables the iptables section's periods apply
-			// where no flag is given.
-			name: "flags override the file",
+			// As in kube-proxy, the file wins over the flags that fill
+			// its fields, before or after --config; they are named for
+			// a warning. --hostname-override and -v win over the file.
+			name: "flags beside the file are ignored",
 			args: []string{"--mode", "iptables", "--config", ipvsFile, "--min-sync-period", "2s", "--masquerade-all=false",
-				"--nodeport-addresses", "primary", "--kubeconfig", "/etc/other.conf", "--cluster-cidr", "10.0.0.0/8"},
+				"--nodeport-addresses", "primary", "--kubeconfig", "/etc/other.conf", "--cluster-cidr", "10.0.0.0/8",
+				"--hostname-override", "node-b", "--iptables-drift-check-period", "1m"},
 			want: with(ipvsFile, func(o *options) {
 				ipvsWant(o)
-				o.mode, o.ipvsScheduler = modeIPTables, ""
-				o.syncPeriod, o.minSyncPeriod = 5*time.Second, 2*time.Second
-				o.masqueradeAll = false
-				o.nodePortAddresses, o.nodePortPrimary = nil, true
-				o.kubeconfig = "/etc/other.conf"
-				o.clusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+				o.hostnameOverride, o.driftCheckPeriod = "node-b", time.Minute
+				o.ignoredFlags = []string{"--cluster-cidr", "--kubeconfig", "--masquerade-all", "--min-sync-period", "--mode", "--nodeport-addresses"}
 			}),
 		},
 		{
@@ -148,8 +139,8 @@ func TestConfigFile(t *testing.T) {
 		{
 			// kube-proxy reads only the running mode's section.
 			name: "the ipvs section is not read in iptables mode",
-			args: []string{"--config", unsupported, "--mode", "iptables"},
-			want: with(unsupported, func(o *options) {
+			args: []string{"--config", unsupportedIPTables},
+			want: with(unsupportedIPTables, func(o *options) {
 				o.unsupported = []string{"featureGates", "logging.format", "logging.flushFrequency", "bindAddress", "enableProfiling",
 					"winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
 			}),
@@ -223,11 +214,9 @@ func TestConfigFileInvalid(t *testing.T) {
 		{name: "nftables.minSyncPeriod", file: strings.Replace(edit(`mode: ""`, "mode: nftables"),
 			"  minSyncPeriod: 0s\n  syncPeriod: 0s\nnodePortAddresses", "  minSyncPeriod: 1m\n  syncPeriod: 0s\nnodePortAddresses", 1),
 			wantErr: "nftables.minSyncPeriod: 1m0s: must not be longer than nftables.syncPeriod (30s)"},
-		{name: "ipvs.scheduler", file: edit(`  scheduler: ""`, "  scheduler: fastest"), args: []string{"--mode", "ipvs"},
+		{name: "ipvs.scheduler", file: strings.Replace(edit(`  scheduler: ""`, "  scheduler: fastest"), "mode: \"\"\n", "mode: ipvs\n", 1),
 			wantErr: "ipvs.scheduler: unknown IPVS scheduler \"fastest\""},
 		{name: "conntrack.min", file: edit("  min: null", "  min: -1"), wantErr: "conntrack.min: -1: must be greater than or equal to 0"},
-		{name: "the file's minSyncPeriod over --sync-period", args: []string{"--sync-period", "500ms"}, file: string(base),
-			wantErr: "iptables.minSyncPeriod: 1s: must not be longer than --sync-period (500ms)"},
 		{name: "apiVersion", file: edit("apiVersion: kubeproxy.config.k8s.io/v1alpha1", "apiVersion: kubeproxy.config.k8s.io/v1beta1"),
 			wantErr: `apiVersion: "kubeproxy.config.k8s.io/v1beta1", want "kubeproxy.config.k8s.io/v1alpha1"`},
 		{name: "kind", file: edit("kind: KubeProxyConfiguration", "kind: KubeletConfiguration"), wantErr: `kind: "KubeletConfiguration"`},
@@ -296,7 +285,6 @@ func TestConfigFileIPv6BindAddress(t *testing.T) {
 // reach the rules: the masquerade bit in both modes, and the scheduler of
 // IPVS mode's virtual servers.
 func TestConfigFileDryRun(t *testing.T) {
-	path := kubeadmConfigWith(t, "  masqueradeBit: null", "  masqueradeBit: 15", "  scheduler: \"\"", "  scheduler: lc")
 	for _, tc := range []struct {
 		mode string
 		want []string
@@ -305,8 +293,9 @@ func TestConfigFileDryRun(t *testing.T) {
 		{modeIPVS, []string{"-A KUBE-MARK-MASQ -j MARK --or-mark 0x00008000\n", "TCP 10.96.0.53:53 lc bound\n"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
+			path := kubeadmConfigWith(t, "  masqueradeBit: null", "  masqueradeBit: 15", "  scheduler: \"\"", "  scheduler: lc", `mode: ""`, "mode: "+tc.mode)
 			var out bytes.Buffer
-			args := append(demoArgs(t, demoCommand, true), "--config", path, "--mode", tc.mode)
+			args := append(demoArgs(t, demoCommand, true), "--config", path)
 			if log, err := runArgs(t, dryRunEnvironment(t, &out), args...); err != nil {
 				t.Fatalf("dry run: %v\n%s", err, log)
 			}
@@ -366,14 +355,21 @@ func TestConfigFileOnFakeNode(t *testing.T) {
 // temporary file, and returns its path.
 func kubeadmConfigWith(t *testing.T, replace ...string) string {
 	t.Helper()
-	data, err := os.ReadFile("testdata/config/kubeadm-default.yaml")
+	return configWith(t, "testdata/config/kubeadm-default.yaml", replace...)
+}
+
+// configWith writes the file base with lines replaced (old, new, ...) to a
+// temporary file, and returns its path.
+func configWith(t *testing.T, base string, replace ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)
 	}
 	file := string(data)
 	for i := 0; i+1 < len(replace); i += 2 {
 		if !strings.Contains(file, replace[i]+"\n") {
-			t.Fatalf("kubeadm-default.yaml has no line %q", replace[i])
+			t.Fatalf("%s has no line %q", base, replace[i])
 		}
 		file = strings.Replace(file, replace[i]+"\n", replace[i+1]+"\n", 1)
 	}

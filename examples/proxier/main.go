@@ -42,6 +42,7 @@ func main() {
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 	warnUnsupported(klog.FromContext(ctx), o)
+	warnIgnoredFlags(klog.FromContext(ctx), o)
 	if err := run(ctx, o, realEnvironment(os.Stdout)); err != nil {
 		klog.FromContext(ctx).Error(err, "Proxier failed")
 		klog.Flush()

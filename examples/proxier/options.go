@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +60,14 @@ type options struct {
 
 	// localhostNodePorts is --iptables-localhost-nodeports.
 	localhostNodePorts bool
+	// writeConfigTo is --write-config-to; initOnly is --init-only.
+	writeConfigTo string
+	initOnly      bool
+	// verbosity is -v, or logging.verbosity; klog holds it too.
+	verbosity uint32
+	// ignoredFlags are the flags given beside --config that kube-proxy
+	// ignores there, for one warning at start-up.
+	ignoredFlags []string
 
 	// config is --config; the fields below come from it alone (see
 	// applyConfigFile) and are zero without it.
@@ -82,9 +91,57 @@ const (
 )
 
 // parseOptions reads the command line args (without the program name).
-// Usage and errors go to stderr; -h gives flag.ErrHelp.
+// Usage and errors go to stderr; -h gives flag.ErrHelp, and so does
+// --version once it has printed the version there.
+//
+// With --config, the file gives every setting that kube-proxy takes from
+// it: as in kube-proxy, the flags that fill the file's fields are then
+// ignored (and named in o.ignoredFlags), except --hostname-override and
+// the logging flags, which win over the file. The flags that fill no field
+// (--master, --cleanup, ...) and this proxier's own apply either way (see
+// flagTable).
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
-	o := &options{}
+	o, fs, k, err := parseFlags(args, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if k.version {
+		fmt.Fprintln(stderr, "proxier", buildVersion())
+		return nil, flag.ErrHelp
+	}
+	if o.config != "" {
+		// Parse again with only the flags that apply beside a file.
+		o2, fs2, k2 := newFlagSet(io.Discard)
+		var ignored []string
+		fs.Visit(func(f *flag.Flag) {
+			if r, _ := flagRowOf(f.Name); r.besideConfig {
+				// The value parsed once already.
+				_ = fs2.Set(f.Name, f.Value.String())
+				return
+			}
+			ignored = append(ignored, "--"+f.Name)
+		})
+		o, fs, k = o2, fs2, k2
+		o.ignoredFlags = ignored
+	}
+	return completeOptions(o, fs, k)
+}
+
+// parseFlags parses args into a new flag set.
+func parseFlags(args []string, stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags, error) {
+	o, fs, k := newFlagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, nil, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return o, fs, k, nil
+}
+
+// newFlagSet registers every flag (see flagTable) into a new flag set.
+func newFlagSet(stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags) {
+	o, k := &options{}, &kubeProxyFlags{}
 	fs := flag.NewFlagSet("proxier", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -92,11 +149,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		fs.PrintDefaults()
 	}
 	var clusterCIDR, nodePortAddresses string
-	fs.StringVar(&o.config, "config", "", "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), as kubeadm deploys kube-proxy with; flags given on the command line override it.")
+	fs.StringVar(&o.config, "config", "", "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1), as kubeadm deploys kube-proxy with; as in kube-proxy, it wins over the flags that fill its fields, but --hostname-override and the logging flags.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty, with --master empty too, means the in-cluster configuration.")
 	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server (overrides any value in the kubeconfig).")
 	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "The name of this node, if not the host name.")
-	fs.StringVar(&o.mode, "mode", modeIPTables, "Which proxy mode to use: 'iptables', 'ipvs' or 'nftables'.")
+	fs.StringVar(&o.mode, "mode", modeIPTables, "The same as --proxy-mode.")
 	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "The pod network, at most one CIDR per IP family, comma-separated. Traffic to cluster IPs from outside it is masqueraded.")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "Masquerade all traffic to cluster IPs.")
 	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses in iptables and IPVS mode, 'primary' in nftables mode (as kube-proxy); 0.0.0.0/0,::/0 means all in every mode.")
@@ -116,26 +173,41 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "Log verbosity: 0 logs start-up and errors, 2 each sync, 4 every change and command.")
+	addKubeProxyFlags(fs, o, k, klogFlags)
+	return o, fs, k
+}
 
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
+// completeOptions applies the --config file, if any, and checks and
+// completes the options parsed into fs.
+func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options, error) {
 	if o.config != "" {
 		if err := applyConfigFile(fs, o); err != nil {
 			return nil, err
 		}
 	}
-	var err error
+	v, err := strconv.ParseUint(fs.Lookup("v").Value.String(), 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("-v: %w", err)
+	}
+	o.verbosity = uint32(v)
+	clusterCIDR, nodePortAddresses := fs.Lookup("cluster-cidr").Value.String(), fs.Lookup("nodeport-addresses").Value.String()
 	if o.clusterCIDRs, err = parseCIDRs("--cluster-cidr", clusterCIDR); err != nil {
 		return nil, err
 	}
 	if err := onePerFamily("--cluster-cidr", o.clusterCIDRs); err != nil {
 		return nil, err
 	}
-	if strings.TrimSpace(nodePortAddresses) == "primary" {
+	// As kube-proxy's: CIDRs and the keywords of nodePortAddresses.
+	var npa []string
+	for _, s := range strings.Split(nodePortAddresses, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			npa = append(npa, s)
+		}
+	}
+	if nodePortAddresses, err = nodePortAddressesValue(npa); err != nil {
+		return nil, fmt.Errorf("--nodeport-addresses: %w", err)
+	}
+	if nodePortAddresses == "primary" {
 		o.nodePortPrimary = true
 	} else if o.nodePortAddresses, err = parseCIDRs("--nodeport-addresses", nodePortAddresses); err != nil {
 		return nil, err
@@ -145,6 +217,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	o.chainPrefix = o.names.Chains().Prefix()
 	o.nftTable = nftTableName(o.chainPrefix)
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := applyDeprecatedPorts(fs, o, k, given); err != nil {
+		return nil, err
+	}
 	if o.healthzBindAddress, err = bindAddress("--healthz-bind-address", o.healthzBindAddress, defaultHealthzPort); err != nil {
 		return nil, err
 	}
@@ -163,6 +240,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.mode == modeNFTables && !o.nodePortPrimary && len(o.nodePortAddresses) == 0 {
 		o.nodePortPrimary = true
 	}
+	if err := applyKubeProxyFlags(fs, o, k, given); err != nil {
+		return nil, err
+	}
 	if o.syncPeriod <= 0 {
 		return nil, fmt.Errorf("--sync-period %v: must be positive", o.syncPeriod)
 	}
@@ -172,8 +252,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.driftCheckPeriod < 0 {
 		return nil, fmt.Errorf("--iptables-drift-check-period %v: must not be negative", o.driftCheckPeriod)
 	}
-	if n := count(o.dryRun, o.once, o.cleanup); n > 1 {
-		return nil, errors.New("--dry-run, --once and --cleanup exclude each other")
+	if n := count(o.dryRun, o.once, o.cleanup, o.initOnly, o.writeConfigTo != ""); n > 1 {
+		return nil, errors.New("--dry-run, --once, --cleanup, --init-only and --write-config-to exclude each other")
 	}
 	if o.cleanup && o.manifests != "" {
 		return nil, errors.New("--cleanup needs no cluster: leave out --manifests")

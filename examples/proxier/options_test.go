@@ -16,17 +16,7 @@ import (
 )
 
 func TestParseOptions(t *testing.T) {
-	defaults := options{
-		mode:               modeIPTables,
-		healthzBindAddress: "0.0.0.0:10256",
-		metricsBindAddress: "127.0.0.1:10249",
-		syncPeriod:         30 * time.Second,
-		minSyncPeriod:      time.Second,
-		driftCheckPeriod:   30 * time.Second,
-		chainPrefix:        "KUBE",
-		nftTable:           "kube-proxy",
-		localhostNodePorts: true,
-	}
+	defaults := flagDefaults()
 	with := func(f func(*options)) *options {
 		o := defaults
 		f(&o)

@@ -27,8 +27,14 @@ const manifestSettle = 100 * time.Millisecond
 // run is the proxier. It returns when ctx is done, or after the first sync
 // with --dry-run and --once.
 func run(ctx context.Context, o *options, env *environment) error {
+	if o.writeConfigTo != "" {
+		return writeConfigFile(o)
+	}
 	if o.cleanup {
 		return cleanup(ctx, env, o.names, o.nftTable)
+	}
+	if o.initOnly {
+		return initNode(ctx, o, env)
 	}
 	longRunning := !o.dryRun && !o.once
 	nodeName, err := o.nodeName()
