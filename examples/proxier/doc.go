@@ -54,8 +54,8 @@
 // --sync-period, --min-sync-period, --cleanup (of every mode) and -v; and
 // --manifests PATH (Services, EndpointSlices, Nodes and ServiceCIDRs from a
 // YAML file or directory, followed for edits), --dry-run, --once and
-// --iptables-drift-check-period (how often iptables mode checks that no
-// service's top-level rule was deleted by hand) and --chain-prefix (the
+// --iptables-drift-check-period (how often iptables mode checks that its
+// rules, top-level and per-service chains, are still what it wrote) and --chain-prefix (the
 // names of the chains, ipsets and nftables table the proxier owns, for
 // running beside kube-proxy). See README.md
 // beside this file for the details and the tests.

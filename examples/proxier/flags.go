@@ -108,7 +108,7 @@ var flagTable = []flagRow{
 	{"log-text-info-buffer-size", "logging.options.text.infoBufferSize", flagRefused, "not implemented (alpha in kube-proxy)", true},
 	{"log-json-split-stream", "logging.options.json.splitStream", flagRefused, "not implemented (alpha in kube-proxy)", true},
 	{"log-json-info-buffer-size", "logging.options.json.infoBufferSize", flagRefused, "not implemented (alpha in kube-proxy)", true},
-	{"iptables-drift-check-period", "", flagOwn, "how often iptables mode checks its top-level rules; 0 turns the check off", true},
+	{"iptables-drift-check-period", "", flagOwn, "how often iptables mode checks its rules (top-level and per-service chains) against what it wrote; 0 turns the check off", true},
 	{"chain-prefix", "", flagOwn, "the prefix of every chain and ipset, and the nftables table's name", true},
 	{"manifests", "", flagOwn, "reads the cluster from YAML instead of an API server", true},
 	{"dry-run", "", flagOwn, "prints the first sync and exits", true},

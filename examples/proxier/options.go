@@ -162,7 +162,7 @@ func newFlagSet(stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags) {
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+defaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "The longest time between syncs of the rules.")
 	fs.DurationVar(&o.minSyncPeriod, "min-sync-period", time.Second, "The shortest time between syncs of the rules.")
-	fs.DurationVar(&o.driftCheckPeriod, "iptables-drift-check-period", 30*time.Second, "How often iptables mode checks that every service's rule in the top-level chains is still there, and syncs everything when one is not; 0 turns the check off. A check reads those chains (about 0.1 s on nft and 1 s on legacy at 10,000 services; see BENCHMARKS.md).")
+	fs.DurationVar(&o.driftCheckPeriod, "iptables-drift-check-period", 30*time.Second, "How often iptables mode checks its rules against what it wrote (the top-level chains' service rules at every check; the rule counts and targets of every KUBE-SVC/SVL/EXT/FW/SEP chain at every check with iptables-legacy and every 10th with iptables-nft), and syncs everything when one differs; 0 turns the check off. Its cost is in BENCHMARKS.md.")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "Remove every rule the proxier made, then exit.")
 	fs.StringVar(&o.manifests, "manifests", "", "Read Services, EndpointSlices, Nodes and ServiceCIDRs from this YAML file or directory, and follow changes to it, instead of an API server.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Print what the first full sync would apply and exit; touch nothing and need no privileges.")
