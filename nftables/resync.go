@@ -562,7 +562,7 @@ func (w *Writer) endpointsListDue() bool {
 // strayElement returns an element of t with key, as split by nft's " . ",
 // that the writer does not hold. With lookup, a map's element gets a
 // value of the map's type, for CheckElements (a deletion needs none): a
-// verdict, or zero addresses and ports.
+// verdict, or the loopback address and port 1.
 func (w *Writer) strayElement(t *elemTable, key string, lookup bool) *knftables.Element {
 	el := &knftables.Element{Family: w.family, Table: w.table, Key: strings.Split(key, " . ")}
 	if !t.isMap {
@@ -583,7 +583,7 @@ func (w *Writer) strayElement(t *elemTable, key string, lookup bool) *knftables.
 		case fAddr:
 			el.Value = append(el.Value, strings.TrimSuffix(w.loopback, "/8"))
 		default:
-			el.Value = append(el.Value, "0")
+			el.Value = append(el.Value, "1")
 		}
 	}
 	return el
