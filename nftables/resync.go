@@ -75,12 +75,16 @@ type TableChanges struct {
 	// Touched is false when no batch changed anything in the table; the
 	// other fields are then empty.
 	Touched bool
-	// All says the batches changed more than Chains and Elements list
-	// (the table or a set was added or deleted, or there was too much to
-	// keep): the whole table must be compared.
+	// All says the batches changed more than Chains, Sets and Elements
+	// list (the table was added or deleted, a set flushed, or there was
+	// too much to keep): the whole table must be compared.
 	All bool
 	// Chains are the chains added, deleted, or whose rules changed.
 	Chains map[string]bool
+	// Sets are the named sets and maps added or deleted (not the
+	// anonymous ones of rules, which go with their chains). A
+	// TableWatcher that does not tell them apart says All instead.
+	Sets map[string]bool
 	// Elements are, by set or map name, the keys of the elements added
 	// or deleted, their parts joined by " . " as nft writes them.
 	// Elements of sets whose elements the writer does not compare
@@ -224,6 +228,13 @@ func (w *Writer) readGen(logger klog.Logger) (unchanged bool, scope *TableChange
 		return true, nil
 	case ch.All:
 		return false, nil
+	}
+	// One of the writer's own sets deleted (and maybe added again)
+	// took its elements with it: compare them all.
+	for set := range ch.Sets {
+		if w.drift.sets[set] {
+			return false, nil
+		}
 	}
 	return false, &ch
 }
@@ -488,10 +499,10 @@ func (w *Writer) dropForeign(logger klog.Logger, counts map[string]int, scope *T
 			n++
 		}
 	}
-	// A set added or deleted makes the watcher's scope "everything":
-	// with a scope, no set was.
+	// With a scope, only if it names a set added or deleted (none of
+	// the writer's: see readGen).
 	lister, ok := w.kernel.(TableLister)
-	if !ok || scope != nil {
+	if !ok || scope != nil && len(scope.Sets) == 0 {
 		return n, true
 	}
 	sets, err := lister.Sets(w.family, w.table)

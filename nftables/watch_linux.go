@@ -84,6 +84,7 @@ type batchChanges struct {
 	gen      uint32
 	all      bool
 	chains   map[string]bool
+	sets     map[string]bool
 	elements map[string]map[string]bool
 	keys     int
 }
@@ -112,6 +113,16 @@ func (b *batchChanges) record(m netlink.Message) {
 			b.chains = map[string]bool{}
 		}
 		b.chains[attrString(m.Data, unix.NFTA_RULE_CHAIN)] = true
+	case unix.NFT_MSG_NEWSET, unix.NFT_MSG_DELSET:
+		// Anonymous sets come and go with the rules that hold them,
+		// whose chains are recorded.
+		if flags, ok := attr(m.Data, unix.NFTA_SET_FLAGS); ok && len(flags) == 4 && binary.BigEndian.Uint32(flags)&unix.NFT_SET_ANONYMOUS != 0 {
+			return
+		}
+		if b.sets == nil {
+			b.sets = map[string]bool{}
+		}
+		b.sets[attrString(m.Data, unix.NFTA_SET_NAME)] = true
 	case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
 		set := attrString(m.Data, unix.NFTA_SET_ELEM_LIST_SET)
 		spec, ok := checkSets[set]
@@ -131,7 +142,7 @@ func (b *batchChanges) record(m netlink.Message) {
 			b.element(set, k)
 		}
 	default:
-		// The table, a set, an object: more than can be listed.
+		// The table, an object: more than can be listed.
 		b.all = true
 	}
 }
@@ -464,7 +475,7 @@ func (w *KernelWatcher) Changes(family knftables.Family, table string, after, up
 		out.All = true
 		return out, true
 	}
-	out.Chains, out.Elements = map[string]bool{}, map[string]map[string]bool{}
+	out.Chains, out.Sets, out.Elements = map[string]bool{}, map[string]bool{}, map[string]map[string]bool{}
 	for _, b := range l.batches {
 		if !genLE(b.gen, upTo) {
 			continue
@@ -472,6 +483,9 @@ func (w *KernelWatcher) Changes(family knftables.Family, table string, after, up
 		out.All = out.All || b.all
 		for c := range b.chains {
 			out.Chains[c] = true
+		}
+		for set := range b.sets {
+			out.Sets[set] = true
 		}
 		for set, keys := range b.elements {
 			if out.Elements[set] == nil {

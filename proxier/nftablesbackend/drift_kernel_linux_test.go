@@ -40,6 +40,17 @@ func ruleHandle(t testing.TB, ns *kerneltest.NS, fam, table, chain, match string
 	return m[1]
 }
 
+// sharedChain returns the name of a shared load-balancing chain of the
+// table (lb-N, N the endpoint count of services that use it).
+func sharedChain(t testing.TB, ns *kerneltest.NS, fam, table string) string {
+	t.Helper()
+	m := regexp.MustCompile(`chain (lb-\d+) `).FindStringSubmatch(ns.MustExec(t, "nft", "list", "chains", fam))
+	if m == nil {
+		t.Fatalf("no shared chain in table %s %s", fam, table)
+	}
+	return m[1]
+}
+
 func ipKeyword(family v1.IPFamily) string {
 	if family == v1.IPv6Protocol {
 		return "ip6"
@@ -64,13 +75,13 @@ var driftCases = []driftCase{
 		return [][]string{{"delete", "rule", fam, table, "services", "handle", ruleHandle(t, ns, fam, table, "services", "@service-ips")}}
 	}},
 	{"a chain flushed", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
-		return [][]string{{"flush", "chain", fam, table, "lb-2"}}
+		return [][]string{{"flush", "chain", fam, table, sharedChain(t, ns, fam, table)}}
 	}},
 	{"a service element added", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
-		return [][]string{{"add", "element", fam, table, "service-ips", "{ " + ipOf(family, 0x61_00_00) + " . tcp . 80 : goto lb-2 }"}}
+		return [][]string{{"add", "element", fam, table, "service-ips", "{ " + ipOf(family, 0x61_00_00) + " . tcp . 80 : goto " + sharedChain(t, ns, fam, table) + " }"}}
 	}},
 	{"an endpoints element added", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
-		return [][]string{{"add", "element", fam, table, "endpoints", "{ " + ipOf(family, 0x60_00_00) + " . tcp . 80 . 5 : " + ipOf(family, 0xf5_00_00) + " . 8080 }"}}
+		return [][]string{{"add", "element", fam, table, "endpoints", "{ " + ipOf(family, 0x60_00_00) + " . tcp . 80 . 99 : " + ipOf(family, 0xf5_00_00) + " . 8080 }"}}
 	}},
 	{"a chain added", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
 		return [][]string{{"add", "chain", fam, table, "intruder"}, {"add", "rule", fam, table, "intruder", "counter", "accept"}}
@@ -243,18 +254,38 @@ func TestKernelDriftRepairTimes(t *testing.T) {
 	}
 	kerneltest.Require(t, "nft")
 	ns := kerneltest.NewNS(t)
-	k := newKernelFamily(t, ns, v1.IPv4Protocol, 10000, 10, WithSplitFirstLoad(nil))
+	k := newKernelFamily(t, ns, v1.IPv4Protocol, 10000, 10, WithSplitFirstLoad(nil), WithNetlinkElementSyncs(nil))
 	fam, table := string(k.b.Family()), k.b.Table()
 	want := kerneltest.ListTable(t, ns, fam, table)
 	r := startDriftRig(t, k)
+	// The watcher's signal of the change's commit: nft itself takes
+	// seconds to read the table before it commits, so the time is taken
+	// from the signal of the commit, not from the command.
+	committed := k.b.watcher.Notify(k.b.Family(), table)
 	for round := range 3 {
 		for _, tc := range driftCases {
-			for _, args := range tc.nft(t, ns, v1.IPv4Protocol, fam, table) {
+			cmds := tc.nft(t, ns, v1.IPv4Protocol, fam, table)
+			// Forget the signals of the repairs before: wait until the
+			// watcher has read every batch so far, then drain.
+			g, err := k.b.watcher.Generation()
+			if err != nil {
+				t.Fatal(err)
+			}
+			k.b.watcher.Changes(k.b.Family(), table, g-1, g)
+			select {
+			case <-committed:
+			default:
+			}
+			changed := make(chan time.Time, 1)
+			go func() {
+				<-committed
+				changed <- time.Now()
+			}()
+			for _, args := range cmds {
 				ns.MustExec(t, "nft", args...)
 			}
-			changed := time.Now()
 			<-r.lost
-			found := time.Since(changed)
+			found := time.Since(<-changed)
 			start := time.Now()
 			full := k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{})
 			t.Logf("round %d, %s: lost after %v, repair sync %v (full %v)", round, tc.name, found.Round(10*time.Microsecond), time.Since(start).Round(10*time.Microsecond), full)
