@@ -207,7 +207,7 @@ func (w *Writer) readGen(logger klog.Logger) (unchanged bool, scope *TableChange
 		return false, nil
 	}
 	if g == w.gt.base {
-		return !w.endpointsListDue(), nil
+		return !w.thoroughPending(), nil
 	}
 	// While base is valid, every batch after it is another's (the
 	// writer's own vouched ones moved base): if none touched the table,
@@ -247,8 +247,9 @@ type driftState struct {
 	// touched: readGen learned from a TableWatcher that others' batches
 	// changed the table since the writer's last transaction.
 	touched bool
-	// listed is when the endpoints maps were last listed, or flushed
-	// by a full sync; unlisted, that a comparison since left them out.
+	// listed is when a comparison last looked up every element and
+	// listed the endpoints maps, or a full sync flushed them; unlisted,
+	// that a comparison since did not.
 	listed   time.Time
 	unlisted bool
 	// sets are the sets and maps the writer left in the table.
@@ -305,7 +306,7 @@ func (w *Writer) Drifted() (bool, error) {
 		return false, err
 	}
 	if g == w.gt.base {
-		return w.endpointsListDue(), nil
+		return w.thoroughPending(), nil
 	}
 	tw, ok := w.kernel.(TableWatcher)
 	if !ok {
@@ -362,14 +363,19 @@ var staticChains = func() map[string]bool {
 //
 // With a scope, only the elements in it are compared, and an element in
 // it that the writer does not hold is looked up and deleted if present
-// (the chains are always compared: they are few). Without one, every
-// element the writer holds is looked up by key and, with a TableLister,
-// the sets are listed, and the elements of the sets listed whose
-// elements the writer does not hold deleted; the endpoints and
-// nodeport-endpoints maps, whose size is the number of endpoints, at
-// most once a FullSyncPeriod (and never without one): their keys carry an index
-// below the service's endpoint count, so an element another added there
-// that the writer does not hold is never looked up by its rules.
+// (the chains are always compared: they are few). Without one, the
+// comparison is thorough at most once a FullSyncPeriod (every time
+// without a period, or without a TableLister): every element the writer
+// holds is looked up by key and every set listed; in between, with a
+// TableLister, the sets are listed but the endpoints and
+// nodeport-endpoints maps, whose size is the number of endpoints, and
+// elements missing from or added to them are found by key, not their
+// values (a verdict changed in place waits for the thorough one, as do
+// the endpoints maps). Their keys carry an index below the service's
+// endpoint count, so an element another added to them that the writer
+// does not hold is never looked up by its rules; looking up every
+// element and listing those maps costs the kernel seconds at 10,000
+// services (BENCHMARKS.md).
 //
 // It does not see a rule changed in place (same count) unless a scope
 // names its chain, or the elements of the interval sets (firewall-allow,
@@ -401,6 +407,12 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger, scope *Tabl
 		chains = append(chains, name)
 	}
 
+	// Without a scope, every element is looked up by key only once a
+	// FullSyncPeriod (thorough, which costs the kernel most of a
+	// comparison); the comparisons between list the sets instead, but
+	// the endpoints maps.
+	lister, _ := w.kernel.(TableLister)
+	thorough := lister == nil || w.thoroughDue()
 	var elems []*knftables.Element
 	var entries []*elemEntry
 	var tabs []*elemTable
@@ -424,6 +436,9 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger, scope *Tabl
 					strays = append(strays, w.strayElement(t, key, true))
 				}
 			}
+			continue
+		}
+		if !thorough {
 			continue
 		}
 		for _, e := range t.entries {
@@ -467,12 +482,13 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger, scope *Tabl
 		t.markDirty(e)
 		drifted++
 	}
-	if scope == nil {
-		n, ok := w.dropStrayElements(logger)
+	if scope == nil && lister != nil {
+		missing, stray, ok := w.listElements(logger, lister, thorough)
 		if !ok {
 			return 0, false
 		}
-		foreign += n
+		drifted += missing
+		foreign += stray
 	}
 	if len(chains) > 0 {
 		w.rewriteChains(chains)
@@ -525,50 +541,62 @@ func (w *Writer) dropForeign(logger klog.Logger, counts map[string]int, scope *T
 	return n, true
 }
 
-// dropStrayElements lists the sets and maps the writer compares (see
-// checkDrift for the endpoints maps) and queues the deletion of the
-// elements it does not hold. Without a TableLister it does nothing.
-func (w *Writer) dropStrayElements(logger klog.Logger) (int, bool) {
-	lister, ok := w.kernel.(TableLister)
-	if !ok {
-		return 0, true
-	}
-	now := w.clock.Now()
-	big := w.cfg.FullSyncPeriod > 0 && now.Sub(w.drift.listed) >= w.cfg.FullSyncPeriod
-	n := 0
+// listElements lists the sets and maps the writer compares, and queues
+// the addition of the elements it holds that are missing (marked for the
+// tables' diff) and the deletion of those it does not hold. It returns
+// how many of each. The endpoints and nodeport-endpoints maps are listed
+// only when thorough (see checkDrift); otherwise the comparison is
+// remembered as partial (thoroughPending).
+func (w *Writer) listElements(logger klog.Logger, lister TableLister, thorough bool) (missing, stray int, ok bool) {
 	for _, t := range w.tables {
 		if t.name == firewallAllowSet {
 			continue
 		}
-		if (t.name == endpointsMap || t.name == nodePortEndpointsMap) && !big {
+		if (t.name == endpointsMap || t.name == nodePortEndpointsMap) && !thorough {
 			w.drift.unlisted = true
 			continue
 		}
 		keys, err := lister.ElementKeys(w.family, w.table, t.name)
 		if err != nil {
 			logger.Error(err, "Listing an nftables set failed; rewriting the table", "table", w.table, "ipFamily", w.cfg.IPFamily, "set", t.name)
-			return 0, false
+			return 0, 0, false
 		}
+		listed := make(map[string]bool, len(keys))
 		for _, key := range keys {
+			listed[key] = true
+			// An entry not in the kernel and dirty was found to hold
+			// another value: its deletion is queued already.
 			if e := t.entries[key]; e == nil || !e.inKernel && !e.isDirty {
 				w.elemDels = append(w.elemDels, op{opDelete, w.strayElement(t, key, false)})
-				n++
+				stray++
+			}
+		}
+		for key, e := range t.entries {
+			if e.inKernel && !listed[key] {
+				e.inKernel = false
+				t.count(e.written.value, -1)
+				t.markDirty(e)
+				missing++
 			}
 		}
 	}
-	if big {
-		w.drift.listed, w.drift.unlisted = now, false
+	if thorough {
+		w.drift.listed, w.drift.unlisted = w.clock.Now(), false
 	}
-	return n, true
+	return missing, stray, true
 }
 
-// endpointsListDue reports whether a comparison left the endpoints maps
-// unlisted (see checkDrift) at least FullSyncPeriod after they were last
-// listed: the kernel may then hold there what others added, unseen, and
-// the next resync must compare even if no one committed since.
-func (w *Writer) endpointsListDue() bool {
-	return w.drift.unlisted && w.cfg.FullSyncPeriod > 0 && w.clock.Now().Sub(w.drift.listed) >= w.cfg.FullSyncPeriod
+// thoroughDue reports whether a comparison without a scope must look up
+// every element and list the endpoints maps: FullSyncPeriod has passed
+// since the last that did (or the last full sync), or there is none.
+func (w *Writer) thoroughDue() bool {
+	return w.cfg.FullSyncPeriod <= 0 || w.clock.Now().Sub(w.drift.listed) >= w.cfg.FullSyncPeriod
 }
+
+// thoroughPending reports whether a comparison since the last thorough
+// one was not, and a thorough one is due: the next resync must then
+// compare even if no one committed since.
+func (w *Writer) thoroughPending() bool { return w.drift.unlisted && w.thoroughDue() }
 
 // strayElement returns an element of t with key, as split by nft's " . ",
 // that the writer does not hold. With lookup, a map's element gets a

@@ -89,14 +89,23 @@ func TestWriterRepairsDriftOnRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		change func(r *resyncRig, tx *knftables.Transaction)
-		// hourly: the change is found only by a periodic resync without
-		// a watcher (an element of the endpoints maps).
+		// hourly: without a watcher, the change is found only by the
+		// thorough comparison, once a FullSyncPeriod (an element of the
+		// endpoints maps).
 		hourly bool
 	}{
 		{
-			name: "an element deleted",
+			name: "an endpoints element deleted",
 			change: func(r *resyncRig, tx *knftables.Transaction) {
 				el := *r.firstElement("endpoints")
+				tx.Delete(&el)
+			},
+			hourly: true,
+		},
+		{
+			name: "a cluster IP element deleted",
+			change: func(r *resyncRig, tx *knftables.Transaction) {
+				el := *r.firstElement("cluster-ips")
 				tx.Delete(&el)
 			},
 		},

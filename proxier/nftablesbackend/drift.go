@@ -26,10 +26,13 @@ import (
 //   - what the watcher missed (a commit while it was out of the group for
 //     one of the Backend's full syncs, or notifications lost) and, without
 //     the watcher, any commit by another program in the namespace, at the
-//     next periodic check: then the whole table is compared by key and by
-//     rule count, and the sets and the chains are listed; the elements of
-//     the endpoints maps (whose keys an element another program added
-//     there never matches) are listed at most once per full sync period;
+//     next periodic check: then the chains (and their rule counts), the
+//     sets and maps, and the elements of all but the endpoints maps are
+//     listed, and what is missing or added is repaired;
+//   - without the watcher, an element of the endpoints maps deleted or
+//     added and an element whose value was changed in place, at the
+//     first check a full sync period after the last thorough comparison,
+//     which looks every element up by key (nftables.Writer's resync);
 //   - a rule changed in place, with the same number of rules in its
 //     chain, and the elements of the interval sets (firewall-allow,
 //     nodeport-ips), only when the watcher names the chain or set, or

@@ -202,39 +202,53 @@ func TestKernelDriftRepaired(t *testing.T) {
 	}
 }
 
-// TestKernelDriftPeriodicCheck checks that a change the watcher missed (made
-// while it was out of the monitor group, as during the Backend's full
-// syncs) is found by the periodic drift check and repaired by a partial
-// sync, for an element deleted and for a chain added.
+// TestKernelDriftPeriodicCheck checks that a change the watcher missed
+// (made while it was out of the monitor group, as during the Backend's
+// full syncs) is found by the periodic drift check and repaired by a
+// partial sync: a cluster IP element deleted and a chain added by the
+// check's listing; an endpoints element deleted by the thorough
+// comparison, which a full sync period brings (here, at once).
 func TestKernelDriftPeriodicCheck(t *testing.T) {
 	kerneltest.Require(t, "nft")
 	ns := kerneltest.NewNS(t)
+	clusterIPDeleted := driftCase{"a cluster IP element deleted", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
+		return [][]string{{"delete", "element", fam, table, "cluster-ips", "{ " + ipOf(family, 0x60_00_01) + " }"}}
+	}}
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		t.Run(string(family), func(t *testing.T) {
-			k := newKernelFamily(t, ns, family, 3, 2, WithDriftCheckPeriod(50*time.Millisecond))
-			fam, table := string(k.b.Family()), k.b.Table()
-			want := kerneltest.ListTable(t, ns, fam, table)
-			r := startDriftRig(t, k)
-			for _, tc := range []driftCase{driftCases[0], driftCases[5]} {
-				cmds := tc.nft(t, ns, family, fam, table)
-				if err := k.b.watcher.Quiet(func() error {
-					for _, args := range cmds {
-						if _, err := ns.Exec("nft", args...); err != nil {
-							return err
+		for _, tc := range []struct {
+			name   string
+			period time.Duration
+			cases  []driftCase
+		}{
+			{"listing", time.Hour, []driftCase{clusterIPDeleted, driftCases[5]}},
+			{"thorough", time.Nanosecond, []driftCase{driftCases[0]}},
+		} {
+			t.Run(string(family)+"/"+tc.name, func(t *testing.T) {
+				k := newKernelFamily(t, ns, family, 3, 2, WithDriftCheckPeriod(50*time.Millisecond), WithFullSyncPeriod(tc.period))
+				fam, table := string(k.b.Family()), k.b.Table()
+				want := kerneltest.ListTable(t, ns, fam, table)
+				r := startDriftRig(t, k)
+				for _, dc := range tc.cases {
+					cmds := dc.nft(t, ns, family, fam, table)
+					if err := k.b.watcher.Quiet(func() error {
+						for _, args := range cmds {
+							if _, err := ns.Exec("nft", args...); err != nil {
+								return err
+							}
 						}
+						return nil
+					}); err != nil {
+						t.Fatal(err)
 					}
-					return nil
-				}); err != nil {
-					t.Fatal(err)
+					if full, _ := r.awaitRepair(t, time.Now()); full {
+						t.Errorf("%s: the repair was a full sync", dc.name)
+					}
+					if diff := cmp.Diff(want, kerneltest.ListTable(t, ns, fam, table)); diff != "" {
+						t.Errorf("%s: table after the repair (-want +got):\n%s", dc.name, diff)
+					}
 				}
-				if full, _ := r.awaitRepair(t, time.Now()); full {
-					t.Errorf("%s: the repair was a full sync", tc.name)
-				}
-				if diff := cmp.Diff(want, kerneltest.ListTable(t, ns, fam, table)); diff != "" {
-					t.Errorf("%s: table after the repair (-want +got):\n%s", tc.name, diff)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
