@@ -218,11 +218,7 @@ func attrString(data []byte, typ uint16) string {
 // RuleCounts asks for the table, then dumps its chains and its rules
 // (counted by chain, not decoded).
 func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[string]int, error) {
-	fam, err := nfproto(family)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := s.dial()
+	fam, conn, err := s.dialFamily(family)
 	if err != nil {
 		return nil, err
 	}

@@ -36,3 +36,11 @@ func (unsupportedState) RuleCounts(knftables.Family, string) (map[string]int, er
 func (unsupportedState) CheckElements([]*knftables.Element) ([]ElementState, error) {
 	return nil, errUnsupported
 }
+
+func (unsupportedState) Sets(knftables.Family, string) (map[string]bool, error) {
+	return nil, errUnsupported
+}
+
+func (unsupportedState) ElementKeys(knftables.Family, string, string) ([]string, error) {
+	return nil, errUnsupported
+}

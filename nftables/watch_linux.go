@@ -50,6 +50,8 @@ type KernelWatcher struct {
 	batch          map[tableKey]*batchChanges
 	closed         bool
 	done           chan struct{}
+	// subs are Notify's channels, by table.
+	subs map[tableKey][]chan struct{}
 }
 
 type tableKey struct {
@@ -82,6 +84,7 @@ type batchChanges struct {
 	gen      uint32
 	all      bool
 	chains   map[string]bool
+	sets     map[string]bool
 	elements map[string]map[string]bool
 	keys     int
 }
@@ -110,6 +113,16 @@ func (b *batchChanges) record(m netlink.Message) {
 			b.chains = map[string]bool{}
 		}
 		b.chains[attrString(m.Data, unix.NFTA_RULE_CHAIN)] = true
+	case unix.NFT_MSG_NEWSET, unix.NFT_MSG_DELSET:
+		// Anonymous sets come and go with the rules that hold them,
+		// whose chains are recorded.
+		if flags, ok := attr(m.Data, unix.NFTA_SET_FLAGS); ok && len(flags) == 4 && binary.BigEndian.Uint32(flags)&unix.NFT_SET_ANONYMOUS != 0 {
+			return
+		}
+		if b.sets == nil {
+			b.sets = map[string]bool{}
+		}
+		b.sets[attrString(m.Data, unix.NFTA_SET_NAME)] = true
 	case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
 		set := attrString(m.Data, unix.NFTA_SET_ELEM_LIST_SET)
 		spec, ok := checkSets[set]
@@ -129,7 +142,7 @@ func (b *batchChanges) record(m netlink.Message) {
 			b.element(set, k)
 		}
 	default:
-		// The table, a set, an object: more than can be listed.
+		// The table, an object: more than can be listed.
 		b.all = true
 	}
 }
@@ -212,7 +225,8 @@ func decodeFields(fields []field, b []byte, v6 bool) (string, bool) {
 // joined. Close stops it.
 func WatchKernel(netnsFD int) (*KernelWatcher, error) {
 	w := &KernelWatcher{netlinkState: netlinkState{netns: netnsFD}, notify: make(chan struct{}),
-		logs: map[tableKey]*tableLog{}, batch: map[tableKey]*batchChanges{}, done: make(chan struct{})}
+		logs: map[tableKey]*tableLog{}, batch: map[tableKey]*batchChanges{}, done: make(chan struct{}),
+		subs: map[tableKey][]chan struct{}{}}
 	conn, err := w.dial()
 	if err != nil {
 		return nil, err
@@ -291,12 +305,14 @@ func (w *KernelWatcher) read() {
 				w.mu.Lock()
 				w.lostPending = true
 				clear(w.batch)
+				w.tellAll()
 				w.mu.Unlock()
 				continue
 			}
 			w.mu.Lock()
 			w.closed = true
 			w.wake()
+			w.tellAll()
 			w.mu.Unlock()
 			return
 		}
@@ -326,6 +342,7 @@ func (w *KernelWatcher) read() {
 			g := binary.BigEndian.Uint32(v)
 			for k, b := range w.batch {
 				w.logBatch(k, g, b)
+				tell(w.subs[k])
 			}
 			clear(w.batch)
 			if w.lostPending {
@@ -358,6 +375,42 @@ func (w *KernelWatcher) logBatch(k tableKey, g uint32, b *batchChanges) {
 	}
 	l.batches = append(l.batches, b)
 	l.keys += b.keys
+}
+
+// Notify returns a channel on which the watcher signals, from its own
+// goroutine, that a batch committed a change to the table, that it lost
+// notifications (the table may have been changed), or that it stopped.
+// A signal not yet received is kept, and later ones merge into it: it
+// says "look", not how many batches. The watcher signals every batch,
+// the caller's own included (except those run inside Quiet); a writer's
+// Drifted tells them from others'. The channel is never closed.
+func (w *KernelWatcher) Notify(family knftables.Family, table string) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	fam, err := nfproto(family)
+	if err != nil {
+		return ch
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := tableKey{fam, table}
+	w.subs[k] = append(w.subs[k], ch)
+	return ch
+}
+
+// tellAll signals every Notify channel. w.mu is held.
+func (w *KernelWatcher) tellAll() {
+	for _, chs := range w.subs {
+		tell(chs)
+	}
+}
+
+func tell(chs []chan struct{}) {
+	for _, ch := range chs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // wake tells the callers of Changes waiting on notify that seen or closed
@@ -422,7 +475,7 @@ func (w *KernelWatcher) Changes(family knftables.Family, table string, after, up
 		out.All = true
 		return out, true
 	}
-	out.Chains, out.Elements = map[string]bool{}, map[string]map[string]bool{}
+	out.Chains, out.Sets, out.Elements = map[string]bool{}, map[string]bool{}, map[string]map[string]bool{}
 	for _, b := range l.batches {
 		if !genLE(b.gen, upTo) {
 			continue
@@ -430,6 +483,9 @@ func (w *KernelWatcher) Changes(family knftables.Family, table string, after, up
 		out.All = out.All || b.all
 		for c := range b.chains {
 			out.Chains[c] = true
+		}
+		for set := range b.sets {
+			out.Sets[set] = true
 		}
 		for set, keys := range b.elements {
 			if out.Elements[set] == nil {

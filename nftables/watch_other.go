@@ -21,3 +21,6 @@ func (*KernelWatcher) Close() error { return nil }
 func (*KernelWatcher) Changes(knftables.Family, string, uint32, uint32) (TableChanges, bool) {
 	return TableChanges{}, false
 }
+
+// Notify returns a channel that is never signalled.
+func (*KernelWatcher) Notify(knftables.Family, string) <-chan struct{} { return make(chan struct{}) }

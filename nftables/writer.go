@@ -315,6 +315,7 @@ type Writer struct {
 	kernel     KernelState
 	gt         genTrack
 	ruleCounts map[string]int
+	drift      driftState
 }
 
 type tableID uint8
@@ -571,7 +572,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	unchanged, scope := w.readGen(logger)
 	now := w.clock.Now()
 	resync, drifted := ResyncNone, 0
-	if !full && w.cfg.FullSyncPeriod > 0 && now.Sub(w.lastFull) >= w.cfg.FullSyncPeriod {
+	if w.resyncDue(now, full) {
 		switch {
 		case w.kernel == nil:
 			full, resync = true, ResyncRewrite

@@ -3,6 +3,8 @@ package kerneltest
 import (
 	"bytes"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -25,4 +27,25 @@ func CheckNFT(t testing.TB, input []byte) {
 	if got := ns.MustExec(t, "nft", "list", "ruleset"); strings.TrimSpace(got) != "" {
 		t.Errorf("nft --check applied something:\n%s", got)
 	}
+}
+
+// nftElements matches an element list of nft's listing.
+var nftElements = regexp.MustCompile(`(?s)elements = \{(.*?)\}`)
+
+// ListTable returns `nft list table family table` in ns with the elements
+// of each set and map sorted, one a line: the kernel lists a hash set in
+// the order of its buckets, which depends on the set's random seed and on
+// what was added and deleted before, not on what it holds. It fails t if
+// nft fails.
+func ListTable(t testing.TB, ns *NS, family, table string) string {
+	t.Helper()
+	out := ns.MustExec(t, "nft", "list", "table", family, table)
+	return nftElements.ReplaceAllStringFunc(out, func(block string) string {
+		var els []string
+		for _, e := range strings.Split(nftElements.FindStringSubmatch(block)[1], ",") {
+			els = append(els, strings.Join(strings.Fields(e), " "))
+		}
+		slices.Sort(els)
+		return "elements = { " + strings.Join(els, ",\n") + " }"
+	})
 }

@@ -59,6 +59,12 @@ type Backend struct {
 	// has run: the repair is then pending, and a check does not ask for
 	// it again.
 	tableLost atomic.Bool
+	// driftCheckPeriod is how often Run asks the writer whether others
+	// changed the table (WithDriftCheckPeriod); zero: never.
+	driftCheckPeriod time.Duration
+	// repairPending is set when a drift check asked for a repair, until
+	// a sync has run; repairOnly while it calls lost (requestRepair).
+	repairPending, repairOnly atomic.Bool
 }
 
 var _ proxier.Backend = (*Backend)(nil)
@@ -213,7 +219,7 @@ const fullSyncPeriod = time.Hour
 // always fails without WithTableLookup).
 func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface, opts ...Option) (*Backend, error) {
 	b := &Backend{family: cfg.IPFamily, out: io.Discard, checkInterval: proxier.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod,
-		timeout: nftables.DefaultCommandTimeout}
+		timeout: nftables.DefaultCommandTimeout, driftCheckPeriod: proxier.DefaultSyncPeriod}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
@@ -322,6 +328,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 	// went with the table (nftables.Writer.RequestFullSync).
 	err := b.apply(ctx, res)
 	b.tableLost.Store(false)
+	b.repairPending.Store(false)
 	if err != nil {
 		return result(res), fmt.Errorf("%s %s sync of nftables table %s %s: %w", b.family, syncKind(res.Full), b.w.Family(), b.w.Table(), err)
 	}
@@ -390,8 +397,16 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 	return err
 }
 
-// RequestFullSync is part of proxier.Backend.
-func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
+// RequestFullSync is part of proxier.Backend. Called by the lost that Run
+// calls for drift (see WithDriftCheckPeriod), it asks for a repair
+// instead: a sync that compares the table and mends what differs.
+func (b *Backend) RequestFullSync() {
+	if b.repairOnly.Swap(false) {
+		b.w.RequestResync()
+		return
+	}
+	b.w.RequestFullSync()
+}
 
 // Run is part of proxier.Backend. Every check interval it asks the kernel
 // whether the table still exists, and calls lost when it does not: nft
@@ -399,12 +414,18 @@ func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
 // A partial sync would fail on the missing table anyway, but with nothing
 // changing no sync comes, and the services would stay down until the
 // hourly full sync. A check waits for a sync in progress; a check that
-// cannot tell is logged, and the next one tries again. In a dry run Run
+// cannot tell is logged, and the next one tries again. It also checks
+// for changes by other programs inside the table, when the watcher
+// signals a commit to it and every drift check period, and asks for a
+// sync that repairs them (WithDriftCheckPeriod). In a dry run Run
 // returns at once.
 func (b *Backend) Run(ctx context.Context, lost func()) {
 	if b.lookup == nil {
 		return
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { b.watchDrift(ctx, lost) })
 	t := time.NewTicker(b.checkInterval)
 	defer t.Stop()
 	for {

@@ -37,6 +37,14 @@ type kernelFamily struct {
 // endpoints endpoints.
 func newKernelFamily(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, n, endpoints int, opts ...Option) *kernelFamily {
 	t.Helper()
+	return newKernelFamilyConfig(t, ns, nftables.WriterConfig{IPFamily: family, NodeName: "node-a"}, n, endpoints, opts...)
+}
+
+// newKernelFamilyConfig is newKernelFamily with the writer's
+// configuration (its family, and whatever else New does not set).
+func newKernelFamilyConfig(t testing.TB, ns *kerneltest.NS, cfg nftables.WriterConfig, n, endpoints int, opts ...Option) *kernelFamily {
+	t.Helper()
+	family := cfg.IPFamily
 	nftFamily := knftables.IPv4Family
 	if family == v1.IPv6Protocol {
 		nftFamily = knftables.IPv6Family
@@ -48,7 +56,7 @@ func newKernelFamily(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, n, end
 		if err != nil {
 			return err
 		}
-		k.b, err = New(ctx, nftables.WriterConfig{IPFamily: family, NodeName: "node-a"}, nft, opts...)
+		k.b, err = New(ctx, cfg, nft, opts...)
 		return err
 	}); err != nil {
 		t.Fatal(err)

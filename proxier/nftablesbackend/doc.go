@@ -37,6 +37,18 @@
 // it does when the group cannot be joined (nftables.NewKernelState).
 // TestKernelPeriodicResync.
 //
+// Drift does not wait for that hourly resync. Run asks the writer whether
+// others changed the table (nftables.Writer.Drifted) whenever the watcher
+// sees a commit to it, and every drift check period (WithDriftCheckPeriod,
+// which lists what is found how fast); when they may have, it calls lost,
+// and the sync that follows compares and repairs in a partial sync
+// instead of rewriting the table. The repair converges the table to
+// exactly the writer's: what others deleted or flushed comes back, and
+// what they added (elements, chains, rules in the writer's chains, sets,
+// maps) goes. The Backend's own commits are told from others' by the
+// nf_tables generation, so a repair brings no further one.
+// TestKernelDriftRepaired.
+//
 // What the mode needs of the node beyond the table (conntrack tuning,
 // removing another mode's rules) is the caller's: see examples/proxier's
 // backends.go.
