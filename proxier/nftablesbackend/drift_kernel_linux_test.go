@@ -104,8 +104,7 @@ var driftCases = []driftCase{
 // driftRig runs a Backend's Run with a lost that, as the Proxier's, asks
 // for a sync (RequestFullSync), which the rig then runs, at once.
 type driftRig struct {
-	k      *kernelFamily
-	synced chan time.Time
+	k *kernelFamily
 	// lost counts the calls of lost.
 	lost chan struct{}
 }
