@@ -61,7 +61,13 @@ func (c Checker) WithServiceCIDRs(prefixes []netip.Prefix) Checker {
 		if !p.IsValid() {
 			continue
 		}
-		p = netip.PrefixFrom(p.Addr().Unmap().WithZone(""), p.Bits()).Masked()
+		bits := p.Bits()
+		if p.Addr().Is4In6() {
+			// ::ffff:10.96.0.0/112 is 10.96.0.0/16; one wider than
+			// ::ffff:0:0/96 is left invalid, and out.
+			bits -= 96
+		}
+		p = netip.PrefixFrom(p.Addr().Unmap().WithZone(""), bits).Masked()
 		if p.IsValid() && c.OwnRange(p) {
 			c.serviceCIDRs = append(c.serviceCIDRs, p)
 		}
