@@ -157,6 +157,19 @@ type SyncInput struct {
 	// NodeLabels are this node's labels, for topology. A change from the
 	// previous sync makes the sync full. Sync copies them.
 	NodeLabels map[string]string
+	// ServiceCIDRs are the ranges cluster IPs are allocated from (those
+	// of the cluster's ServiceCIDR objects). They serve only to refuse,
+	// with a log naming it, a service port whose cluster IP is outside
+	// all of them: the API server never allocates one there, so its rules
+	// would capture traffic to some other host's address. Unlike
+	// nftables mode no rule drops traffic to unallocated addresses inside
+	// them, as in kube-proxy's iptables mode. They may nest or overlap; a
+	// prefix of the other family, or not valid, is ignored, and empty
+	// (after that) means the ranges are not known: no cluster IP is
+	// refused for them. A change from the previous sync makes the sync
+	// full, so that every port is judged again. Sync does not keep the
+	// slice.
+	ServiceCIDRs []netip.Prefix
 }
 
 // SyncResult is what [Writer.Sync] produced.
@@ -550,13 +563,15 @@ func (w *Writer) failed() {
 
 // Sync renders the rules for in. The sync is full when one of these
 // holds: it is the first, the last one failed or was never reported to
-// Applied, RequestFullSync was called, the node labels changed, or
-// FullSyncPeriod has passed since the last full sync. Otherwise it is
-// partial and writes only the services named in the change results.
+// Applied, RequestFullSync was called, the node labels or the service
+// CIDRs changed, or FullSyncPeriod has passed since the last full sync.
+// Otherwise it is partial and writes only the services named in the
+// change results.
 //
 // Bad input is logged through the logger in ctx and skipped for that
 // service port alone: a port whose cluster IP is not of the writer's
-// family gets no rules, and addresses of the other family are left out.
+// family, or outside the known service CIDRs, gets no rules, and
+// addresses of the other family are left out.
 func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	logger := klog.FromContext(ctx)
 	if w.unapplied {
@@ -573,6 +588,13 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	if !maps.Equal(w.nodeLabels, in.NodeLabels) {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)
+	}
+	if check := w.check.WithServiceCIDRs(in.ServiceCIDRs); !check.SameServiceCIDRs(w.check) {
+		// Ports refused or programmed under the old ranges are judged
+		// again; ServiceCIDR objects seldom change.
+		logger.V(2).Info("Service CIDRs changed; syncing everything", "ipFamily", w.cfg.IPFamily)
+		full = true
+		w.check = check
 	}
 	now := w.clock.Now()
 	if w.cfg.FullSyncPeriod > 0 && now.Sub(w.lastFull) >= w.cfg.FullSyncPeriod {

@@ -85,9 +85,7 @@
 // A Writer remembers what it wrote. A partial sync holds only the elements
 // (and the per-service chains and affinity sets, for the two kinds above)
 // of the services named in the change results: it never flushes a
-// top-level map or set, nor a top-level chain but one: when
-// SyncInput.ServiceCIDRs changed, cluster-ips-check (its two rules) is
-// flushed and written again, alone. Replacing an endpoint rewrites one element
+// top-level map or set, nor a top-level chain. Replacing an endpoint rewrites one element
 // per address the service has; removing one moves the last endpoint into
 // its index and points the service's elements at the shared chain of one
 // fewer (a ClusterIP service's endpoint of ten going is 5 element
@@ -97,6 +95,7 @@
 // added by the first partial sync that needs its count and kept while
 // unused; a full sync deletes the unused ones. A full sync (the first,
 // one after a failed transaction, RequestFullSync, node label changes,
+// a change of the service CIDRs, which decide which ports are refused,
 // FullSyncPeriod unless the periodic resync below avoids it) flushes and refills everything the writer owns in one
 // atomic transaction and deletes what nothing needs; the first full sync
 // and the first after a failure list the table's chains and sets once, to

@@ -189,8 +189,12 @@ type SyncInput struct {
 	// WriterConfig.ServiceCIDRs. They may nest or overlap, as ServiceCIDR
 	// objects may while a range is being widened: Sync merges them. A
 	// prefix of the other family, or not valid, is logged and skipped.
-	// A change from the previous sync rewrites the cluster-ips-check
-	// chain alone, in a partial sync. Sync does not keep the slice.
+	// When they are known (not empty after that), a service port whose
+	// cluster IP is outside all of them is refused with a log naming it:
+	// the API server never allocates one there, so its rules would
+	// capture traffic to some other host's address. A change from the
+	// previous sync makes the sync full, so that every port is judged
+	// again. Sync does not keep the slice.
 	ServiceCIDRs []netip.Prefix
 }
 
@@ -543,7 +547,8 @@ func (w *Writer) failed() {
 
 // Sync renders the transaction for in. The sync is full when one of these
 // holds: it is the first, the last one failed or was never reported to
-// Applied, RequestFullSync was called, the node labels changed, or
+// Applied, RequestFullSync was called, the node labels or the service
+// CIDRs (SyncInput.ServiceCIDRs) changed, or
 // FullSyncPeriod has passed since the last resync and the resync could
 // not be done otherwise (see FullSyncPeriod and KernelState). Otherwise it
 // is partial and holds only the objects of the services named in the
@@ -563,7 +568,13 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)
 	}
-	cidrsChanged := w.setServiceCIDRs(logger, in.ServiceCIDRs)
+	if w.setServiceCIDRs(logger, in.ServiceCIDRs) {
+		// Ports refused or programmed under the old ranges are judged
+		// again: a full sync, which is rare (ServiceCIDR objects seldom
+		// change) and rewrites cluster-ips-check too.
+		full = true
+	}
+	w.check = w.check.WithServiceCIDRs(w.serviceCIDRs)
 	for _, p := range []*[]op{&w.elemDels, &w.chainOps, &w.setOps, &w.rules, &w.elemAdds, &w.finalDels} {
 		clear(*p)
 		*p = (*p)[:0]
@@ -601,10 +612,6 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 			for _, t := range w.tables {
 				t.diff(w, &w.elemDels, &w.elemAdds)
 			}
-		}
-		// Unless a drift repair rewrote it already, with the new ranges.
-		if cidrsChanged && !w.flushes(clusterIPsCheckChain) {
-			w.rewriteChains([]string{clusterIPsCheckChain})
 		}
 	}
 	w.needFull = false

@@ -108,7 +108,13 @@ func newFake(t testing.TB, cfg nftables.WriterConfig) (*knftables.Fake, *nftable
 // it fails t if either fails.
 func syncFake(t testing.TB, w *nftables.Writer, fake *knftables.Fake, in nftables.SyncInput) nftables.SyncResult {
 	t.Helper()
-	res := w.Sync(context.Background(), in)
+	return syncFakeCtx(t, context.Background(), w, fake, in)
+}
+
+// syncFakeCtx is syncFake with ctx (and its logger) for the sync.
+func syncFakeCtx(t testing.TB, ctx context.Context, w *nftables.Writer, fake *knftables.Fake, in nftables.SyncInput) nftables.SyncResult {
+	t.Helper()
+	res := w.Sync(ctx, in)
 	err := nftablestest.CheckTransaction(fake, res.Transaction)
 	if err == nil {
 		err = fake.Run(context.Background(), res.Transaction)

@@ -74,13 +74,17 @@ type FamilyInput struct {
 	// allocated from: sorted, without duplicates, but they may nest or
 	// overlap, as the objects do while a range is widened. An object the
 	// API server would refuse is logged and left out. When they change
-	// the Proxier asks for a Sync; a backend needs rewrite only what
-	// depends on them (nftables mode drops new connections to an address
-	// inside them that no service has). Nil until the objects are listed,
-	// when there are none, and when the API server does not serve them
-	// or the proxy may not read them (see Proxier.Run). Read-only, like
-	// the maps. The iptables and IPVS modes ignore them, as kube-proxy's
-	// do.
+	// the Proxier asks for a Sync. When they are known (not empty), the
+	// nftables and iptables backends refuse, with a log naming it, a
+	// service port whose cluster IP is outside all of them: the API
+	// server never allocates one there, so its rules would capture
+	// traffic to some other host's address; a change of ranges makes
+	// their sync full, so that every port is judged again. nftables mode
+	// also drops new connections to an address inside them that no
+	// service has. Nil until the objects are listed, when there are none,
+	// and when the API server does not serve them or the proxy may not
+	// read them (see Proxier.Run): then nothing is refused for them.
+	// Read-only, like the maps. IPVS mode ignores them.
 	ServiceCIDRs []netip.Prefix
 }
 

@@ -27,6 +27,9 @@ type Checker struct {
 	family  v1.IPFamily
 	ipv6    bool
 	nodeIPs []netip.Addr
+	// serviceCIDRs are the family's ServiceCIDR ranges; none means they
+	// are not known and cluster IPs are not checked against them.
+	serviceCIDRs []netip.Prefix
 }
 
 // New returns a Checker for family; any value but v1.IPv6Protocol checks
@@ -41,6 +44,61 @@ func New(family v1.IPFamily, nodeIPs ...netip.Addr) Checker {
 		}
 	}
 	return c
+}
+
+// WithServiceCIDRs returns a copy of c that refuses a cluster IP outside
+// every one of prefixes, the ranges the API server allocates cluster IPs
+// from (those of the family's ServiceCIDR objects): it never hands out
+// one outside them, so such a port comes from a caller's own objects and
+// would capture traffic to some other host's address. The ranges may nest
+// or overlap. Prefixes that are not valid or not of c's family are
+// ignored, IPv4-mapped ones counting as IPv4; when none is left (the
+// ranges are not known) cluster IPs are not checked against them. c is
+// not changed and prefixes is not kept.
+func (c Checker) WithServiceCIDRs(prefixes []netip.Prefix) Checker {
+	c.serviceCIDRs = nil
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			continue
+		}
+		bits := p.Bits()
+		if p.Addr().Is4In6() {
+			// ::ffff:10.96.0.0/112 is 10.96.0.0/16; one wider than
+			// ::ffff:0:0/96 is left invalid, and out.
+			bits -= 96
+		}
+		p = netip.PrefixFrom(p.Addr().Unmap().WithZone(""), bits).Masked()
+		if p.IsValid() && c.OwnRange(p) {
+			c.serviceCIDRs = append(c.serviceCIDRs, p)
+		}
+	}
+	// Sorted and without duplicates, for SameServiceCIDRs.
+	slices.SortFunc(c.serviceCIDRs, netip.Prefix.Compare)
+	c.serviceCIDRs = slices.Compact(c.serviceCIDRs)
+	return c
+}
+
+// SameServiceCIDRs reports whether c and o hold the same ServiceCIDR
+// ranges (see WithServiceCIDRs), whatever the order they were given in. A
+// writer syncs every port again when they differ, since each may be
+// judged otherwise.
+func (c Checker) SameServiceCIDRs(o Checker) bool {
+	return slices.Equal(c.serviceCIDRs, o.serviceCIDRs)
+}
+
+// inServiceCIDRs reports whether ip is inside one of c's ServiceCIDR
+// ranges, or they are not known.
+func (c Checker) inServiceCIDRs(ip netip.Addr) bool {
+	if len(c.serviceCIDRs) == 0 {
+		return true
+	}
+	ip = ip.Unmap()
+	for _, p := range c.serviceCIDRs {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // OwnAddr reports whether ip is an address of the checker's family that
@@ -119,8 +177,9 @@ func safeValue(v any) any {
 // Unusable returns why svc cannot get rules in this family, and the
 // offending value, or "" if it can: a cluster IP of another family, one
 // that no API server hands out (see changetracker.SpecialAddressReason:
-// unspecified, loopback, link-local, multicast, broadcast), or an address
-// of this node, whose rules would take the node's own ports; an external
+// unspecified, loopback, link-local, multicast, broadcast), an address
+// of this node, whose rules would take the node's own ports, or one
+// outside the ServiceCIDRs when they are known (see WithServiceCIDRs); an external
 // or load-balancer IP of this family that is such a special address (the
 // whole port is refused: the writer cannot tell which of its addresses
 // the caller meant, and the trackers never hand one on); an unknown
@@ -139,6 +198,9 @@ func (c Checker) Unusable(svc changetracker.ServicePort) (string, any) {
 	}
 	if slices.Contains(c.nodeIPs, ip) {
 		return "cluster IP is an address of this node", ip
+	}
+	if !c.inServiceCIDRs(ip) {
+		return "cluster IP is outside the ServiceCIDRs", ip
 	}
 	for _, ips := range [2][]netip.Addr{svc.ExternalIPs(), svc.LoadBalancerVIPs()} {
 		for _, ip := range ips {

@@ -115,3 +115,49 @@ func TestLogLinesCannotBeForged(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceCIDRs checks that a cluster IP outside every known
+// ServiceCIDR of the family is refused, and that unknown ranges (none, or
+// only ones of the other family or not valid) check nothing.
+func TestServiceCIDRs(t *testing.T) {
+	a, p := netip.MustParseAddr, netip.MustParsePrefix
+	for _, tc := range []struct {
+		name      string
+		family    v1.IPFamily
+		cidrs     []netip.Prefix
+		clusterIP netip.Addr
+		refused   bool
+	}{
+		{name: "unknown", family: v1.IPv4Protocol, clusterIP: a("10.97.0.1")},
+		{name: "inside", family: v1.IPv4Protocol, cidrs: []netip.Prefix{p("10.96.0.0/16")}, clusterIP: a("10.96.3.4")},
+		{name: "outside", family: v1.IPv4Protocol, cidrs: []netip.Prefix{p("10.96.0.0/16")}, clusterIP: a("10.97.0.1"), refused: true},
+		{name: "inside the second of nested ranges", family: v1.IPv4Protocol,
+			cidrs: []netip.Prefix{p("10.96.0.0/20"), p("10.96.0.0/12")}, clusterIP: a("10.100.0.1")},
+		{name: "IPv4-mapped range, inside", family: v1.IPv4Protocol, cidrs: []netip.Prefix{p("::ffff:10.96.0.0/112")}, clusterIP: a("10.96.0.1")},
+		{name: "IPv4-mapped range, outside", family: v1.IPv4Protocol, cidrs: []netip.Prefix{p("::ffff:10.96.0.0/112")},
+			clusterIP: a("10.97.0.1"), refused: true},
+		{name: "unmasked range", family: v1.IPv4Protocol, cidrs: []netip.Prefix{p("10.96.1.1/16")}, clusterIP: a("10.96.200.1")},
+		{name: "only ranges of the other family: unknown", family: v1.IPv4Protocol,
+			cidrs: []netip.Prefix{p("fd00::/108"), {}}, clusterIP: a("10.97.0.1")},
+		{name: "IPv6 outside", family: v1.IPv6Protocol, cidrs: []netip.Prefix{p("10.97.0.0/16"), p("fd00::/108")},
+			clusterIP: a("fd00:1::1"), refused: true},
+		{name: "IPv6 inside", family: v1.IPv6Protocol, cidrs: []netip.Prefix{p("fd00::/108")}, clusterIP: a("fd00::1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := &port{ServicePort: basePort(t), clusterIP: tc.clusterIP}
+			c := portcheck.New(tc.family)
+			reason, value := c.WithServiceCIDRs(tc.cidrs).Unusable(port)
+			want := ""
+			if tc.refused {
+				want = "cluster IP is outside the ServiceCIDRs"
+			}
+			if reason != want {
+				t.Errorf("reason %q (value %v), want %q", reason, value, want)
+			}
+			// The original checks nothing against them.
+			if reason, _ := c.Unusable(port); reason != "" {
+				t.Errorf("WithServiceCIDRs changed its receiver: %q", reason)
+			}
+		})
+	}
+}

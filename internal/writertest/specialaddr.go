@@ -42,6 +42,39 @@ func SpecialAddressCases(nodeIP netip.Addr) []AddressCase {
 	}
 }
 
+// ServiceCIDRStep is one sync of a writer's ServiceCIDR test, on one
+// writer with the same two ClusterIP services throughout (ServiceCIDRInside
+// and ServiceCIDROutside, each with an endpoint): the ranges the sync
+// gets, and whether the outside one must be programmed. The inside one
+// always is. After the first sync no service changes, so a port whose
+// fate changes shows that the writer judged every port again.
+type ServiceCIDRStep struct {
+	Name        string
+	CIDRs       []netip.Prefix
+	OutsideKept bool
+}
+
+// The cluster IPs of ServiceCIDRSteps' two services.
+const (
+	ServiceCIDRInside  = "10.96.0.10"
+	ServiceCIDROutside = "10.97.0.1"
+)
+
+// ServiceCIDRSteps are the syncs of a writer's ServiceCIDR test, in
+// order: ranges unknown, then not holding ServiceCIDROutside, widened to
+// hold it, narrowed again, and unknown again (only a range of the other
+// family).
+func ServiceCIDRSteps() []ServiceCIDRStep {
+	p := netip.MustParsePrefix
+	return []ServiceCIDRStep{
+		{Name: "no ranges", OutsideKept: true},
+		{Name: "10.96.0.0/16", CIDRs: []netip.Prefix{p("10.96.0.0/16")}},
+		{Name: "widened by 10.97.0.0/16", CIDRs: []netip.Prefix{p("10.96.0.0/16"), p("10.97.0.0/16")}, OutsideKept: true},
+		{Name: "narrowed back to 10.96.0.0/16", CIDRs: []netip.Prefix{p("10.96.128.0/20"), p("10.96.0.0/16")}},
+		{Name: "only the other family's", CIDRs: []netip.Prefix{p("fd00:96::/108")}, OutsideKept: true},
+	}
+}
+
 // SkippedPorts returns the servicePort of every "Skipping service port"
 // line that logger, a ktesting logger with BufferLogs, holds.
 func SkippedPorts(logger klog.Logger) []string {

@@ -149,6 +149,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		ServiceChanges:  in.ServiceChanges,
 		EndpointChanges: in.EndpointChanges,
 		NodeLabels:      in.NodeLabels,
+		ServiceCIDRs:    in.ServiceCIDRs,
 	})
 	out := []proxier.SyncResult{{
 		Full:                     res.Full,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -33,6 +34,8 @@ type fakeIPTablesFamily struct {
 	epMap      changetracker.EndpointsMap
 	fake       *iptablestest.Fake
 	m          *proxier.BackendMetrics
+	// cidrs are the next syncs' FamilyInput.ServiceCIDRs.
+	cidrs []netip.Prefix
 }
 
 func newFakeIPTablesFamily(t *testing.T, fake *iptablestest.Fake) *fakeIPTablesFamily {
@@ -78,6 +81,7 @@ func (f *fakeIPTablesFamily) sync(t *testing.T) bool {
 		ServiceChanges:  f.svcMap.Update(f.svcTracker),
 		EndpointChanges: f.epMap.Update(f.epTracker),
 		NodeLabels:      map[string]string{},
+		ServiceCIDRs:    f.cidrs,
 	}
 	outs, err := f.b.Sync(ctx, []*proxier.FamilyInput{in})
 	if err != nil {
@@ -273,5 +277,30 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	}
 	if !strings.HasPrefix(out.String(), "# IPv4: iptables-restore input\n*") {
 		t.Errorf("dry-run output starts %.60q, want the family's header and the tables", out.String())
+	}
+}
+
+// TestIPTablesBackendPassesServiceCIDRs checks that the family's
+// ServiceCIDRs reach the writer: ns/web (10.96.0.10) gets no chain while
+// the ranges are known and do not hold it, and gets it back, in a full
+// sync, when they are unknown again.
+func TestIPTablesBackendPassesServiceCIDRs(t *testing.T) {
+	web := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
+	f := newFakeIPTablesFamily(t, iptablestest.NewFake())
+	for _, step := range []struct {
+		cidrs   []netip.Prefix
+		wantWeb bool
+	}{
+		{cidrs: []netip.Prefix{netip.MustParsePrefix("10.97.0.0/16")}},
+		{wantWeb: true},
+		{cidrs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, wantWeb: true},
+	} {
+		f.cidrs = step.cidrs
+		if !f.sync(t) {
+			t.Errorf("ranges %v: partial sync, want full", step.cidrs)
+		}
+		if got := hasChain(natChains(t, f.fake), iptables.ServiceClusterChain(web)); got != step.wantWeb {
+			t.Errorf("ranges %v: %s has its chain: %v, want %v", step.cidrs, web, got, step.wantWeb)
+		}
 	}
 }
