@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/knftables"
 )
 
 // setServiceCIDRs makes the ranges of the cluster-ips-check chain those of
@@ -67,15 +66,4 @@ func mergePrefixes(ps []netip.Prefix) []netip.Prefix {
 		return nil
 	}
 	return out
-}
-
-// flushes reports whether the transaction being rendered flushes chain.
-// It walks the chain phase, which a partial sync keeps short.
-func (w *Writer) flushes(chain string) bool {
-	for _, o := range w.chainOps {
-		if c, ok := o.obj.(*knftables.Chain); ok && o.verb == opFlush && c.Name == chain {
-			return true
-		}
-	}
-	return false
 }
