@@ -49,7 +49,12 @@
 //     link-local, multicast or broadcast, none of which can be a backend.
 //
 // The checks use k8s.io/apimachinery's validation helpers, so they accept
-// what the API server accepts. The trackers never panic on any input.
+// what the API server accepts, with one exception on purpose: the special
+// addresses above are refused wherever they appear, also where the API
+// server checks only that an address parses (load-balancer ingress IPs,
+// and cluster IPs, which it allocates but a caller's own objects need not
+// come from it), because programming one would capture the node's own or
+// local traffic. The trackers never panic on any input.
 //
 // Endpoint lists are kept in kube-proxy's order, by their "ip:port" strings
 // (CompareHostPort), so that a node moved between kube-proxy and a proxier
