@@ -110,6 +110,26 @@ func (s *netlinkState) bound(conn *netlink.Conn) error {
 	return nil
 }
 
+// execute sends one request of type msg on conn and returns the replies,
+// within the socket deadline (Netlink.Timeout): every read of the table
+// goes through it, so none waits for ever on a peer that does not answer.
+// A failure is wrapped with what (requestError); the kernel's errno stays
+// reachable with errors.Is.
+func (s *netlinkState) execute(conn *netlink.Conn, msg int, flags netlink.HeaderFlags, family byte, attrs *netlink.AttributeEncoder, what string) ([]netlink.Message, error) {
+	req, err := nftMsg(msg, flags, family, attrs)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.bound(conn); err != nil {
+		return nil, err
+	}
+	msgs, err := conn.Execute(req)
+	if err != nil {
+		return nil, requestError(what, err, s.limit())
+	}
+	return msgs, nil
+}
+
 func (s *netlinkState) dial() (*netlink.Conn, error) {
 	if s.dialConn != nil {
 		return s.dialConn()
@@ -230,46 +250,25 @@ func (s *netlinkState) RuleCounts(family knftables.Family, table string) (map[st
 	}
 	// No acknowledgement asked: the reply is the table or an error, and
 	// an acknowledgement left behind would answer the next request.
-	req, err := nftMsg(unix.NFT_MSG_GETTABLE, 0, fam, named(unix.NFTA_TABLE_NAME))
-	if err != nil {
-		return nil, err
-	}
-	if err := s.bound(conn); err != nil {
-		return nil, err
-	}
-	if _, err := conn.Execute(req); err != nil {
+	if _, err := s.execute(conn, unix.NFT_MSG_GETTABLE, 0, fam, named(unix.NFTA_TABLE_NAME), fmt.Sprintf("reading table %s %s", family, table)); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, fmt.Errorf("table %s %s: %w", family, table, ErrTableNotFound)
 		}
-		return nil, requestError(fmt.Sprintf("reading table %s %s", family, table), err, s.limit())
+		return nil, err
 	}
 	counts := map[string]int{}
-	req, err = nftMsg(unix.NFT_MSG_GETCHAIN, netlink.Dump, fam, named(unix.NFTA_CHAIN_TABLE))
+	msgs, err := s.execute(conn, unix.NFT_MSG_GETCHAIN, netlink.Dump, fam, named(unix.NFTA_CHAIN_TABLE), fmt.Sprintf("listing the chains of %s %s", family, table))
 	if err != nil {
 		return nil, err
-	}
-	if err := s.bound(conn); err != nil {
-		return nil, err
-	}
-	msgs, err := conn.Execute(req)
-	if err != nil {
-		return nil, requestError(fmt.Sprintf("listing the chains of %s %s", family, table), err, s.limit())
 	}
 	for _, m := range msgs {
 		if attrString(m.Data, unix.NFTA_CHAIN_TABLE) == table {
 			counts[attrString(m.Data, unix.NFTA_CHAIN_NAME)] = 0
 		}
 	}
-	req, err = nftMsg(unix.NFT_MSG_GETRULE, netlink.Dump, fam, named(unix.NFTA_RULE_TABLE))
+	msgs, err = s.execute(conn, unix.NFT_MSG_GETRULE, netlink.Dump, fam, named(unix.NFTA_RULE_TABLE), fmt.Sprintf("listing the rules of %s %s", family, table))
 	if err != nil {
 		return nil, err
-	}
-	if err := s.bound(conn); err != nil {
-		return nil, err
-	}
-	msgs, err = conn.Execute(req)
-	if err != nil {
-		return nil, requestError(fmt.Sprintf("listing the rules of %s %s", family, table), err, s.limit())
 	}
 	for _, m := range msgs {
 		if attrString(m.Data, unix.NFTA_RULE_TABLE) == table {

@@ -35,16 +35,12 @@ func (s *netlinkState) Sets(family knftables.Family, table string) (map[string]b
 	defer conn.Close()
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_SET_TABLE, table)
-	req, err := nftMsg(unix.NFT_MSG_GETSET, netlink.Dump, fam, ae)
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := conn.Execute(req)
+	msgs, err := s.execute(conn, unix.NFT_MSG_GETSET, netlink.Dump, fam, ae, fmt.Sprintf("listing the sets of %s %s", family, table))
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, fmt.Errorf("table %s %s: %w", family, table, ErrTableNotFound)
 		}
-		return nil, fmt.Errorf("nftables netlink: listing the sets of %s %s: %w", family, table, err)
+		return nil, err
 	}
 	sets := map[string]bool{}
 	for _, m := range msgs {
@@ -81,13 +77,9 @@ func (s *netlinkState) ElementKeys(family knftables.Family, table, set string) (
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
-	req, err := nftMsg(unix.NFT_MSG_GETSETELEM, netlink.Dump, fam, ae)
+	msgs, err := s.execute(conn, unix.NFT_MSG_GETSETELEM, netlink.Dump, fam, ae, fmt.Sprintf("listing the elements of %s %s %s", family, table, set))
 	if err != nil {
 		return nil, err
-	}
-	msgs, err := conn.Execute(req)
-	if err != nil {
-		return nil, fmt.Errorf("nftables netlink: listing the elements of %s %s %s: %w", family, table, set, err)
 	}
 	var keys []string
 	for _, m := range msgs {

@@ -136,6 +136,22 @@ func TestKernelStateTimeout(t *testing.T) {
 			want: []counts{{1, 1}, {2, 2}},
 		},
 		{
+			name: "Sets",
+			read: func(s KernelState) error {
+				_, err := s.(TableLister).Sets(knftables.IPv4Family, DefaultTableName)
+				return err
+			},
+			want: []counts{{1, 1}, {2, 2}},
+		},
+		{
+			name: "ElementKeys",
+			read: func(s KernelState) error {
+				_, err := s.(TableLister).ElementKeys(knftables.IPv4Family, DefaultTableName, clusterIPsSet)
+				return err
+			},
+			want: []counts{{1, 1}, {2, 2}},
+		},
+		{
 			name: "CheckElements",
 			read: func(s KernelState) error {
 				_, err := s.CheckElements([]*knftables.Element{el})
