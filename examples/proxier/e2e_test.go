@@ -728,8 +728,9 @@ func testE2E(t *testing.T, m e2eMode) {
 				return errors.New("not yet")
 			})
 			added := k.nftChainOf(t, "service-", "-e2e/added/tcp/http")
-			k.nft(t, "add", "chain", "ip", "kube-proxy", "e2e-user")
-			k.nft(t, "add", "rule", "ip", "kube-proxy", "e2e-user", "jump", added)
+			// One transaction: the drift repair may delete the chain
+			// between two nft commands, before the rule is in it.
+			k.nft(t, "add", "chain", "ip", "kube-proxy", "e2e-user", ";", "add", "rule", "ip", "kube-proxy", "e2e-user", "jump", added)
 		} else {
 			added := iptables.ServiceClusterChain(portName("added", "http"))
 			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-N", "E2E-USER")
