@@ -63,24 +63,23 @@
 //
 // # Fakes for tests
 //
-// Every block with a kernel side keeps its fake in a "testing" directory
-// under it, and that directory's package is named after the block with a
-// "test" suffix, as the standard library's net/http/httptest is:
+// Every block with a kernel side keeps its fake in a sub-package named
+// after the block with a "test" suffix, in a directory of the same name, as
+// the standard library's net/http/httptest is:
 //
 //	import (
 //		"testing"
 //
-//		conntracktest "github.com/proxykit/proxykit/conntrack/testing"
-//		ipsettest "github.com/proxykit/proxykit/ipset/testing"
-//		iptablestest "github.com/proxykit/proxykit/iptables/testing"
-//		ipvstest "github.com/proxykit/proxykit/ipvs/testing"
+//		"github.com/proxykit/proxykit/conntrack/conntracktest"
+//		"github.com/proxykit/proxykit/ipset/ipsettest"
+//		"github.com/proxykit/proxykit/iptables/iptablestest"
+//		"github.com/proxykit/proxykit/ipvs/ipvstest"
+//		"github.com/proxykit/proxykit/nftables/nftablestest"
 //	)
 //
 // so a test file imports the standard library's testing package and any
-// number of fakes under their own names (the explicit names above are the
-// packages' own, which goimports writes because they differ from the
-// directory's). Each fake implements its block's Interface and fails where
-// the kernel would.
+// number of fakes without aliases. Each fake implements its block's
+// Interface and fails where the kernel would.
 //
 // # The reference composition
 //

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/conntrack"
-	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
+	"github.com/proxykit/proxykit/conntrack/conntracktest"
 )
 
 // BenchmarkCleanStaleEntries measures one cleanup of a table with ten flows

@@ -13,7 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
-	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
+	"github.com/proxykit/proxykit/conntrack/conntracktest"
 )
 
 const (

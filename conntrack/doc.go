@@ -14,7 +14,7 @@
 //
 // It talks to the kernel over netlink (vishvananda/netlink); no conntrack
 // binary is needed. [NewForHandle] works in another network namespace
-// through a handle made with netlink.NewHandleAt. conntrack/testing has a
+// through a handle made with netlink.NewHandleAt. conntrack/conntracktest has a
 // fake [Interface] for proxier tests. It is not a general conntrack client:
 // it lists and deletes flows and nothing else.
 //

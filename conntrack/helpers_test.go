@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
-	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
+	"github.com/proxykit/proxykit/conntrack/conntracktest"
 )
 
 // svc describes one port of a Service for the tests.

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/ipset"
-	ipsettest "github.com/proxykit/proxykit/ipset/testing"
+	"github.com/proxykit/proxykit/ipset/ipsettest"
 )
 
 // errAny stands for "some error, of no particular kind".

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/proxykit/proxykit/ipset"
-	ipsettest "github.com/proxykit/proxykit/ipset/testing"
+	"github.com/proxykit/proxykit/ipset/ipsettest"
 )
 
 // desiredOf returns a hash:ip,port set with n members, the first skip of a

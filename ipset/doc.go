@@ -14,7 +14,7 @@
 // It is not a general ipset library: timeouts, counters, comments, nomatch
 // entries, list:set and the other types are not supported, and it does not
 // write the iptables rules that reference the sets. The package
-// ipset/testing has a strict in-memory fake of [Interface] for unit tests.
+// ipset/ipsettest has a strict in-memory fake of [Interface] for unit tests.
 //
 // The smallest use, as root:
 //

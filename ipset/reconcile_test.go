@@ -16,7 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/ipset"
-	ipsettest "github.com/proxykit/proxykit/ipset/testing"
+	"github.com/proxykit/proxykit/ipset/ipsettest"
 )
 
 const prefix = "PK-"

@@ -33,7 +33,7 @@
 // others. Its [WriterConfig.LocalhostNodePorts] serves IPv4 node ports on
 // 127.0.0.1 as kube-proxy's --iptables-localhost-nodeports does.
 //
-// Package github.com/proxykit/proxykit/iptables/testing has a strict
+// Package github.com/proxykit/proxykit/iptables/iptablestest has a strict
 // in-memory Fake of Interface, for unit tests without root, and a packet
 // tracer that shows where a packet would go through the Fake's rules.
 //

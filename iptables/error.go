@@ -34,7 +34,7 @@ func IsCommandTimeout(err error) bool {
 
 // Error is a failed iptables, iptables-save or iptables-restore command. All
 // errors from [Interface] methods that ran a command are an *Error or wrap
-// one; the Fake in iptables/testing returns the same type with the
+// one; the Fake in iptables/iptablestest returns the same type with the
 // messages the real binaries print, so [IsNotFoundError] and
 // [IsLockTimeout] work the same against both.
 type Error struct {

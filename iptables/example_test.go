@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // A LineBuffer builds restore input from words; Words and EndLine write a
@@ -42,7 +42,7 @@ func ExampleNewDiscardLineBuffer() {
 }
 
 // Code written against Interface runs unchanged against the Fake of
-// package iptables/testing, which is how it is unit-tested.
+// package iptables/iptablestest, which is how it is unit-tested.
 func ExampleInterface() {
 	ctx := context.Background()
 	var ipt iptables.Interface = iptablestest.NewFake()

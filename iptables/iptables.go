@@ -10,7 +10,7 @@ import (
 // Interface runs iptables, iptables-restore and iptables-save for one IP
 // family and one backend (legacy or nft). Implementations are safe for
 // concurrent use. The real one comes from [New]; package
-// github.com/proxykit/proxykit/iptables/testing has an in-memory Fake.
+// github.com/proxykit/proxykit/iptables/iptablestest has an in-memory Fake.
 //
 // Every method that runs a command takes a context: cancelling it kills the
 // command, and the logger in it (klog.FromContext) receives the commands

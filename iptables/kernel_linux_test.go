@@ -15,7 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // These tests run the real binaries of both backends inside throwaway

@@ -25,7 +25,7 @@ const (
 
 // MonitorCanary is the loop behind [Interface.Monitor], for ipt, waiting on
 // clk. It is exported so that other implementations of Interface (such as
-// the Fake in iptables/testing) behave exactly like the real one; callers
+// the Fake in iptables/iptablestest) behave exactly like the real one; callers
 // use Interface.Monitor.
 //
 // It creates canary, holding one rule ("-j RETURN"), in each of tables,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // TestWriterRefusesClusterIPOutsideServiceCIDRs syncs one writer with a

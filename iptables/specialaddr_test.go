@@ -13,7 +13,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // TestWriterRefusesSpecialAddresses hands the writer, past the tracker, a

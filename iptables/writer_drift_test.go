@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // findRule returns the rule of chain in table of f (the words after "-A

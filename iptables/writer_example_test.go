@@ -13,7 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // A proxier's sync loop: the change trackers are fed by informers (here,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // cluster is writertest's Cluster, whose Services and EndpointSlices go

@@ -23,7 +23,7 @@ import (
 	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // checkGolden compares got with testdata/writer/NAME.golden.

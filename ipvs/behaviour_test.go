@@ -16,7 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/ipvs"
-	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
+	"github.com/proxykit/proxykit/ipvs/ipvstest"
 )
 
 // errAny stands for "some error, of no particular kind".

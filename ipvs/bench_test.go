@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/ipvs"
-	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
+	"github.com/proxykit/proxykit/ipvs/ipvstest"
 )
 
 // BenchmarkIPVSReconcile measures reconciles of n virtual servers with m

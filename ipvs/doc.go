@@ -22,7 +22,7 @@
 // ("masquerade") real servers on address, protocol and port virtual
 // servers; firewall-mark virtual servers, tunnelling and direct routing are
 // not supported. [New] refuses, with the list of missing modules, on a
-// kernel that cannot run IPVS mode. The package ipvs/testing has strict
+// kernel that cannot run IPVS mode. The package ipvs/ipvstest has strict
 // in-memory fakes of [Interface] and [AddressBinder].
 //
 // The smallest use of the kernel side, as root on a node with IPVS (see the

@@ -12,7 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxykit/proxykit/ipvs"
-	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
+	"github.com/proxykit/proxykit/ipvs/ipvstest"
 )
 
 // setup returns a fake with vs holding rs1 and rs2, and the listing of

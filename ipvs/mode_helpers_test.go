@@ -17,10 +17,10 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/ipset"
-	ipsettest "github.com/proxykit/proxykit/ipset/testing"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/ipset/ipsettest"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs"
-	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
+	"github.com/proxykit/proxykit/ipvs/ipvstest"
 )
 
 // The node of the translation tests.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs"
-	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
+	"github.com/proxykit/proxykit/ipvs/ipvstest"
 )
 
 // otherPrefix is the chain prefix of the second proxy in these tests: as

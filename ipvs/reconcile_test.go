@@ -16,7 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxykit/proxykit/ipvs"
-	ipvstest "github.com/proxykit/proxykit/ipvs/testing"
+	"github.com/proxykit/proxykit/ipvs/ipvstest"
 )
 
 // load fills i with the state text describes, in the format of

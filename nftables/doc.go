@@ -309,7 +309,7 @@
 // comparison fails. What no bound can end is an nft stuck in the kernel,
 // which no signal reaches: its call returns when it exits.
 //
-// Tests use knftables.Fake; nftables/testing (package nftablestest) adds a
+// Tests use knftables.Fake; nftables/nftablestest adds a
 // packet tracer over the Fake's state, which follows the data-map lookups,
 // and a check of a transaction against what the kernel refuses and the
 // Fake lets through.

@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxykit/proxykit/internal/writertest"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 // TestWriterRefusesSpecialAddresses hands the writer, past the tracker, a

@@ -13,7 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 // TestTracerNodeLocalDeliveryKernel checks that the tracer and the real

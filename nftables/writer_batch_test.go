@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/nftables"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 // batchTransaction is b as one knftables transaction on fake. Run on the

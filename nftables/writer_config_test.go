@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/nftables"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 // TestNewWriterRefuses checks every configuration NewWriter refuses, each

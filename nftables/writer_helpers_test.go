@@ -15,7 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/nftables"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 // cluster is writertest's Cluster, whose Services and EndpointSlices go

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/nftables"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 // fakeKernel is a knftables.Fake with the nf_tables generation the kernel

@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/nftables"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 // serviceCIDRCase is one family's cluster for the ServiceCIDR tests: a

@@ -12,7 +12,7 @@ import (
 	"github.com/proxykit/proxykit/internal/golden"
 	"github.com/proxykit/proxykit/internal/writertest"
 	"github.com/proxykit/proxykit/nftables"
-	nftablestest "github.com/proxykit/proxykit/nftables/testing"
+	"github.com/proxykit/proxykit/nftables/nftablestest"
 )
 
 const node = writertest.Node

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/conntrack"
-	conntracktest "github.com/proxykit/proxykit/conntrack/testing"
+	"github.com/proxykit/proxykit/conntrack/conntracktest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"

@@ -80,7 +80,7 @@ func WithIPSets(exists func(name string) bool) Option {
 }
 
 // IPSets is what the Fake needs to know of ipsets to refuse and to trace
-// "-m set --match-set" rules; [github.com/proxykit/proxykit/ipset/testing.Fake]
+// "-m set --match-set" rules; [github.com/proxykit/proxykit/ipset/ipsettest.Fake]
 // implements it. Its methods are called with the Fake's lock held and must
 // not call the Fake.
 type IPSets interface {

@@ -12,9 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/ipset"
-	ipsettest "github.com/proxykit/proxykit/ipset/testing"
+	"github.com/proxykit/proxykit/ipset/ipsettest"
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // TestTraceIPSetFake checks that a Fake given an ipset fake decides set

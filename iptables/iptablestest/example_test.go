@@ -7,7 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/proxykit/proxykit/iptables"
-	iptablestest "github.com/proxykit/proxykit/iptables/testing"
+	"github.com/proxykit/proxykit/iptables/iptablestest"
 )
 
 // A restore is parsed like iptables-restore does and stored in
