@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxykit/proxykit/conntrack"
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
 // The kernel tests' network: a client namespace and two backend namespaces,

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/ipset"
 )
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/portcheck"
+	"github.com/proxykit/proxykit/portcheck"
 )
 
 // DefaultMasqueradeBit is the bit of the packet mark that flags traffic for

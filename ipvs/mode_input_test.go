@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/golden"
+	"github.com/proxykit/proxykit/internal/testkit/golden"
 	"github.com/proxykit/proxykit/ipvs"
 )
 

@@ -285,7 +285,7 @@
 // resync of an existing table flushes and refills its maps, which split
 // would leave empty in between.
 //
-// The translator encodes elements as internal/nftmeasure's found nft does
+// The translator encodes elements as internal/lab/nftmeasure's found nft does
 // (fields in whole 32-bit registers, host-order numgen index), for both
 // families and TCP, UDP and SCTP. TestApplyElementBatchKernel checks,
 // for every set and map it takes, that its additions and deletions leave

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
 // TestKernelStateGenerationSocket checks the socket Generation keeps: it

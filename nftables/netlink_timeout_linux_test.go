@@ -8,8 +8,8 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/internal/netlinkbuf"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
 )
 

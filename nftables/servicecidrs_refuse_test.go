@@ -10,7 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/proxykit/proxykit/internal/writertest"
+	"github.com/proxykit/proxykit/internal/testkit/writertest"
 )
 
 // TestWriterRefusesClusterIPOutsideServiceCIDRs syncs one writer with a

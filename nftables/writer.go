@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/portcheck"
+	"github.com/proxykit/proxykit/portcheck"
 )
 
 // DefaultTableName is the table a Writer owns when WriterConfig.TableName

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/proxykit/proxykit/internal/golden"
+	"github.com/proxykit/proxykit/internal/testkit/golden"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
 )

@@ -9,8 +9,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/internal/golden"
-	"github.com/proxykit/proxykit/internal/writertest"
+	"github.com/proxykit/proxykit/internal/testkit/golden"
+	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
 )

@@ -18,7 +18,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
-	"github.com/proxykit/proxykit/internal/clustertest"
+	"github.com/proxykit/proxykit/internal/testkit/clustertest"
 	"github.com/proxykit/proxykit/iptables"
 )
 

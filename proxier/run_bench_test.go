@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/proxykit/proxykit/internal/clustertest"
+	"github.com/proxykit/proxykit/internal/testkit/clustertest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"

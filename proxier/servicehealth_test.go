@@ -22,7 +22,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
-	"github.com/proxykit/proxykit/internal/clustertest"
+	"github.com/proxykit/proxykit/internal/testkit/clustertest"
 )
 
 // readLog records which Services' ports and endpoints were read, through

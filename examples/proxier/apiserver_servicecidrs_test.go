@@ -9,8 +9,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/proxykit/proxykit/internal/apiservertest"
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/apiservertest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
 // TestAPIServerServiceCIDRs runs nftables mode against a real API server,

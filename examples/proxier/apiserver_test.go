@@ -20,14 +20,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/proxykit/proxykit/internal/apiservertest"
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/apiservertest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxier/config"
 )
 
 // The API server tests run the built proxier with --kubeconfig against a
-// real kube-apiserver and etcd (internal/apiservertest), in a control-plane
+// real kube-apiserver and etcd (internal/testkit/apiservertest), in a control-plane
 // namespace beside the end-to-end tests' node:
 //
 //	client ── node (proxier) ── br0 ── pods (as in e2e_test.go)

@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
 )
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/internal/golden"
+	"github.com/proxykit/proxykit/internal/testkit/golden"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 )

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds kube-apiserver and etcd for the API server test tier
-# (internal/apiservertest, the TestAPIServer* tests) and prints the
+# (internal/testkit/apiservertest, the TestAPIServer* tests) and prints the
 # directory that holds them.
 #
 # usage: hack/apiserver/build.sh [-n]

@@ -18,7 +18,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/backendtest"
-	"github.com/proxykit/proxykit/internal/metricstest"
+	"github.com/proxykit/proxykit/internal/testkit/metricstest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/proxier"

@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
 )
 

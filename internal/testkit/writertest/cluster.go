@@ -3,7 +3,7 @@
 // server would send them, fed through the real change trackers into the
 // maps a writer reads, so that both writers are tested on the same
 // objects. It is not for the proxier's tests, which start from API
-// objects in a fake clientset (internal/clustertest).
+// objects in a fake clientset (internal/testkit/clustertest).
 package writertest
 
 import (

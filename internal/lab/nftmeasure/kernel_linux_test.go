@@ -15,8 +15,8 @@ import (
 	"github.com/mdlayher/netlink"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
 	"github.com/proxykit/proxykit/internal/netlinkbuf"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
 // benchEnv turns on TestTransportTimes, which loads 10,000-service

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
 // TestFirstPacketReach is the measurement's premise, checked on 10
@@ -71,7 +71,7 @@ func TestFirstPacketReach(t *testing.T) {
 // connection to the last service takes more than one to the first (from
 // the medians). It runs only with PROXYKIT_NFT_BENCH=1:
 //
-//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./internal/firstpacket -run 'TestFirstPacket$' -count 1 -v -timeout 30m
+//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./internal/lab/firstpacket -run 'TestFirstPacket$' -count 1 -v -timeout 30m
 //
 // PROXYKIT_FIRSTPACKET_KINDS (comma-separated, of nftables,
 // iptables-legacy, iptables-nft) narrows the writers.

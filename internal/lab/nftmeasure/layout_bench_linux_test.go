@@ -15,7 +15,7 @@ import (
 	"github.com/google/nftables"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	proxynft "github.com/proxykit/proxykit/nftables"
 )
 

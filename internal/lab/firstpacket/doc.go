@@ -13,5 +13,5 @@
 // sort as the measurement assumes; TestFirstPacket measures, only with
 // PROXYKIT_NFT_BENCH=1:
 //
-//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./internal/firstpacket -run 'TestFirstPacket$' -count 1 -v -timeout 30m
+//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./internal/lab/firstpacket -run 'TestFirstPacket$' -count 1 -v -timeout 30m
 package firstpacket

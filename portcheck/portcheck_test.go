@@ -6,7 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/proxykit/proxykit/internal/portcheck"
+	"github.com/proxykit/proxykit/portcheck"
 )
 
 func TestOwnAddr(t *testing.T) {

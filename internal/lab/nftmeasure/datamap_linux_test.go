@@ -14,7 +14,7 @@ import (
 	"github.com/google/nftables"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
 // dataMapNetwork is a node with four pods on its bridge (all local, so

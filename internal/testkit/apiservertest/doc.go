@@ -2,7 +2,7 @@
 // test tier: an etcd and one or more kube-apiservers, built from the
 // Kubernetes release of proxykit's k8s.io dependencies by
 // hack/apiserver/build.sh, inside a network namespace of
-// [github.com/proxykit/proxykit/internal/kerneltest].
+// [github.com/proxykit/proxykit/internal/testkit/kerneltest].
 //
 // A fake clientset has no resource versions that expire, no 410 Gone, no
 // server-side selectors, admission or validation; this package is for the

@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/portcheck"
+	"github.com/proxykit/proxykit/portcheck"
 )
 
 // port is a caller's own ServicePort: a tracker-made one with other

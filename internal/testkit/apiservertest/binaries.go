@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxykit/proxykit/internal/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
 // BinEnv names the directory that holds the kube-apiserver and etcd
