@@ -50,7 +50,7 @@
 //
 // # Writing a proxy with a custom Backend
 //
-// A proxy built on proxykit writes only its datapath: a proxier.Backend,
+// A proxy built on proxykit writes only its datapath: a proxy.Backend,
 // whose Sync gets each IP family's ServicePortMap and EndpointsMap and what
 // changed in them, whose RequestFullSync asks for everything to be
 // rewritten, and whose Run watches between syncs for its state being

@@ -20,6 +20,7 @@ import (
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/internal/testkit/clustertest"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // BenchmarkPipeline times what a Proxier does for one EndpointSlice update,
@@ -137,13 +138,13 @@ func newWriterBackend(tb testing.TB) *writerBackend {
 	return &writerBackend{w: w}
 }
 
-func (b *writerBackend) Sync(ctx context.Context, ins []*FamilyInput) ([]SyncResult, error) {
-	outs := make([]SyncResult, len(ins))
+func (b *writerBackend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
+	outs := make([]proxy.SyncResult, len(ins))
 	for i, in := range ins {
 		res := b.w.Sync(ctx, iptables.SyncInput{Services: in.Services, Endpoints: in.Endpoints,
 			ServiceChanges: in.ServiceChanges, EndpointChanges: in.EndpointChanges, NodeLabels: in.NodeLabels})
 		b.w.Applied(nil)
-		outs[i] = SyncResult{Full: res.Full, ServicePorts: res.ServicePorts, Endpoints: res.Endpoints}
+		outs[i] = proxy.SyncResult{Full: res.Full, ServicePorts: res.ServicePorts, Endpoints: res.Endpoints}
 	}
 	return outs, nil
 }
@@ -153,11 +154,11 @@ func (b *writerBackend) Run(context.Context, func()) {}
 
 // recordingBackend counts the syncs of the Backend it wraps.
 type recordingBackend struct {
-	Backend
+	proxy.Backend
 	full, partial int
 }
 
-func (r *recordingBackend) Sync(ctx context.Context, ins []*FamilyInput) ([]SyncResult, error) {
+func (r *recordingBackend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	outs, err := r.Backend.Sync(ctx, ins)
 	for _, out := range outs {
 		if out.Full {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // printBackend is a whole proxy mode: it prints every service port and the
@@ -21,8 +22,8 @@ import (
 // program them into the kernel (or eBPF maps, or OVS flows) instead.
 type printBackend struct{ nodeName string }
 
-func (b printBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
-	results := make([]proxier.SyncResult, len(ins))
+func (b printBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
+	results := make([]proxy.SyncResult, len(ins))
 	for i, in := range ins {
 		var names []changetracker.ServicePortName
 		for name := range in.Services {
@@ -34,7 +35,7 @@ func (b printBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]pro
 			cluster, _, _, _ := changetracker.CategorizeEndpoints(in.Endpoints[name], svc, b.nodeName, in.NodeLabels)
 			fmt.Printf("%s %s %s -> %v\n", in.Family, name, svc, cluster)
 		}
-		results[i] = proxier.SyncResult{Full: true, ServicePorts: len(names)}
+		results[i] = proxy.SyncResult{Full: true, ServicePorts: len(names)}
 	}
 	return results, nil
 }

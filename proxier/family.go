@@ -17,6 +17,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/proxier/config"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // familyProxier keeps the rules of one IP family in step with the cluster.
@@ -38,7 +39,7 @@ type familyProxier struct {
 	health    *healthz.ProxyHealthServer
 	svcHealth *serviceHealth
 	ct        ConntrackCleaner
-	// serviceCIDRs gives FamilyInput.ServiceCIDRs.
+	// serviceCIDRs gives proxy.FamilyInput.ServiceCIDRs.
 	serviceCIDRs *serviceCIDRs
 
 	// Owned by the sync.
@@ -92,8 +93,8 @@ func (p *familyProxier) queued() {
 
 // update brings the maps up to date with the trackers' pending changes and
 // returns the backend's input.
-func (p *familyProxier) update() *FamilyInput {
-	in := &FamilyInput{
+func (p *familyProxier) update() *proxy.FamilyInput {
+	in := &proxy.FamilyInput{
 		Family:          p.family,
 		Services:        p.svcMap,
 		Endpoints:       p.epMap,
@@ -115,7 +116,7 @@ func (p *familyProxier) update() *FamilyInput {
 
 // synced reports the backend's work on in, which took took and failed
 // with err, and does what follows a good one; all of it is best effort.
-func (p *familyProxier) synced(ctx context.Context, in *FamilyInput, out SyncResult, took time.Duration, err error) {
+func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out proxy.SyncResult, took time.Duration, err error) {
 	logger := klog.FromContext(ctx).WithValues("ipFamily", p.family)
 	family := string(p.family)
 	if out.Full {
@@ -171,7 +172,7 @@ func (p *familyProxier) synced(ctx context.Context, in *FamilyInput, out SyncRes
 // from every family's translation at once, so the families are synced
 // together rather than each applying the other's last state.
 type syncGroup struct {
-	backend  Backend
+	backend  proxy.Backend
 	families []*familyProxier
 }
 
@@ -188,7 +189,7 @@ func (g *syncGroup) resync() {
 // the runner retries.
 func (g *syncGroup) sync(ctx context.Context) error {
 	start := time.Now()
-	ins := make([]*FamilyInput, len(g.families))
+	ins := make([]*proxy.FamilyInput, len(g.families))
 	for i, p := range g.families {
 		ins[i] = p.update()
 	}
@@ -201,7 +202,7 @@ func (g *syncGroup) sync(ctx context.Context) error {
 		// full, in case the backend applied part of it.
 		err = errors.Join(err, fmt.Errorf("proxier: a Backend's Sync returned %d results for %d inputs", len(outs), len(ins)))
 		g.backend.RequestFullSync()
-		outs = make([]SyncResult, len(ins))
+		outs = make([]proxy.SyncResult, len(ins))
 	}
 	for i, p := range g.families {
 		p.synced(ctx, ins[i], outs[i], took, err)

@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // newNode returns the node named name with addresses addrs, the family of
@@ -15,22 +17,13 @@ import (
 func newNode(name string, addrs []netip.Addr) Node {
 	n := Node{Name: name, IPs: map[v1.IPFamily][]netip.Addr{}}
 	for _, a := range addrs {
-		f := FamilyOf(a)
+		f := proxy.FamilyOf(a)
 		if _, ok := n.IPs[f]; !ok {
 			n.Families = append(n.Families, f)
 		}
 		n.IPs[f] = append(n.IPs[f], a)
 	}
 	return n
-}
-
-// FamilyOf returns the IP family of a; an IPv4-mapped IPv6 address is
-// IPv4, as the API server takes it.
-func FamilyOf(a netip.Addr) v1.IPFamily {
-	if a.Unmap().Is4() {
-		return v1.IPv4Protocol
-	}
-	return v1.IPv6Protocol
 }
 
 // findNode returns this node's addresses from its Node object or, when

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Option configures a Proxier; see New.
@@ -31,20 +32,10 @@ type options struct {
 	makeEndpoint                              changetracker.MakeEndpointFunc
 }
 
-// Defaults as kube-proxy has them.
-const (
-	// DefaultMinSyncPeriod is the shortest time between the ends of two
-	// syncs of one backend group (kube-proxy's --min-sync-period).
-	DefaultMinSyncPeriod = time.Second
-	// DefaultSyncPeriod is the longest time between syncs
-	// (kube-proxy's --sync-period).
-	DefaultSyncPeriod = 30 * time.Second
-)
-
 func defaultOptions() options {
 	return options{
-		minSyncPeriod: DefaultMinSyncPeriod,
-		maxSyncPeriod: DefaultSyncPeriod,
+		minSyncPeriod: proxy.DefaultMinSyncPeriod,
+		maxSyncPeriod: proxy.DefaultSyncPeriod,
 		hostAddresses: HostAddresses,
 	}
 }
@@ -53,7 +44,7 @@ func defaultOptions() options {
 // backend group and the start of the next (min; 0 syncs as soon as asked),
 // and the longest time between syncs when nothing asks for one (max),
 // kube-proxy's --min-sync-period and --sync-period. Defaults:
-// DefaultMinSyncPeriod and DefaultSyncPeriod. New fails unless
+// proxy.DefaultMinSyncPeriod and proxy.DefaultSyncPeriod. New fails unless
 // 0 <= min <= max and max > 0.
 func WithSyncPeriods(min, max time.Duration) Option {
 	return func(o *options) { o.minSyncPeriod, o.maxSyncPeriod = min, max }

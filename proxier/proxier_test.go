@@ -26,6 +26,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // state is what a recordingBackend last synced: per family, each service
@@ -57,11 +58,11 @@ func newRecordingBackend() *recordingBackend {
 	return &recordingBackend{state: state{}, lost: make(chan func(), 1)}
 }
 
-func (b *recordingBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+func (b *recordingBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.syncs++
-	results := make([]proxier.SyncResult, len(ins))
+	results := make([]proxy.SyncResult, len(ins))
 	if b.failures > 0 {
 		b.failures--
 		return results, errors.New("the datapath refused")
@@ -81,7 +82,7 @@ func (b *recordingBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) (
 			st[name.String()+" "+svc.String()] = eps
 		}
 		b.state[in.Family] = st
-		results[i] = proxier.SyncResult{Full: b.fullNext, ServicePorts: len(st)}
+		results[i] = proxy.SyncResult{Full: b.fullNext, ServicePorts: len(st)}
 	}
 	if b.fullNext {
 		b.full++

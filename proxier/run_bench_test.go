@@ -18,16 +18,17 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // signallingBackend tells the benchmark when its Backend has synced, and
 // whether fully.
 type signallingBackend struct {
-	proxier.Backend
+	proxy.Backend
 	synced chan bool
 }
 
-func (b *signallingBackend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+func (b *signallingBackend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	outs, err := b.Backend.Sync(ctx, ins)
 	if err == nil {
 		b.synced <- outs[0].Full

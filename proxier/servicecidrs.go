@@ -14,10 +14,11 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/logsafe"
 	"github.com/proxykit/proxykit/proxier/config"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // serviceCIDRs keeps the ranges of the cluster's ServiceCIDR objects, by
-// family, for FamilyInput.ServiceCIDRs. It is a config.ServiceCIDRHandler;
+// family, for proxy.FamilyInput.ServiceCIDRs. It is a config.ServiceCIDRHandler;
 // when a family's ranges change it calls changed with the family.
 type serviceCIDRs struct {
 	logger  klog.Logger
@@ -72,7 +73,7 @@ func (s *serviceCIDRs) apply(name string, ranges []netip.Prefix) {
 	next := map[v1.IPFamily][]netip.Prefix{}
 	for _, rs := range s.objects {
 		for _, p := range rs {
-			f := FamilyOf(p.Addr())
+			f := proxy.FamilyOf(p.Addr())
 			next[f] = append(next[f], p)
 		}
 	}
@@ -131,8 +132,8 @@ func serviceCIDRRanges(o *networkingv1.ServiceCIDR) ([]netip.Prefix, error) {
 		}
 		out = append(out, p)
 	}
-	if len(out) == 2 && FamilyOf(out[0].Addr()) == FamilyOf(out[1].Addr()) {
-		return nil, fmt.Errorf("spec.cidrs: %s and %s are both %s; two must be one of each IP family", out[0], out[1], FamilyOf(out[0].Addr()))
+	if len(out) == 2 && proxy.FamilyOf(out[0].Addr()) == proxy.FamilyOf(out[1].Addr()) {
+		return nil, fmt.Errorf("spec.cidrs: %s and %s are both %s; two must be one of each IP family", out[0], out[1], proxy.FamilyOf(out[0].Addr()))
 	}
 	return out, nil
 }

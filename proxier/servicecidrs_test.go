@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // cidrBackend records the service CIDRs of each family's last sync, and
@@ -38,7 +39,7 @@ func newCIDRBackend() *cidrBackend {
 	return &cidrBackend{ranges: map[v1.IPFamily][]string{}, syncs: map[v1.IPFamily]int{}, ports: map[v1.IPFamily]int{}}
 }
 
-func (b *cidrBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+func (b *cidrBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, in := range ins {
@@ -50,7 +51,7 @@ func (b *cidrBackend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]pro
 		b.syncs[in.Family]++
 		b.ports[in.Family] = len(in.Services)
 	}
-	return make([]proxier.SyncResult, len(ins)), nil
+	return make([]proxy.SyncResult, len(ins)), nil
 }
 
 func (b *cidrBackend) RequestFullSync()                     {}
@@ -71,7 +72,7 @@ func (b *cidrBackend) state() (map[v1.IPFamily][]string, map[v1.IPFamily]int) {
 
 // perFamily makes one group, and one runner, per family of the node, all
 // on b, so that a family synced is one that was asked for.
-func perFamily(b proxier.Backend) proxier.NewBackendsFunc {
+func perFamily(b proxy.Backend) proxier.NewBackendsFunc {
 	return func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
 		var gs []proxier.BackendGroup
 		for _, f := range node.Families {

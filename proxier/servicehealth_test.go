@@ -23,6 +23,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/internal/testkit/clustertest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // readLog records which Services' ports and endpoints were read, through
@@ -206,10 +207,10 @@ func TestPartialSyncReadsOnlyChangedServices(t *testing.T) {
 // while fail is set.
 type switchBackend struct{ fail bool }
 
-var _ Backend = (*switchBackend)(nil)
+var _ proxy.Backend = (*switchBackend)(nil)
 
-func (b *switchBackend) Sync(_ context.Context, ins []*FamilyInput) ([]SyncResult, error) {
-	outs := make([]SyncResult, len(ins))
+func (b *switchBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
+	outs := make([]proxy.SyncResult, len(ins))
 	if b.fail {
 		return outs, errors.New("the kernel refused the rules")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Backend is iptables mode for one IP family: the service rule writer
@@ -40,7 +41,7 @@ type Backend struct {
 	mu sync.Mutex
 }
 
-var _ proxier.Backend = (*Backend)(nil)
+var _ proxy.Backend = (*Backend)(nil)
 
 // Option configures a Backend; see New.
 type Option func(*Backend)
@@ -63,7 +64,7 @@ func WithMetrics(m *proxier.BackendMetrics) Option {
 }
 
 // WithCanaryInterval sets how often Run checks the canary chain (the
-// default is proxier.DefaultSyncPeriod, as kube-proxy checks it at its
+// default is proxy.DefaultSyncPeriod, as kube-proxy checks it at its
 // sync period). A period that is not positive keeps the default.
 func WithCanaryInterval(d time.Duration) Option {
 	return func(b *Backend) {
@@ -124,7 +125,7 @@ func New(ctx context.Context, cfg iptables.WriterConfig, ipt iptables.Interface,
 			w.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
 		}
 	}
-	b := &Backend{family: cfg.IPFamily, w: w, ipt: ipt, out: io.Discard, canaryInterval: proxier.DefaultSyncPeriod}
+	b := &Backend{family: cfg.IPFamily, w: w, ipt: ipt, out: io.Discard, canaryInterval: proxy.DefaultSyncPeriod}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
@@ -133,12 +134,12 @@ func New(ctx context.Context, cfg iptables.WriterConfig, ipt iptables.Interface,
 	return b, nil
 }
 
-// Sync is part of proxier.Backend. It takes one input, of the Backend's
+// Sync is part of proxy.Backend. It takes one input, of the Backend's
 // family, and fails on any other. A failed restore makes the next sync
 // full.
-func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	if len(ins) != 1 || ins[0].Family != b.family {
-		return make([]proxier.SyncResult, len(ins)), fmt.Errorf("%s iptables backend: given %d inputs, want one of its family", b.family, len(ins))
+		return make([]proxy.SyncResult, len(ins)), fmt.Errorf("%s iptables backend: given %d inputs, want one of its family", b.family, len(ins))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -151,7 +152,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		NodeLabels:      in.NodeLabels,
 		ServiceCIDRs:    in.ServiceCIDRs,
 	})
-	out := []proxier.SyncResult{{
+	out := []proxy.SyncResult{{
 		Full:                     res.Full,
 		ServicePorts:             res.ServicePorts,
 		Endpoints:                res.Endpoints,
@@ -192,7 +193,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 // set to 1: the caller's to set, as kube-proxy does at start-up.
 func (b *Backend) RouteLocalnet() bool { return b.w.RouteLocalnet() }
 
-// RequestFullSync is part of proxier.Backend.
+// RequestFullSync is part of proxy.Backend.
 func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
 
 // inc adds one to the series of family in v, if there is a v.
@@ -211,7 +212,7 @@ var canaryTables = []iptables.Table{iptables.TableMangle, iptables.TableNAT, ipt
 // removal brings a full sync: mangle, nat and filter, as kube-proxy's.
 func CanaryTables() []iptables.Table { return slices.Clone(canaryTables) }
 
-// Run is part of proxier.Backend. It watches the canary chain: a flush by
+// Run is part of proxy.Backend. It watches the canary chain: a flush by
 // another program (a firewall reload, iptables -F) takes it too, and lost
 // then brings a full sync. It also checks the rules for drift
 // (WithDriftCheckPeriod). In a dry run it returns at once.

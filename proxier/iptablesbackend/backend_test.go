@@ -17,11 +17,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/backendtest"
 	"github.com/proxykit/proxykit/internal/testkit/metricstest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
+	"github.com/proxykit/proxykit/proxy/proxytest"
 )
 
 // fakeIPTablesFamily is an iptables backend over a Fake with the trackers
@@ -74,7 +75,7 @@ func newFakeIPTablesFamily(t *testing.T, fake *iptablestest.Fake) *fakeIPTablesF
 func (f *fakeIPTablesFamily) sync(t *testing.T) bool {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	in := &proxier.FamilyInput{
+	in := &proxy.FamilyInput{
 		Family:          v1.IPv4Protocol,
 		Services:        f.svcMap,
 		Endpoints:       f.epMap,
@@ -83,7 +84,7 @@ func (f *fakeIPTablesFamily) sync(t *testing.T) bool {
 		NodeLabels:      map[string]string{},
 		ServiceCIDRs:    f.cidrs,
 	}
-	outs, err := f.b.Sync(ctx, []*proxier.FamilyInput{in})
+	outs, err := f.b.Sync(ctx, []*proxy.FamilyInput{in})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,14 +266,14 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v4, v6 := backendtest.Input(v1.IPv4Protocol), backendtest.Input(v1.IPv6Protocol)
-	backendtest.SyncRefuses(ctx, t, b, [][]*proxier.FamilyInput{{v6}, {v4, v6}, {}})
+	v4, v6 := proxytest.Input(v1.IPv4Protocol), proxytest.Input(v1.IPv6Protocol)
+	proxytest.SyncRefuses(ctx, t, b, [][]*proxy.FamilyInput{{v6}, {v4, v6}, {}})
 	var out bytes.Buffer
 	b, err = New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil, WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if outs, err := b.Sync(ctx, []*proxier.FamilyInput{v4}); err != nil || !outs[0].Full {
+	if outs, err := b.Sync(ctx, []*proxy.FamilyInput{v4}); err != nil || !outs[0].Full {
 		t.Fatalf("first dry-run sync: %v, %+v; want a full one", err, outs)
 	}
 	if !strings.HasPrefix(out.String(), "# IPv4: iptables-restore input\n*") {

@@ -1,5 +1,5 @@
 // Package iptablesbackend is kube-proxy's iptables mode as a
-// proxier.Backend: one Backend per IP family, in a BackendGroup of its
+// proxy.Backend: one Backend per IP family, in a BackendGroup of its
 // own, renders the family's rules with the iptables service rule writer
 // (full or partial syncs, as kube-proxy's) and applies them with
 // iptables-restore; between syncs its Run watches a canary chain, and

@@ -14,6 +14,7 @@ import (
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Backend is IPVS mode for every IP family of the node at once: an
@@ -43,7 +44,7 @@ type Backend struct {
 	families []v1.IPFamily
 }
 
-var _ proxier.Backend = (*Backend)(nil)
+var _ proxy.Backend = (*Backend)(nil)
 
 // Kernel is what IPVS mode programs in this network namespace besides
 // iptables: the IPVS table, the dummy interface that holds the service
@@ -182,12 +183,12 @@ func New(cfgs []ipvs.TranslatorConfig, k *Kernel, ipts []iptables.Interface, opt
 	return b, nil
 }
 
-// Sync is part of proxier.Backend. It takes one input per family of the
+// Sync is part of proxy.Backend. It takes one input per family of the
 // Backend, in the order of its configs, and fails on any other. It reads
 // the node's addresses before translating, so that node ports follow
 // addresses that come and go; a failure to read them fails the sync.
-func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
-	outs := make([]proxier.SyncResult, len(ins))
+func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
+	outs := make([]proxy.SyncResult, len(ins))
 	if len(ins) != len(b.families) {
 		return outs, fmt.Errorf("IPVS mode: given %d inputs for %d families", len(ins), len(b.families))
 	}
@@ -210,7 +211,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 	for i, in := range ins {
 		tr := b.translators[i].Translate(ctx, ipvs.TranslateInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels})
 		b.translations[i] = tr
-		outs[i] = proxier.SyncResult{
+		outs[i] = proxy.SyncResult{
 			Full:                     true,
 			ServicePorts:             tr.ServicePorts,
 			NoLocalEndpointsInternal: tr.NoLocalEndpointsInternal,
@@ -238,11 +239,11 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 	return outs, err
 }
 
-// RequestFullSync is part of proxier.Backend. It does nothing: every sync
+// RequestFullSync is part of proxy.Backend. It does nothing: every sync
 // is full.
 func (b *Backend) RequestFullSync() {}
 
-// Run is part of proxier.Backend. It sweeps the real servers that are
+// Run is part of proxy.Backend. It sweeps the real servers that are
 // draining, deleting each once its connections are gone, and in a dry run
 // returns at once. There is no canary to watch: each sync reconciles
 // everything, jump rules included, so it never calls lost.

@@ -7,11 +7,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/proxykit/proxykit/internal/backendtest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs"
-	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
+	"github.com/proxykit/proxykit/proxy/proxytest"
 )
 
 func translatorConfig(family v1.IPFamily, prefix string) ipvs.TranslatorConfig {
@@ -48,12 +48,12 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v4, v6 := backendtest.Input(v1.IPv4Protocol), backendtest.Input(v1.IPv6Protocol)
-	backendtest.SyncRefuses(ctx, t, b, [][]*proxier.FamilyInput{{v4}, {v6, v4}, {v4, v4}})
+	v4, v6 := proxytest.Input(v1.IPv4Protocol), proxytest.Input(v1.IPv6Protocol)
+	proxytest.SyncRefuses(ctx, t, b, [][]*proxy.FamilyInput{{v4}, {v6, v4}, {v4, v4}})
 	if out.Len() != 0 {
 		t.Errorf("refused syncs printed %q", out.String())
 	}
-	outs, err := b.Sync(ctx, []*proxier.FamilyInput{v4, v6})
+	outs, err := b.Sync(ctx, []*proxy.FamilyInput{v4, v6})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package ipvsbackend is kube-proxy's IPVS mode as a proxier.Backend: one
+// Package ipvsbackend is kube-proxy's IPVS mode as a proxy.Backend: one
 // Backend for all of the node's IP families, in one BackendGroup, since
 // the kernel keeps the virtual servers and ipsets of both families in one
 // table. A translator per family renders the virtual servers, the ipsets

@@ -16,6 +16,7 @@ import (
 
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Backend is nftables mode for one IP family: the nftables service rule
@@ -67,7 +68,7 @@ type Backend struct {
 	repairPending, repairOnly atomic.Bool
 }
 
-var _ proxier.Backend = (*Backend)(nil)
+var _ proxy.Backend = (*Backend)(nil)
 
 // TableLookup reports whether the table the Backend writes exists in the
 // kernel; an error means it could not tell.
@@ -95,7 +96,7 @@ func WithMetrics(m *proxier.BackendMetrics) Option {
 }
 
 // WithCheckInterval sets how often Run checks that the table still
-// exists (the default is proxier.DefaultSyncPeriod, the period at which
+// exists (the default is proxy.DefaultSyncPeriod, the period at which
 // iptables mode checks its canary). A period that is not positive keeps
 // the default.
 func WithCheckInterval(d time.Duration) Option {
@@ -218,8 +219,8 @@ const fullSyncPeriod = time.Hour
 // or when that socket cannot be opened (on other systems than Linux, it
 // always fails without WithTableLookup).
 func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface, opts ...Option) (*Backend, error) {
-	b := &Backend{family: cfg.IPFamily, out: io.Discard, checkInterval: proxier.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod,
-		timeout: nftables.DefaultCommandTimeout, driftCheckPeriod: proxier.DefaultSyncPeriod}
+	b := &Backend{family: cfg.IPFamily, out: io.Discard, checkInterval: proxy.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod,
+		timeout: nftables.DefaultCommandTimeout, driftCheckPeriod: proxy.DefaultSyncPeriod}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
@@ -295,14 +296,14 @@ func (b *Backend) Family() knftables.Family { return b.w.Family() }
 // Table returns the name of the Backend's table.
 func (b *Backend) Table() string { return b.w.Table() }
 
-// Sync is part of proxier.Backend. It takes one input, of the Backend's
+// Sync is part of proxy.Backend. It takes one input, of the Backend's
 // family, and fails on any other. A failed transaction changes nothing in
 // the kernel (nft applies a transaction whole or not at all) and makes the
 // next sync full. One that timed out (WithCommandTimeout) may have been
 // committed or not, and makes the next sync full too.
-func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	if len(ins) != 1 || ins[0].Family != b.family {
-		return make([]proxier.SyncResult, len(ins)), fmt.Errorf("%s nftables backend: given %d inputs, want one of its family", b.family, len(ins))
+		return make([]proxy.SyncResult, len(ins)), fmt.Errorf("%s nftables backend: given %d inputs, want one of its family", b.family, len(ins))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -336,8 +337,8 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 }
 
 // result is the proxier's view of a writer's result.
-func result(res nftables.SyncResult) []proxier.SyncResult {
-	return []proxier.SyncResult{{
+func result(res nftables.SyncResult) []proxy.SyncResult {
+	return []proxy.SyncResult{{
 		Full:                     res.Full,
 		ServicePorts:             res.ServicePorts,
 		Endpoints:                res.Endpoints,
@@ -397,7 +398,7 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 	return err
 }
 
-// RequestFullSync is part of proxier.Backend. Called by the lost that Run
+// RequestFullSync is part of proxy.Backend. Called by the lost that Run
 // calls for drift (see WithDriftCheckPeriod), it asks for a repair
 // instead: a sync that compares the table and mends what differs.
 func (b *Backend) RequestFullSync() {
@@ -408,7 +409,7 @@ func (b *Backend) RequestFullSync() {
 	b.w.RequestFullSync()
 }
 
-// Run is part of proxier.Backend. Every check interval it asks the kernel
+// Run is part of proxy.Backend. Every check interval it asks the kernel
 // whether the table still exists, and calls lost when it does not: nft
 // flush ruleset (a firewall service's reload) or nft delete table took it.
 // A partial sync would fail on the missing table anyway, but with nothing

@@ -20,7 +20,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
-	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // kernelFamily is a Backend over the real nft in a throwaway namespace.
@@ -102,9 +102,9 @@ func ipOf(family v1.IPFamily, n int) string {
 
 func (k *kernelFamily) sync(t testing.TB, sc changetracker.UpdateServiceMapResult, ec changetracker.UpdateEndpointsMapResult) bool {
 	t.Helper()
-	var outs []proxier.SyncResult
+	var outs []proxy.SyncResult
 	if err := k.ns.Do(func() (err error) {
-		outs, err = k.b.Sync(context.Background(), []*proxier.FamilyInput{{Family: k.family, Services: k.svcs, Endpoints: k.eps,
+		outs, err = k.b.Sync(context.Background(), []*proxy.FamilyInput{{Family: k.family, Services: k.svcs, Endpoints: k.eps,
 			ServiceChanges: sc, EndpointChanges: ec, NodeLabels: map[string]string{}}})
 		return err
 	}); err != nil {
@@ -196,7 +196,7 @@ func TestKernelDryRunChecks(t *testing.T) {
 			sl.AddressType = discoveryv1.AddressTypeIPv6
 		}
 		et.EndpointSliceUpdate(sl, false)
-		if _, err := b.Sync(ctx, []*proxier.FamilyInput{{Family: family, Services: svcs, Endpoints: eps,
+		if _, err := b.Sync(ctx, []*proxy.FamilyInput{{Family: family, Services: svcs, Endpoints: eps,
 			ServiceChanges: svcs.Update(st), EndpointChanges: eps.Update(et), NodeLabels: map[string]string{}}}); err != nil {
 			t.Fatal(err)
 		}

@@ -18,10 +18,11 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/internal/backendtest"
 	"github.com/proxykit/proxykit/internal/testkit/metricstest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
+	"github.com/proxykit/proxykit/proxy/proxytest"
 )
 
 // fakeFamily is an nftables backend over a Fake with the trackers and
@@ -120,7 +121,7 @@ func slice(name, endpoint string) *discoveryv1.EndpointSlice {
 func (f *fakeFamily) sync(t *testing.T) (bool, error) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	in := &proxier.FamilyInput{
+	in := &proxy.FamilyInput{
 		Family:          v1.IPv4Protocol,
 		Services:        f.svcMap,
 		Endpoints:       f.epMap,
@@ -128,7 +129,7 @@ func (f *fakeFamily) sync(t *testing.T) (bool, error) {
 		EndpointChanges: f.epMap.Update(f.epTracker),
 		NodeLabels:      map[string]string{},
 	}
-	outs, err := f.b.Sync(ctx, []*proxier.FamilyInput{in})
+	outs, err := f.b.Sync(ctx, []*proxy.FamilyInput{in})
 	if len(outs) != 1 {
 		t.Fatalf("Sync returned %d results, want 1", len(outs))
 	}
@@ -265,8 +266,8 @@ func TestDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &proxier.FamilyInput{Family: v1.IPv6Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
-	if outs, err := b.Sync(ctx, []*proxier.FamilyInput{in}); err != nil || !outs[0].Full {
+	in := &proxy.FamilyInput{Family: v1.IPv6Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
+	if outs, err := b.Sync(ctx, []*proxy.FamilyInput{in}); err != nil || !outs[0].Full {
 		t.Fatalf("first dry-run sync: %v, %+v; want a full one", err, outs)
 	}
 	want := "# IPv6: nft -f input for table ip6 proxy-b\nadd table ip6 proxy-b"
@@ -274,7 +275,7 @@ func TestDryRun(t *testing.T) {
 		t.Errorf("dry-run output starts %.80q, want %q", out.String(), want)
 	}
 	out.Reset()
-	if _, err := b.Sync(ctx, []*proxier.FamilyInput{in}); err != nil || out.Len() != 0 {
+	if _, err := b.Sync(ctx, []*proxy.FamilyInput{in}); err != nil || out.Len() != 0 {
 		t.Errorf("second dry-run sync with nothing changed: %v, printed %q; want nothing", err, out.String())
 	}
 	done := make(chan struct{})
@@ -298,8 +299,8 @@ func TestSyncRefusesOtherInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v4, v6 := backendtest.Input(v1.IPv4Protocol), backendtest.Input(v1.IPv6Protocol)
-	backendtest.SyncRefuses(ctx, t, b, [][]*proxier.FamilyInput{{v6}, {v4, v6}, {}})
+	v4, v6 := proxytest.Input(v1.IPv4Protocol), proxytest.Input(v1.IPv6Protocol)
+	proxytest.SyncRefuses(ctx, t, b, [][]*proxy.FamilyInput{{v6}, {v4, v6}, {}})
 	for _, cfg := range []nftables.WriterConfig{
 		{IPFamily: "IPv5"},
 		{IPFamily: v1.IPv4Protocol, TableName: "bad name"},

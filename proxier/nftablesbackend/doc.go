@@ -1,5 +1,5 @@
 // Package nftablesbackend is kube-proxy's nftables mode as a
-// proxier.Backend: one Backend per IP family, in a BackendGroup of its
+// proxy.Backend: one Backend per IP family, in a BackendGroup of its
 // own, renders the family's table with the nftables service rule writer
 // (full syncs, and partial ones holding only what changed) and runs each
 // transaction with nft -f through knftables; nft applies it whole or not

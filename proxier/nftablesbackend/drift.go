@@ -12,7 +12,7 @@ import (
 // generation and, if it moved, what the watcher saw), and, when it may
 // have, asks for a sync that compares the table and repairs what differs
 // (nftables.Writer.RequestResync), as iptables mode's drift check does.
-// The default is proxier.DefaultSyncPeriod; zero turns the periodic check
+// The default is proxy.DefaultSyncPeriod; zero turns the periodic check
 // off, leaving the watcher's signals and the hourly resync. A check with
 // nothing changed reads the generation alone. Ignored in a dry run.
 //

@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/nftables"
-	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestSyncPassesServiceCIDRs checks, through a dry run, that the
@@ -26,9 +26,9 @@ func TestSyncPassesServiceCIDRs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	in := &proxier.FamilyInput{Family: v1.IPv6Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{},
+	in := &proxy.FamilyInput{Family: v1.IPv6Protocol, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{},
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:96::/112")}}
-	if _, err := b.Sync(ctx, []*proxier.FamilyInput{in}); err != nil {
+	if _, err := b.Sync(ctx, []*proxy.FamilyInput{in}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "add rule ip6 kube-proxy cluster-ips-check ip6 daddr { fd00:96::/112 } drop\n"; !strings.Contains(out.String(), want) {
@@ -37,7 +37,7 @@ func TestSyncPassesServiceCIDRs(t *testing.T) {
 	out.Reset()
 	in.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00:97::/112")}
 	// Full: every port is judged again against the new ranges.
-	if outs, err := b.Sync(ctx, []*proxier.FamilyInput{in}); err != nil || !outs[0].Full {
+	if outs, err := b.Sync(ctx, []*proxy.FamilyInput{in}); err != nil || !outs[0].Full {
 		t.Fatalf("sync after a change of ranges: %v, %+v; want a full one", err, outs)
 	}
 	if want := "add rule ip6 kube-proxy cluster-ips-check ip6 daddr { fd00:97::/112 } drop\n"; !strings.Contains(out.String(), want) {

@@ -1,6 +1,6 @@
-// Package backendtest holds the checks that the tests of every
-// proxier.Backend (iptables, IPVS and nftables modes) share.
-package backendtest
+// Package proxytest holds the checks that the tests of every
+// proxy.Backend (iptables, IPVS and nftables modes) share.
+package proxytest
 
 import (
 	"context"
@@ -9,18 +9,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Input returns an input of family with no services and no endpoints.
-func Input(family v1.IPFamily) *proxier.FamilyInput {
-	return &proxier.FamilyInput{Family: family, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
+func Input(family v1.IPFamily) *proxy.FamilyInput {
+	return &proxy.FamilyInput{Family: family, Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
 }
 
 // SyncRefuses fails t unless b.Sync fails each of syncs (the inputs of
 // one Sync each) and still returns one result per input, as
-// proxier.Backend's Sync must.
-func SyncRefuses(ctx context.Context, t testing.TB, b proxier.Backend, syncs [][]*proxier.FamilyInput) {
+// proxy.Backend's Sync must.
+func SyncRefuses(ctx context.Context, t testing.TB, b proxy.Backend, syncs [][]*proxy.FamilyInput) {
 	t.Helper()
 	for _, ins := range syncs {
 		outs, err := b.Sync(ctx, ins)

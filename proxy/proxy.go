@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/changetracker"
+)
+
+// Defaults as kube-proxy has them.
+const (
+	// DefaultMinSyncPeriod is the shortest time between the ends of two
+	// syncs of one backend group (kube-proxy's --min-sync-period).
+	DefaultMinSyncPeriod = time.Second
+	// DefaultSyncPeriod is the longest time between syncs
+	// (kube-proxy's --sync-period).
+	DefaultSyncPeriod = 30 * time.Second
+	// DefaultMasqueradeBit is the bit of the packet mark that flags
+	// traffic for masquerading (kube-proxy's --iptables-masquerade-bit).
+	DefaultMasqueradeBit = 14
+)
+
+// Backend is a proxy mode: what turns the service and endpoint maps of the
+// IP families it serves into state in the kernel (or anywhere else) and
+// applies it. Everything around it (informers, change trackers, the
+// runner, conntrack cleanup, health servers, metrics) is the composition's.
+//
+// A Backend serves the families it was made for, in the order the
+// composition was told (proxier.BackendGroup). One that serves one family
+// (iptables mode, where each family has tables of its own) gets a runner of
+// its own, so that a failing family does not hold the other back. One that
+// serves all of the node's families at once (IPVS mode, whose kernel table
+// holds the virtual servers of both) gets every family's input in each
+// Sync.
+type Backend interface {
+	// Sync renders ins, one per family the backend serves in the order
+	// of its group, and applies them. The composition never calls it
+	// concurrently with itself, and the maps in ins are read-only: they
+	// belong to the composition, which updates them between calls. Sync
+	// returns one SyncResult per input, whatever the error (the
+	// composition counts a slice of another length as a failed sync, asks
+	// for a full one and logs the mismatch as its error). An error means
+	// the kernel may not match ins: the composition retries within its
+	// retry period, and the next Sync must put right what this one left,
+	// which is the backend's business (make it full, say). The
+	// composition does not clean conntrack or report health after a
+	// failed Sync.
+	Sync(ctx context.Context, ins []*FamilyInput) ([]SyncResult, error)
+	// RequestFullSync makes the next Sync rewrite everything the backend
+	// owns, for when another program may have removed it. It is called
+	// from any goroutine, concurrently with Sync, and must not block.
+	RequestFullSync()
+	// Run does the backend's work between syncs until ctx is done:
+	// watching for other programs removing its state, and calling lost
+	// when they do (the composition then calls RequestFullSync and asks
+	// for a Sync), or finishing what a sync started. lost is safe to call
+	// from any goroutine. A backend with nothing to do returns at once.
+	// proxier.RunOnce never calls it.
+	Run(ctx context.Context, lost func())
+}
+
+// FamilyInput is what a Backend renders for one IP family: the maps,
+// already brought up to date by the change trackers, and what that update
+// changed. A backend that syncs only what changed reads ServiceChanges
+// and EndpointChanges; the maps are whole.
+type FamilyInput struct {
+	// Family is the IP family of the maps.
+	Family v1.IPFamily
+	// Services and Endpoints are the family's maps. They are the
+	// composition's: read them during Sync only, and do not change them.
+	Services  changetracker.ServicePortMap
+	Endpoints changetracker.EndpointsMap
+	// ServiceChanges and EndpointChanges are what the update before this
+	// Sync changed in the maps. The changes of an update are reported
+	// once: a backend whose Sync failed must make its next one cover them
+	// itself, as a full sync does.
+	ServiceChanges  changetracker.UpdateServiceMapResult
+	EndpointChanges changetracker.UpdateEndpointsMapResult
+	// NodeLabels are the node's topology labels for
+	// changetracker.CategorizeEndpoints; empty (not nil) before the Node
+	// is seen or after it is deleted. When they change the composition asks
+	// for a Sync, and the backend should make it full.
+	NodeLabels map[string]string
+	// ServiceCIDRs are the family's ranges of the cluster's ServiceCIDR
+	// objects (networking.k8s.io/v1), the ranges cluster IPs are
+	// allocated from: sorted, without duplicates, but they may nest or
+	// overlap, as the objects do while a range is widened. An object the
+	// API server would refuse is logged and left out. When they change
+	// the composition asks for a Sync. When they are known (not empty), the
+	// nftables and iptables backends refuse, with a log naming it, a
+	// service port whose cluster IP is outside all of them: the API
+	// server never allocates one there, so its rules would capture
+	// traffic to some other host's address; a change of ranges makes
+	// their sync full, so that every port is judged again. nftables mode
+	// also drops new connections to an address inside them that no
+	// service has. Nil until the objects are listed, when there are none,
+	// and when the API server does not serve them or the proxy may not
+	// read them (see proxier.Proxier.Run): then nothing is refused for them.
+	// Read-only, like the maps. IPVS mode ignores them.
+	ServiceCIDRs []netip.Prefix
+}
+
+// SyncResult is what a Backend did for one family, for the metrics and
+// the log.
+type SyncResult struct {
+	// Full is true when everything was rewritten: it picks the full or
+	// partial sync duration metric, and a full sync also cleans every
+	// stale conntrack entry, not only those of what changed.
+	Full bool
+	// ServicePorts counts the service ports the backend now programs,
+	// and Endpoints what it sends their traffic to (endpoint chains in
+	// iptables mode, real servers in IPVS mode). Logged only.
+	ServicePorts, Endpoints int
+	// NoLocalEndpointsInternal and NoLocalEndpointsExternal count the
+	// service ports whose internal (external) traffic is dropped for want
+	// of an endpoint on this node, for kube-proxy's
+	// sync_proxy_rules_no_local_endpoints_total.
+	NoLocalEndpointsInternal, NoLocalEndpointsExternal int
+}
+
+// FamilyOf returns the IP family of a; an IPv4-mapped IPv6 address is
+// IPv4, as the API server takes it.
+func FamilyOf(a netip.Addr) v1.IPFamily {
+	if a.Unmap().Is4() {
+		return v1.IPv4Protocol
+	}
+	return v1.IPv6Protocol
+}
