@@ -11,7 +11,7 @@ BENCHTIME ?= 1s
 TESTFLAGS ?=
 # The packages whose tests also run in the VM tier (a kernel with IPVS and
 # dummy links; see hack/vmtest/run.sh), and flags for run.sh such as -v.
-VMTEST_PKGS ?= ./ipvs ./examples/proxier:^TestVM
+VMTEST_PKGS ?= ./ipvs ./ipvsmode ./examples/proxier:^TestVM
 VMTESTFLAGS ?=
 
 # The fuzz targets whose properties guard hostile input: the rule writers'

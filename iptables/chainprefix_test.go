@@ -12,6 +12,7 @@ import (
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // otherPrefix is the chain prefix of the second proxy in these tests.
@@ -103,7 +104,7 @@ func TestNewChainNamesValidates(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "chain prefix") {
 					t.Fatalf("got %v, want an error naming the chain prefix and %q", err, tc.want)
 				}
-				_, werr := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol, ChainPrefix: tc.prefix})
+				_, werr := iptables.NewWriter(iptables.WriterConfig{Family: v1.IPv4Protocol, ChainPrefix: tc.prefix})
 				if werr == nil || !strings.Contains(werr.Error(), tc.want) {
 					t.Errorf("NewWriter: got %v, want %q", werr, tc.want)
 				}
@@ -124,7 +125,7 @@ func TestNewChainNamesValidates(t *testing.T) {
 }
 
 // prefixedSync syncs w and applies the result to f with w's jump rules.
-func prefixedSync(t *testing.T, w *iptables.Writer, f *iptablestest.Fake, in iptables.SyncInput) iptables.SyncResult {
+func prefixedSync(t *testing.T, w *iptables.Writer, f *iptablestest.Fake, in *proxy.FamilyInput) iptables.SyncResult {
 	t.Helper()
 	ctx := context.Background()
 	res := w.Sync(ctx, in)
@@ -301,8 +302,8 @@ func TestChainNamesOwnership(t *testing.T) {
 		}
 	}
 
-	ocfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, ChainPrefix: otherPrefix}
-	kj, oj := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol}).JumpRules(), mustWriter(t, ocfg).JumpRules()
+	ocfg := iptables.WriterConfig{Family: v1.IPv4Protocol, ChainPrefix: otherPrefix}
+	kj, oj := mustWriter(t, iptables.WriterConfig{Family: v1.IPv4Protocol}).JumpRules(), mustWriter(t, ocfg).JumpRules()
 	var want []iptables.JumpRule
 	for _, j := range kj {
 		j.Target = iptables.Chain(strings.Replace(string(j.Target), "KUBE-", otherPrefix+"-", 1))

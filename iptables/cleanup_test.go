@@ -2,6 +2,7 @@ package iptables_test
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // cleanupForeign is what other programs keep in a node's tables, in the
@@ -105,7 +107,7 @@ func TestCleanup(t *testing.T) {
 		name:    "IPv6",
 		fake:    iptablestest.NewIPv6Fake(),
 		foreign: cleanupForeign6,
-		cfg:     iptables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeName: "node-a", ClusterCIDR: prefix("fd00:244::/64")},
+		cfg:     iptables.WriterConfig{Family: v1.IPv6Protocol, Node: proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("fd00:244::/64")}}},
 		cluster: v6cluster(),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

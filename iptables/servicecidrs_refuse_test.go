@@ -2,6 +2,7 @@ package iptables_test
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +13,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterRefusesClusterIPOutsideServiceCIDRs syncs one writer with a
@@ -28,7 +30,7 @@ func TestWriterRefusesClusterIPOutsideServiceCIDRs(t *testing.T) {
 	c.setService(makeService("ns", "outside", writertest.ServiceCIDROutside))
 	c.setEndpoints("ns", "outside", tcp8080, ep{IP: "10.1.0.2", Node: "node-a"})
 	inside, outside := svcPortName("ns", "inside", "p"), svcPortName("ns", "outside", "p")
-	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ClusterCIDR: prefix("10.1.0.0/16")})
+	w := mustWriter(t, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("10.1.0.0/16")}}})
 	f := iptablestest.NewFake()
 	for i, step := range writertest.ServiceCIDRSteps() {
 		in := c.input()

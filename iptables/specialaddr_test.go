@@ -14,6 +14,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterRefusesSpecialAddresses hands the writer, past the tracker, a
@@ -33,8 +34,11 @@ func TestWriterRefusesSpecialAddresses(t *testing.T) {
 				p.externalIPs, p.vips = tc.ExternalIPs, tc.VIPs
 				return e
 			})
-			w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a",
-				NodeIPs: []netip.Addr{nodeIP}, ClusterCIDR: prefix("10.1.0.0/16")})
+			w := mustWriter(t, iptables.WriterConfig{
+				Family: v1.IPv4Protocol,
+				Node:   proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("10.1.0.0/16")}},
+			})
+			in.NodeIPs = []netip.Addr{nodeIP}
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 			f := iptablestest.NewFake()
 			res := w.Sync(klog.NewContext(context.Background(), logger), in)

@@ -17,12 +17,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/logsafe"
 	"github.com/proxykit/proxykit/portcheck"
+	"github.com/proxykit/proxykit/proxy"
 )
-
-// DefaultMasqueradeBit is the bit of the packet mark that flags traffic for
-// masquerading when WriterConfig.MasqueradeBit is nil, as in kube-proxy.
-const DefaultMasqueradeBit = 14
 
 // DefaultLargeClusterThreshold is the number of endpoints above which the
 // writer leaves out per-endpoint comments, when
@@ -33,33 +31,30 @@ const DefaultLargeClusterThreshold = 1000
 // nft backend.
 const NFTChainsPerCommit = 1000
 
-// WriterConfig configures a [Writer]. Only IPFamily is required.
+// WriterConfig configures a [Writer]. Only Family is required.
 type WriterConfig struct {
-	// IPFamily is the family the writer's rules are for, v1.IPv4Protocol
+	// Family is the family the writer's rules are for, v1.IPv4Protocol
 	// or v1.IPv6Protocol; one writer per family. Service ports whose
 	// cluster IP is of the other family are skipped, and so are addresses
-	// of the other family in the other fields.
-	IPFamily v1.IPFamily
+	// of the other family in the other fields and in Node.
+	Family v1.IPFamily
 
-	// NodeName is this node's name, for topology
-	// (changetracker.CategorizeEndpoints).
-	NodeName string
-
-	// NodeIPs are this node's addresses. A load balancer whose
-	// loadBalancerSourceRanges contain one of them also accepts traffic
-	// whose source is its own VIP, which is what a node reaching the VIP
-	// through a local route sends. A service port whose cluster IP is one
-	// of them gets no rules (logged): they would take the node's own ports.
-	NodeIPs []netip.Addr
-
-	// NodePortAddresses restricts node ports to the local addresses inside
-	// these prefixes (--nodeport-addresses). Empty, or a prefix of length
-	// 0, means every local address. Loopback addresses serve node ports
-	// only with LocalhostNodePorts, as in kube-proxy (kubernetes#90259):
-	// without it a prefix inside the loopback range is left out (the
-	// first Sync logs it), and loopback addresses inside a wider prefix
-	// are excluded.
-	NodePortAddresses []netip.Prefix
+	// Node holds the settings every mode shares: the node's name for
+	// topology, the node-port addresses, the pod network for local
+	// traffic detection, and masquerading. The writer reads the prefixes
+	// of its own family and ignores the others, so one NodeConfig serves
+	// every family: node ports are served on every local address when no
+	// NodePortAddresses prefix is of the writer's family (as kube-proxy
+	// filters --nodeport-addresses by family), and local-traffic detection
+	// is off when no ClusterCIDRs prefix is. Node ports on loopback
+	// addresses need LocalhostNodePorts, as in kube-proxy
+	// (kubernetes#90259): without it a NodePortAddresses prefix inside the
+	// loopback range is left out (the first Sync logs it), and loopback
+	// addresses inside a wider prefix are excluded. Traffic to a cluster
+	// IP from outside the ClusterCIDRs prefix is masqueraded, and pod
+	// traffic to an external address of an externalTrafficPolicy Local
+	// service is short-circuited to all endpoints.
+	Node proxy.NodeConfig
 
 	// LocalhostNodePorts serves IPv4 node ports on the loopback addresses
 	// (127.0.0.0/8) as well, as kube-proxy's --iptables-localhost-nodeports
@@ -77,20 +72,6 @@ type WriterConfig struct {
 	// traffic; Writer.JumpRules adds the jumps to it from INPUT and OUTPUT.
 	// The kubelet writes the same chain and rule, and Cleanup leaves them.
 	LocalhostNodePorts bool
-
-	// ClusterCIDR is the pod network of this family. Traffic to a cluster
-	// IP from outside it is masqueraded, and pod traffic to an external
-	// address of an externalTrafficPolicy Local service is short-circuited
-	// to all endpoints. The zero Prefix turns local-traffic detection off.
-	ClusterCIDR netip.Prefix
-
-	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
-	// source.
-	MasqueradeAll bool
-
-	// MasqueradeBit is the bit (0 to 31) of the packet mark that flags
-	// traffic for masquerading; nil means DefaultMasqueradeBit.
-	MasqueradeBit *int
 
 	// RandomFully adds --random-fully to the MASQUERADE rule. Set it from
 	// Interface.HasRandomFully.
@@ -139,37 +120,6 @@ type WriterConfig struct {
 	// setting: beside kube-proxy, use anything but KUBE. NewWriter
 	// refuses a prefix NewChainNames refuses.
 	ChainPrefix string
-}
-
-// SyncInput is what [Writer.Sync] renders.
-type SyncInput struct {
-	// Services and Endpoints are the proxier's maps, already brought up to
-	// date with ServicePortMap.Update and EndpointsMap.Update. Sync reads
-	// them and never modifies them.
-	Services  changetracker.ServicePortMap
-	Endpoints changetracker.EndpointsMap
-	// ServiceChanges and EndpointChanges are what those Update calls
-	// returned. A partial sync rewrites only the services named in them,
-	// so every result must reach exactly one Sync: if a result is dropped,
-	// call RequestFullSync.
-	ServiceChanges  changetracker.UpdateServiceMapResult
-	EndpointChanges changetracker.UpdateEndpointsMapResult
-	// NodeLabels are this node's labels, for topology. A change from the
-	// previous sync makes the sync full. Sync copies them.
-	NodeLabels map[string]string
-	// ServiceCIDRs are the ranges cluster IPs are allocated from (those
-	// of the cluster's ServiceCIDR objects). They serve only to refuse,
-	// with a log naming it, a service port whose cluster IP is outside
-	// all of them: the API server never allocates one there, so its rules
-	// would capture traffic to some other host's address. Unlike
-	// nftables mode no rule drops traffic to unallocated addresses inside
-	// them, as in kube-proxy's iptables mode. They may nest or overlap; a
-	// prefix of the other family, or not valid, is ignored, and empty
-	// (after that) means the ranges are not known: no cluster IP is
-	// refused for them. A change from the previous sync makes the sync
-	// full, so that every port is judged again. Sync does not keep the
-	// slice.
-	ServiceCIDRs []netip.Prefix
 }
 
 // SyncResult is what [Writer.Sync] produced.
@@ -242,9 +192,12 @@ type SyncResult struct {
 type Writer struct {
 	cfg           WriterConfig
 	check         portcheck.Checker
-	cn            *ChainNames // the names of the chains it owns
-	jumpMasq      string      // " -j PREFIX-MARK-MASQ"
-	droppedByFW   string      // " will be dropped by PREFIX-PROXY-FIREWALL"
+	clusterCIDR   netip.Prefix   // Node's of the writer's family, or invalid
+	nodePortAddrs []netip.Prefix // Node's of the writer's family
+	nodeIPs       []netip.Addr   // FamilyInput.NodeIPs of the last Sync
+	cn            *ChainNames    // the names of the chains it owns
+	jumpMasq      string         // " -j PREFIX-MARK-MASQ"
+	droppedByFW   string         // " will be dropped by PREFIX-PROXY-FIREWALL"
 	clock         clock.PassiveClock
 	threshold     int
 	isIPv6        bool
@@ -380,8 +333,9 @@ type specRange struct {
 
 // NewWriter returns a writer for cfg. It fails, naming the field, when the
 // IP family is unknown, the chain prefix is not valid (see NewChainNames),
-// the masquerade bit is out of range, or a prefix or address has the
-// wrong family. The first Sync is full.
+// the masquerade bit is out of range, or Node has two cluster CIDRs of the
+// writer's family. The first Sync is full. cfg is copied; the writer never
+// changes the caller's slices.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	w := &Writer{
 		cfg:        cfg,
@@ -391,16 +345,16 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		services:   make(map[types.NamespacedName]*serviceState),
 		maybeStale: make(map[chainRef]struct{}),
 	}
-	switch cfg.IPFamily {
+	switch cfg.Family {
 	case v1.IPv4Protocol:
 		w.loopback = "127.0.0.0/8"
 	case v1.IPv6Protocol:
 		w.isIPv6 = true
 		w.loopback = "::1/128"
 	default:
-		return nil, fmt.Errorf("iptables writer: unknown IP family %q", cfg.IPFamily)
+		return nil, fmt.Errorf("iptables writer: unknown IP family %q", cfg.Family)
 	}
-	w.check = portcheck.New(cfg.IPFamily, cfg.NodeIPs...)
+	w.check = portcheck.New(cfg.Family)
 	names, err := NewChainNames(cfg.ChainPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("iptables writer: %w", err)
@@ -414,31 +368,18 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if w.threshold <= 0 {
 		w.threshold = DefaultLargeClusterThreshold
 	}
-	bit := DefaultMasqueradeBit
-	if cfg.MasqueradeBit != nil {
-		bit = *cfg.MasqueradeBit
-	}
-	if bit < 0 || bit > 31 {
-		return nil, fmt.Errorf("iptables writer: masquerade bit %d is not in 0..31", bit)
+	bit, err := cfg.Node.MasqueradeMark()
+	if err != nil {
+		return nil, fmt.Errorf("iptables writer: Node.MasqueradeBit: %w", err)
 	}
 	w.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
 	w.markMask = w.mark + "/" + w.mark
-	if cfg.ClusterCIDR.IsValid() && !w.sameFamily(cfg.ClusterCIDR.Addr()) {
-		return nil, fmt.Errorf("iptables writer: cluster CIDR %s is not %s", cfg.ClusterCIDR, cfg.IPFamily)
+	if w.clusterCIDR, err = cfg.Node.ClusterCIDR(cfg.Family); err != nil {
+		return nil, fmt.Errorf("iptables writer: Node.ClusterCIDRs: %w", err)
 	}
-	w.cfg.ClusterCIDR = cfg.ClusterCIDR.Masked()
-	w.cfg.NodeIPs = nil
-	for _, ip := range cfg.NodeIPs {
-		if !w.sameFamily(ip) {
-			return nil, fmt.Errorf("iptables writer: node IP %s is not %s", ip, cfg.IPFamily)
-		}
-		w.cfg.NodeIPs = append(w.cfg.NodeIPs, ip.Unmap())
-	}
-	matchAll := len(cfg.NodePortAddresses) == 0
-	for _, p := range cfg.NodePortAddresses {
-		if !p.IsValid() || !w.sameFamily(p.Addr()) {
-			return nil, fmt.Errorf("iptables writer: node-port address %s is not %s", p, cfg.IPFamily)
-		}
+	w.nodePortAddrs = cfg.Node.NodePortPrefixes(cfg.Family)
+	matchAll := len(w.nodePortAddrs) == 0
+	for _, p := range w.nodePortAddrs {
 		if p.Bits() == 0 {
 			matchAll = true
 		}
@@ -465,8 +406,7 @@ func (w *Writer) nodePortRules(matchAll bool) {
 		return
 	}
 	loopback := netip.MustParsePrefix(w.loopback)
-	for _, p := range w.cfg.NodePortAddresses {
-		p = p.Masked()
+	for _, p := range w.nodePortAddrs {
 		if p.Overlaps(loopback) {
 			switch {
 			case w.localhost:
@@ -563,16 +503,19 @@ func (w *Writer) failed() {
 
 // Sync renders the rules for in. The sync is full when one of these
 // holds: it is the first, the last one failed or was never reported to
-// Applied, RequestFullSync was called, the node labels or the service
-// CIDRs changed, or FullSyncPeriod has passed since the last full sync.
+// Applied, RequestFullSync was called, the node labels, the node's
+// addresses of the writer's family or the service CIDRs changed, or
+// FullSyncPeriod has passed since the last full sync.
 // Otherwise it is partial and writes only the services named in the
 // change results.
 //
 // Bad input is logged through the logger in ctx and skipped for that
 // service port alone: a port whose cluster IP is not of the writer's
 // family, or outside the known service CIDRs, gets no rules, and
-// addresses of the other family are left out.
-func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
+// addresses of the other family are left out. An input whose Family is
+// set and is not the writer's is logged, and its ports get no rules; an
+// empty Family is read as the writer's.
+func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 	logger := klog.FromContext(ctx)
 	if w.unapplied {
 		logger.V(2).Info("Previous iptables payload was never reported applied; syncing everything")
@@ -580,7 +523,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	}
 	if len(w.skippedNodePortAddresses) > 0 {
 		logger.Error(nil, "Node-port addresses inside the loopback range are left out: localhost node ports are off or not supported by the IP family",
-			"nodePortAddresses", w.skippedNodePortAddresses, "ipFamily", w.cfg.IPFamily)
+			"nodePortAddresses", w.skippedNodePortAddresses, "ipFamily", w.cfg.Family)
 		w.skippedNodePortAddresses = nil
 	}
 	requested := w.requestFull.Swap(false)
@@ -589,10 +532,20 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)
 	}
+	if in.Family != "" && in.Family != w.cfg.Family {
+		logger.Error(nil, "Input of another IP family; its service ports get no rules", "ipFamily", w.cfg.Family, "inputFamily", logsafe.Quote(string(in.Family)))
+	}
+	if ips := proxy.NodeIPsOf(w.cfg.Family, in.NodeIPs); !slices.Equal(ips, w.nodeIPs) {
+		// A node address is matched in firewall rules and refused as a
+		// cluster IP: every port is judged again.
+		full = true
+		w.nodeIPs = ips
+		w.check = w.check.WithNodeIPs(ips)
+	}
 	if check := w.check.WithServiceCIDRs(in.ServiceCIDRs); !check.SameServiceCIDRs(w.check) {
 		// Ports refused or programmed under the old ranges are judged
 		// again; ServiceCIDR objects seldom change.
-		logger.V(2).Info("Service CIDRs changed; syncing everything", "ipFamily", w.cfg.IPFamily)
+		logger.V(2).Info("Service CIDRs changed; syncing everything", "ipFamily", w.cfg.Family)
 		full = true
 		w.check = check
 	}
@@ -609,10 +562,10 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	w.batchChains, w.splitDue = 0, false
 	var written int
 	if full {
-		written = w.syncFull(logger, &in)
+		written = w.syncFull(logger, in)
 		w.lastFull = now
 	} else {
-		written = w.syncPartial(logger, &in)
+		written = w.syncPartial(logger, in)
 	}
 	w.needFull = false
 	w.unapplied = true
@@ -628,7 +581,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 		NoLocalEndpointsInternal: w.noLocalInt,
 		NoLocalEndpointsExternal: w.noLocalExt,
 	}
-	logger.V(2).Info("Rendered iptables rules", "ipFamily", w.cfg.IPFamily, "full", full,
+	logger.V(2).Info("Rendered iptables rules", "ipFamily", w.cfg.Family, "full", full,
 		"servicePortsWritten", written, "bytes", len(res.Payload), "lines", res.Lines,
 		"chainsDeleted", res.ChainsDeleted, "servicePorts", res.ServicePorts, "endpoints", res.Endpoints)
 	return res
@@ -652,7 +605,7 @@ func (w *Writer) estimateFullSize() int {
 
 // syncFull renders every service port, flushing and refilling the
 // top-level chains, and returns how many ports it wrote.
-func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
+func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 	w.gen++
 	w.names = w.names[:0]
 	total := 0
@@ -748,7 +701,7 @@ func (w *Writer) syncFull(logger klog.Logger, in *SyncInput) int {
 
 // syncPartial renders the service ports of the changed services and
 // returns how many it wrote.
-func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
+func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) int {
 	svcChanged := in.ServiceChanges.UpdatedServices
 	w.changed = changetracker.ChangedServices(w.changed, in.ServiceChanges, in.EndpointChanges)
 	if len(w.changed) == 0 {

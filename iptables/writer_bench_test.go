@@ -3,10 +3,13 @@ package iptables_test
 import (
 	"context"
 	"fmt"
-	"github.com/proxykit/proxykit/iptables"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/proxy"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -46,7 +49,7 @@ func loadedWriter(b *testing.B, size benchSize) (*cluster, *iptables.Writer) {
 }
 
 func benchWriter(b *testing.B) *iptables.Writer {
-	w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: true})
+	w, err := iptables.NewWriter(iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}, RandomFully: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterCheckDriftKernel loads the benchmark clusters into a
@@ -53,7 +55,7 @@ func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
 	ipt := newNSIPT(t, ns, backend, iptables.ProtocolIPv4)
-	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: ipt.ipt.HasRandomFully()}
+	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}, RandomFully: ipt.ipt.HasRandomFully()}
 	if backend == iptables.BackendNFT {
 		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // A proxier's sync loop: the change trackers are fed by informers (here,
@@ -24,9 +25,8 @@ func ExampleWriter() {
 	ctx := context.Background()
 	ipt := iptablestest.NewFake()
 	cfg := iptables.WriterConfig{
-		IPFamily:    v1.IPv4Protocol,
-		NodeName:    "node-a",
-		ClusterCIDR: netip.MustParsePrefix("10.0.0.0/16"),
+		Family:      v1.IPv4Protocol,
+		Node:        proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}},
 		RandomFully: ipt.HasRandomFully(),
 	}
 	if ipt.Backend() == iptables.BackendNFT {
@@ -41,7 +41,7 @@ func ExampleWriter() {
 	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
 
 	sync := func() error {
-		res := w.Sync(ctx, iptables.SyncInput{
+		res := w.Sync(ctx, &proxy.FamilyInput{
 			Services:        svcMap,
 			Endpoints:       epMap,
 			ServiceChanges:  svcMap.Update(svcTracker),
@@ -103,11 +103,11 @@ func ExampleWriter() {
 
 // The payload of a sync can be printed instead of applied, for a dry run.
 func ExampleWriter_dryRun() {
-	w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol})
+	w, err := iptables.NewWriter(iptables.WriterConfig{Family: v1.IPv4Protocol})
 	if err != nil {
 		panic(err)
 	}
-	res := w.Sync(context.Background(), iptables.SyncInput{})
+	res := w.Sync(context.Background(), &proxy.FamilyInput{})
 	fmt.Print(string(res.Payload))
 	// Output:
 	// *nat

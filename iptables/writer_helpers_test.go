@@ -11,6 +11,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // cluster is writertest's Cluster, whose Services and EndpointSlices go
@@ -34,14 +35,15 @@ func (c *cluster) setEndpoints(ns, name string, ports []discoveryv1.EndpointPort
 
 // input applies the pending changes to the maps and returns the writer's
 // input.
-func (c *cluster) input() iptables.SyncInput {
+func (c *cluster) input() *proxy.FamilyInput {
 	svcChanges, epChanges := c.Update()
-	return iptables.SyncInput{
+	return &proxy.FamilyInput{
 		Services:        c.ServiceMap,
 		Endpoints:       c.EndpointsMap,
 		ServiceChanges:  svcChanges,
 		EndpointChanges: epChanges,
 		NodeLabels:      c.NodeLabels,
+		NodeIPs:         c.NodeIPs,
 	}
 }
 
@@ -75,7 +77,7 @@ func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 // syncFake syncs w and applies the result to f, as a proxier does, and
 // fails t if the restore fails.
-func syncFake(t testing.TB, w *iptables.Writer, f *iptablestest.Fake, in iptables.SyncInput) iptables.SyncResult {
+func syncFake(t testing.TB, w *iptables.Writer, f *iptablestest.Fake, in *proxy.FamilyInput) iptables.SyncResult {
 	t.Helper()
 	res := w.Sync(context.Background(), in)
 	err := applyFake(f, w, res)

@@ -17,6 +17,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // skewedPort is a service port whose fields are those of a port the
@@ -96,7 +97,7 @@ func richService(ns, name, clusterIP string, nodePort int32) *v1.Service {
 // badInputCluster is a cluster with a good Service ns/good and the port
 // "bad/bad:p", a copy of a good port with the same endpoints that mod
 // skews, which the tracker never saw.
-func badInputCluster(t *testing.T, mod func(*skewedPort, []changetracker.Endpoint) []changetracker.Endpoint) (*cluster, iptables.SyncInput, changetracker.ServicePortName) {
+func badInputCluster(t *testing.T, mod func(*skewedPort, []changetracker.Endpoint) []changetracker.Endpoint) (*cluster, *proxy.FamilyInput, changetracker.ServicePortName) {
 	t.Helper()
 	c := newCluster(v1.IPv4Protocol, "node-a")
 	c.setService(richService("ns", "good", "10.96.0.1", 30001))
@@ -205,7 +206,7 @@ func TestWriterSkipsBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, in, bad := badInputCluster(t, tc.mod)
-			w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ClusterCIDR: prefix("10.1.0.0/16")})
+			w := mustWriter(t, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("10.1.0.0/16")}}})
 			f := iptablestest.NewFake()
 			res := syncFake(t, w, f, in)
 			payload := string(res.Payload)
@@ -262,7 +263,7 @@ func TestWriterAllowAllSourceRanges(t *testing.T) {
 			svc.Spec.LoadBalancerSourceRanges = tc.ranges
 			c.setService(svc)
 			c.setEndpoints("ns", "lb", tcp8080, ep{IP: epIP, Node: "node-a"})
-			w := mustWriter(t, iptables.WriterConfig{IPFamily: tc.family, NodeName: "node-a"})
+			w := mustWriter(t, iptables.WriterConfig{Family: tc.family, Node: proxy.NodeConfig{Name: "node-a"}})
 			syncFake(t, w, f, c.input())
 			name := svcPortName("ns", "lb", "p")
 			hasFW := f.Rules(iptables.TableNAT, iptables.ServiceFirewallChain(name)) != nil
@@ -341,7 +342,7 @@ func FuzzWriterNames(f *testing.F) {
 		if err := fake.ParseDump(foreignState); err != nil {
 			t.Fatal(err)
 		}
-		w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ClusterCIDR: prefix("10.1.0.0/16")})
+		w := mustWriter(t, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("10.1.0.0/16")}}})
 		syncFake(t, w, fake, in)
 		checkOwnership(t, fake)
 
@@ -349,7 +350,7 @@ func FuzzWriterNames(f *testing.F) {
 		// rules: "-D" of the rules written before must match them.
 		c.EndpointsMap[fuzzed] = c.EndpointsMap[fuzzed][:1]
 		c.ServiceMap[fuzzed] = &skewedPort{ServicePort: c.ServiceMap[good], clusterIP: ptrTo(netip.MustParseAddr("10.96.0.2")), nodePort: ptrTo(30009)}
-		in2 := iptables.SyncInput{
+		in2 := &proxy.FamilyInput{
 			Services: c.ServiceMap, Endpoints: c.EndpointsMap,
 			ServiceChanges:  changetracker.UpdateServiceMapResult{UpdatedServices: sets.New(fuzzed.NamespacedName), DeletedUDPClusterIPs: sets.New[netip.Addr]()},
 			EndpointChanges: c.EndpointsMap.Update(c.EndpointTracker),
@@ -438,7 +439,7 @@ var foreignWithJumps = sync.OnceValues(func() (*iptablestest.Fake, error) {
 	if err := f.ParseDump(foreignState); err != nil {
 		return nil, err
 	}
-	w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol})
+	w, err := iptables.NewWriter(iptables.WriterConfig{Family: v1.IPv4Protocol})
 	if err != nil {
 		return nil, err
 	}

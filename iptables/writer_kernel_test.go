@@ -14,13 +14,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // kernelNode is the topology of the kernel tests: a node namespace that
@@ -402,7 +404,7 @@ func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {
 		t.Fatal(err)
 	}
 	c := benchCluster(size)
-	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: ipt.HasRandomFully()}
+	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}, RandomFully: ipt.HasRandomFully()}
 	if backend == iptables.BackendNFT {
 		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
 	}
@@ -515,7 +517,7 @@ func testWriterKernelIPv6(t *testing.T, backend iptables.Backend) {
 		v1.ServicePort{Name: "tcp", Port: 80, Protocol: v1.ProtocolTCP},
 		v1.ServicePort{Name: "udp", Port: 80, Protocol: v1.ProtocolUDP},
 	)))
-	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeName: scnNode, ClusterCIDR: prefix("fd00:10::/64"), RandomFully: ipt.HasRandomFully()})
+	w := mustWriter(t, iptables.WriterConfig{Family: v1.IPv6Protocol, Node: proxy.NodeConfig{Name: scnNode, ClusterCIDRs: []netip.Prefix{prefix("fd00:10::/64")}}, RandomFully: ipt.HasRandomFully()})
 	res := w.Sync(ctx, c.input())
 	err = node.Do(func() error {
 		if err := w.EnsureJumpRules(ctx, ipt); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterNodePortAddresses checks which addresses serve node ports, as
@@ -68,7 +69,7 @@ func TestWriterNodePortAddresses(t *testing.T) {
 			for _, a := range tc.addresses {
 				prefixes = append(prefixes, prefix(a))
 			}
-			w := mustWriter(t, iptables.WriterConfig{IPFamily: tc.family, NodeName: "node-a", NodePortAddresses: prefixes, LocalhostNodePorts: tc.localhost})
+			w := mustWriter(t, iptables.WriterConfig{Family: tc.family, Node: proxy.NodeConfig{Name: "node-a", NodePortAddresses: prefixes}, LocalhostNodePorts: tc.localhost})
 			res := w.Sync(t.Context(), c.input())
 			if err := w.EnsureJumpRules(t.Context(), f); err != nil {
 				t.Fatal(err)
@@ -110,8 +111,11 @@ func TestWriterNodePortGuardFollowsPrefix(t *testing.T) {
 	c, f, clusterIP, epIP := familyCluster(v1.IPv4Protocol)
 	c.setService(makeService("ns", "np", clusterIP, withNodePort(30080)))
 	c.setEndpoints("ns", "np", tcp8080, ep{IP: epIP, Node: "node-a"})
-	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ChainPrefix: "PXYB",
-		NodePortAddresses: []netip.Prefix{prefix("0.0.0.0/1")}})
+	w := mustWriter(t, iptables.WriterConfig{
+		Family:      v1.IPv4Protocol,
+		Node:        proxy.NodeConfig{Name: "node-a", NodePortAddresses: []netip.Prefix{prefix("0.0.0.0/1")}},
+		ChainPrefix: "PXYB",
+	})
 	res := w.Sync(t.Context(), c.input())
 	if err := f.RestoreAll(t.Context(), res.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {
 		t.Fatalf("restore: %v\n%s", err, res.Payload)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 var (
@@ -45,7 +46,7 @@ func TestWriterEndpointOrder(t *testing.T) {
 	c := newCluster(v1.IPv4Protocol, "node-a")
 	c.setService(makeService("ns", "web", "10.96.0.10"))
 	c.setEndpoints("ns", "web", tcp8080, ep{IP: "10.0.0.2"}, ep{IP: "10.0.0.10"}, ep{IP: "10.0.0.1"}, ep{IP: "9.0.0.1"})
-	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}
+	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}
 	w := mustWriter(t, cfg)
 	f := iptablestest.NewFake()
 	res := syncFake(t, w, f, c.input())

@@ -16,7 +16,7 @@ import (
 // against ps.top, and endpoint chains whose content is unchanged are left
 // alone.
 func (w *Writer) writePort(b []byte, ps *portState, svc changetracker.ServicePort, eps []changetracker.Endpoint, full bool) []byte {
-	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.NodeName, w.nodeLabels)
+	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.Node.Name, w.nodeLabels)
 
 	var chains uint8
 	if len(cluster) > 0 && svc.UsesClusterEndpoints() {
@@ -249,11 +249,11 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// Pods reaching an external address of the service are not
 		// subject to the Local policy: they are sent to all endpoints, as
 		// if they had gone out to the load balancer and come back.
-		if w.cfg.ClusterCIDR.IsValid() {
+		if w.clusterCIDR.IsValid() {
 			b = w.ruleStart(b, ext)
 			b = appendComment(b, "pod traffic for ", &ps.text, " external destinations")
 			b = append(b, " -s "...)
-			b = w.cfg.ClusterCIDR.AppendTo(b)
+			b = w.clusterCIDR.AppendTo(b)
 			b = w.endLine(svcChain.appendTo(append(b, " -j "...), w.cn))
 		}
 		// Traffic from the node itself has a local address as source,
@@ -293,7 +293,7 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 			continue
 		}
 		b = allow(b, cidr.AppendTo)
-		for _, ip := range w.cfg.NodeIPs {
+		for _, ip := range w.nodeIPs {
 			allowFromNode = allowFromNode || cidr.Contains(ip)
 		}
 	}
@@ -314,15 +314,15 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 // writeMasqueradeRule marks cluster-IP traffic from outside the cluster
 // (or all of it with MasqueradeAll) for masquerading.
 func (w *Writer) writeMasqueradeRule(b []byte, ps *portState, svc changetracker.ServicePort, k chainKind, proto string) []byte {
-	if !w.cfg.MasqueradeAll && !w.cfg.ClusterCIDR.IsValid() {
+	if !w.cfg.Node.MasqueradeAll && !w.clusterCIDR.IsValid() {
 		return b
 	}
 	b = w.ruleStart(b, chainRef{kind: k, hash: ps.hash})
 	b = appendComment(b, "", &ps.text, " cluster IP")
 	b = appendDestination(appendProtocol(b, proto), svc.ClusterIP(), svc.Port())
-	if !w.cfg.MasqueradeAll {
+	if !w.cfg.Node.MasqueradeAll {
 		b = append(b, " ! -s "...)
-		b = w.cfg.ClusterCIDR.AppendTo(b)
+		b = w.clusterCIDR.AppendTo(b)
 	}
 	return w.endLine(append(b, w.jumpMasq...))
 }

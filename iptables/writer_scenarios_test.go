@@ -8,6 +8,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // The scenarios of issue 5, shared by the kernel tests (real packets
@@ -95,10 +96,8 @@ var scnWebPorts = []discoveryv1.EndpointPort{
 
 func scnWriterConfig(randomFully bool) iptables.WriterConfig {
 	return iptables.WriterConfig{
-		IPFamily:    v1.IPv4Protocol,
-		NodeName:    scnNode,
-		NodeIPs:     []netip.Addr{addr(scnNodeIP)},
-		ClusterCIDR: prefix(scnPodCIDR),
+		Family:      v1.IPv4Protocol,
+		Node:        proxy.NodeConfig{Name: scnNode, ClusterCIDRs: []netip.Prefix{prefix(scnPodCIDR)}},
 		RandomFully: randomFully,
 	}
 }
@@ -106,6 +105,7 @@ func scnWriterConfig(randomFully bool) iptables.WriterConfig {
 // scnCluster returns the cluster of the scenarios before any change.
 func scnCluster() *cluster {
 	c := newCluster(v1.IPv4Protocol, scnNode)
+	c.NodeIPs = []netip.Addr{addr(scnNodeIP)}
 	ab := []ep{scnEP(scnPodA), scnEP(scnPodB)}
 
 	c.setService(makeService(scnNS, "web", scnWebIP, withPorts(

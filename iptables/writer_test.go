@@ -24,6 +24,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // checkGolden compares got with testdata/writer/NAME.golden.
@@ -38,10 +39,8 @@ func checkGolden(t *testing.T, name string, got []byte) {
 func TestWriterFullSyncGolden(t *testing.T) {
 	const node = writertest.Node
 	base := iptables.WriterConfig{
-		IPFamily:    v1.IPv4Protocol,
-		NodeName:    node,
-		NodeIPs:     []netip.Addr{addr("192.168.0.10")},
-		ClusterCIDR: prefix("10.0.0.0/16"),
+		Family:      v1.IPv4Protocol,
+		Node:        proxy.NodeConfig{Name: node, ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16")}},
 		RandomFully: true,
 	}
 	local := func(ip string) ep { return ep{IP: ip, Node: node} }
@@ -67,12 +66,12 @@ func TestWriterFullSyncGolden(t *testing.T) {
 	}, {
 		name: "masquerade-all-options",
 		config: func(cfg *iptables.WriterConfig) {
-			cfg.ClusterCIDR = netip.Prefix{}
-			cfg.MasqueradeAll = true
-			cfg.MasqueradeBit = ptr.To(0)
+			cfg.Node.ClusterCIDRs = []netip.Prefix{netip.Prefix{}}
+			cfg.Node.MasqueradeAll = true
+			cfg.Node.MasqueradeBit = ptr.To(0)
 			cfg.RandomFully = false
 			cfg.AcceptInvalid = true
-			cfg.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("172.16.0.0/12")}
+			cfg.Node.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("172.16.0.0/12")}
 		},
 		setup: func(c *cluster) {
 			c.setService(makeService("ns", "web", "10.96.0.10", withNodePort(30080), withExternalLocal()))
@@ -101,9 +100,8 @@ func TestWriterFullSyncGolden(t *testing.T) {
 		name:   "ipv6",
 		family: v1.IPv6Protocol,
 		config: func(cfg *iptables.WriterConfig) {
-			cfg.IPFamily = v1.IPv6Protocol
-			cfg.NodeIPs = []netip.Addr{addr("fd00:1::10")}
-			cfg.ClusterCIDR = prefix("fd00:10::/64")
+			cfg.Family = v1.IPv6Protocol
+			cfg.Node.ClusterCIDRs = []netip.Prefix{prefix("fd00:10::/64")}
 		},
 		setup: func(c *cluster) {
 			svc := makeService("ns", "web", "fd00:96::10", withNodePort(30080), withLoadBalancer("fd00:113::5", "fd00:1::/64"))
@@ -123,6 +121,7 @@ func TestWriterFullSyncGolden(t *testing.T) {
 				tc.config(&cfg)
 			}
 			c := newCluster(family, node)
+			c.NodeIPs = []netip.Addr{addr("192.168.0.10"), addr("fd00:1::10")}
 			tc.setup(c)
 			w := mustWriter(t, cfg)
 			f := iptablestest.NewFake()
@@ -206,7 +205,7 @@ func runSteps(t *testing.T, cfg iptables.WriterConfig, c *cluster, steps []step)
 			s.check(t, string(res.Payload))
 		}
 		fresh := iptablestest.NewFake()
-		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
+		syncFake(t, mustWriter(t, cfg), fresh, &proxy.FamilyInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
 		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
 			t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s\npayload:\n%s", s.name, diff, res.Payload)
 		}
@@ -367,7 +366,7 @@ func TestWriterPartialSyncCostsOnlyTheChange(t *testing.T) {
 		c.setService(makeService("ns", name, netip.AddrFrom4([4]byte{10, 96, 1, byte(i + 1)}).String(), withNodePort(int32(30000+i))))
 		c.setEndpoints("ns", name, tcp8080, ep{IP: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}).String()}, ep{IP: netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}).String()})
 	}
-	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", ClusterCIDR: prefix("10.0.0.0/16")})
+	w := mustWriter(t, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16")}}})
 	f := iptablestest.NewFake()
 	full := syncFake(t, w, f, c.input())
 	c.setEndpoints("ns", "svc-aa", tcp8080, ep{IP: "10.0.1.1"})
@@ -406,7 +405,7 @@ func TestWriterUnsortedEndpoints(t *testing.T) {
 	}
 	changed := changetracker.UpdateEndpointsMapResult{UpdatedServices: sets.New(name.NamespacedName)}
 	svcs := changetracker.ServicePortMap{name: svc}
-	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol}
+	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol}
 	w := mustWriter(t, cfg)
 	f := iptablestest.NewFake()
 	for i, list := range [][]string{
@@ -416,12 +415,12 @@ func TestWriterUnsortedEndpoints(t *testing.T) {
 		{"10.0.0.1"},
 	} {
 		eps := changetracker.EndpointsMap{name: mk(list...)}
-		res := syncFake(t, w, f, iptables.SyncInput{Services: svcs, Endpoints: eps, EndpointChanges: changed})
+		res := syncFake(t, w, f, &proxy.FamilyInput{Services: svcs, Endpoints: eps, EndpointChanges: changed})
 		if i > 0 && res.Full {
 			t.Fatalf("step %d synced fully", i)
 		}
 		fresh := iptablestest.NewFake()
-		syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: svcs, Endpoints: eps})
+		syncFake(t, mustWriter(t, cfg), fresh, &proxy.FamilyInput{Services: svcs, Endpoints: eps})
 		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
 			t.Fatalf("step %d (%v): rules differ from a full sync's (-full +partial):\n%s", i, list, diff)
 		}
@@ -432,7 +431,7 @@ func TestWriterFullSyncTriggers(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
 	c := scnCluster()
-	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: scnNode, FullSyncPeriod: time.Hour, Clock: clk})
+	w := mustWriter(t, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: scnNode}, FullSyncPeriod: time.Hour, Clock: clk})
 	f := iptablestest.NewFake()
 	type event struct {
 		name     string
@@ -512,7 +511,7 @@ func TestWriterRecoversFromFailedRestore(t *testing.T) {
 		t.Fatal("sync after the failure is not full")
 	}
 	fresh := iptablestest.NewFake()
-	syncFake(t, mustWriter(t, cfg), fresh, iptables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap})
+	syncFake(t, mustWriter(t, cfg), fresh, &proxy.FamilyInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap})
 	if diff := cmp.Diff(fresh.Dump(), f.Dump()); diff != "" {
 		t.Errorf("after recovering, rules differ from a fresh full sync's (-fresh +recovered):\n%s", diff)
 	}
@@ -577,8 +576,8 @@ func TestWriterSkipsBadServicePorts(t *testing.T) {
 		portName("ns", "nil", "p", v1.ProtocolTCP):  nil,
 		portName("ns", "good", "p", v1.ProtocolTCP): good,
 	}
-	w := mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv4Protocol})
-	res := syncFake(t, w, iptablestest.NewFake(), iptables.SyncInput{Services: svcs})
+	w := mustWriter(t, iptables.WriterConfig{Family: v1.IPv4Protocol})
+	res := syncFake(t, w, iptablestest.NewFake(), &proxy.FamilyInput{Services: svcs})
 	if res.ServicePorts != 1 {
 		t.Errorf("ServicePorts = %d, want 1 (only the IPv4 port)", res.ServicePorts)
 	}
@@ -611,12 +610,9 @@ func TestNewWriterRejectsBadConfig(t *testing.T) {
 		want string
 	}{
 		{"no family", iptables.WriterConfig{}, "IP family"},
-		{"bad bit", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, MasqueradeBit: ptr.To(32)}, "masquerade bit 32"},
-		{"negative bit", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, MasqueradeBit: ptr.To(-1)}, "masquerade bit -1"},
-		{"cluster CIDR family", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, ClusterCIDR: prefix("fd00::/64")}, "cluster CIDR fd00::/64"},
-		{"node IP family", iptables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{addr("10.0.0.1")}}, "node IP 10.0.0.1"},
-		{"node-port address family", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{prefix("fd00::/64")}}, "node-port address fd00::/64"},
-		{"invalid node-port address", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{{}}}, "node-port address"},
+		{"bad bit", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{MasqueradeBit: ptr.To(32)}}, "masquerade bit 32"},
+		{"negative bit", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{MasqueradeBit: ptr.To(-1)}}, "masquerade bit -1"},
+		{"two cluster CIDRs of the family", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16"), prefix("fd00::/64"), prefix("10.1.0.0/16")}}}, "10.0.0.0/16 and 10.1.0.0/16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := iptables.NewWriter(tc.cfg)
@@ -640,16 +636,16 @@ func TestEnsureJumpRules(t *testing.T) {
 		// OUTPUT.
 		wantFirst iptables.Chain
 	}{
-		{"default", iptables.WriterConfig{IPFamily: v1.IPv4Protocol}, "KUBE-PROXY-FIREWALL"},
-		{"localhost node ports", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, LocalhostNodePorts: true}, "KUBE-FIREWALL"},
-		{"localhost node ports, other prefix", iptables.WriterConfig{IPFamily: v1.IPv4Protocol, LocalhostNodePorts: true, ChainPrefix: otherPrefix}, "KUBE-FIREWALL"},
-		{"IPv6 ignores localhost node ports", iptables.WriterConfig{IPFamily: v1.IPv6Protocol, LocalhostNodePorts: true}, "KUBE-PROXY-FIREWALL"},
+		{"default", iptables.WriterConfig{Family: v1.IPv4Protocol}, "KUBE-PROXY-FIREWALL"},
+		{"localhost node ports", iptables.WriterConfig{Family: v1.IPv4Protocol, LocalhostNodePorts: true}, "KUBE-FIREWALL"},
+		{"localhost node ports, other prefix", iptables.WriterConfig{Family: v1.IPv4Protocol, LocalhostNodePorts: true, ChainPrefix: otherPrefix}, "KUBE-FIREWALL"},
+		{"IPv6 ignores localhost node ports", iptables.WriterConfig{Family: v1.IPv6Protocol, LocalhostNodePorts: true}, "KUBE-PROXY-FIREWALL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			w := mustWriter(t, tc.cfg)
 			f := iptablestest.NewFake()
-			if tc.cfg.IPFamily == v1.IPv6Protocol {
+			if tc.cfg.Family == v1.IPv6Protocol {
 				f = iptablestest.NewIPv6Fake()
 			}
 			for range 2 {
@@ -679,6 +675,84 @@ func TestEnsureJumpRules(t *testing.T) {
 				if rules := f.Rules(iptables.TableFilter, c); len(rules) == 0 || !strings.HasSuffix(rules[0], "-j "+string(tc.wantFirst)) {
 					t.Errorf("filter %s is %q, want a jump to %s first", c, rules, tc.wantFirst)
 				}
+			}
+		})
+	}
+}
+
+// TestWriterNodeIPs checks that the node's addresses come with each input:
+// a change of those of the writer's family makes the sync full, with the
+// rules a fresh writer writes for the new ones, while a change of the
+// other family's alone leaves the sync partial. A load balancer whose
+// source ranges hold a node address admits its own VIP as a source, so
+// the firewall chain shows which addresses the writer has.
+func TestWriterNodeIPs(t *testing.T) {
+	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: writertest.Node}}
+	c := newCluster(v1.IPv4Protocol, writertest.Node)
+	c.setService(makeService("ns", "lb", "10.96.0.20", withLoadBalancer("203.0.113.5", "192.168.0.10/32")))
+	c.setEndpoints("ns", "lb", tcp8080, ep{IP: "10.0.1.1", Node: writertest.Node})
+	c.NodeIPs = []netip.Addr{addr("192.168.0.10")}
+	w, f := mustWriter(t, cfg), iptablestest.NewFake()
+	syncFake(t, w, f, c.input())
+	fwChain := iptables.ServiceFirewallChain(svcPortName("ns", "lb", "p"))
+	admitsVIP := func() bool {
+		return strings.Contains(strings.Join(f.Rules(iptables.TableNAT, fwChain), "\n"), "-s 203.0.113.5/32")
+	}
+	if !admitsVIP() {
+		t.Fatalf("the VIP is not admitted while a node address is in the source range:\n%s", f.Dump())
+	}
+	for _, step := range []struct {
+		name     string
+		nodeIPs  []netip.Addr
+		wantFull bool
+	}{
+		{"same addresses in another order, with one of the other family", []netip.Addr{addr("fd00:1::10"), addr("192.168.0.10")}, false},
+		{"an address of the writer's family more", []netip.Addr{addr("192.168.0.10"), addr("192.168.0.11")}, true},
+		{"the first one gone", []netip.Addr{addr("192.168.0.11")}, true},
+	} {
+		c.NodeIPs = step.nodeIPs
+		res := syncFake(t, w, f, c.input())
+		if res.Full != step.wantFull {
+			t.Errorf("%s: sync full=%v, want %v", step.name, res.Full, step.wantFull)
+		}
+		fresh := iptablestest.NewFake()
+		syncFake(t, mustWriter(t, cfg), fresh, c.input())
+		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
+			t.Errorf("%s: rules differ from a fresh writer's (-fresh +got):\n%s", step.name, diff)
+		}
+	}
+	if admitsVIP() {
+		t.Errorf("the VIP is still admitted after the node address in the source range went:\n%s", f.Dump())
+	}
+}
+
+// TestWriterReadsItsFamilyOfNodeConfig checks that one NodeConfig serves
+// both families: the writer renders from the prefixes of its own family
+// exactly what it renders when given those alone.
+func TestWriterReadsItsFamilyOfNodeConfig(t *testing.T) {
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(family), func(t *testing.T) {
+			v4 := proxy.NodeConfig{Name: writertest.Node, ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16")}, NodePortAddresses: []netip.Prefix{prefix("192.168.0.0/24")}}
+			v6 := proxy.NodeConfig{Name: writertest.Node, ClusterCIDRs: []netip.Prefix{prefix("fd00:10::/64")}, NodePortAddresses: []netip.Prefix{prefix("fd00:1::/64")}}
+			both := proxy.NodeConfig{Name: writertest.Node,
+				ClusterCIDRs:      append(slices.Clone(v4.ClusterCIDRs), v6.ClusterCIDRs...),
+				NodePortAddresses: append(slices.Clone(v6.NodePortAddresses), v4.NodePortAddresses...)}
+			alone, svcIP, podIP, fake := v4, "10.96.0.10", "10.0.1.1", iptablestest.NewFake
+			if family == v1.IPv6Protocol {
+				alone, svcIP, podIP, fake = v6, "fd00:96::10", "fd00:10::1", iptablestest.NewIPv6Fake
+			}
+			c := newCluster(family, writertest.Node)
+			c.setService(makeService("ns", "web", svcIP, withNodePort(30080), withExternalLocal()))
+			c.setEndpoints("ns", "web", tcp8080, ep{IP: podIP, Node: writertest.Node})
+			in := c.input()
+			fa, fb := fake(), fake()
+			syncFake(t, mustWriter(t, iptables.WriterConfig{Family: family, Node: alone}), fa, in)
+			syncFake(t, mustWriter(t, iptables.WriterConfig{Family: family, Node: both}), fb, in)
+			if diff := cmp.Diff(fa.Dump(), fb.Dump()); diff != "" {
+				t.Errorf("(-own family alone +both families):\n%s", diff)
+			}
+			if !strings.Contains(fa.Dump(), alone.NodePortAddresses[0].String()) {
+				t.Errorf("the node-port prefix %s is not in the rules:\n%s", alone.NodePortAddresses[0], fa.Dump())
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // traceNode runs the scenarios of the kernel tests against the Fake's
@@ -218,7 +219,7 @@ func TestWriterTraceIPv6(t *testing.T) {
 	c.setEndpoints("ns", "web", tcp8080, ep{IP: "fd00:10::1", Node: "node-a"}, ep{IP: "fd00:10::2", Node: "node-b"})
 	c.setService(makeService("ns", "empty", "fd00:96::11"))
 	n := &traceNode{
-		w: mustWriter(t, iptables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeName: "node-a", ClusterCIDR: prefix("fd00:10::/64")}),
+		w: mustWriter(t, iptables.WriterConfig{Family: v1.IPv6Protocol, Node: proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("fd00:10::/64")}}}),
 		f: iptablestest.NewIPv6Fake(),
 		c: c,
 	}

@@ -19,32 +19,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proxykit/proxykit/internal/testkit/ipvsvm"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/ipvs"
 )
 
-// vmNS skips t outside the VM tier and returns a new namespace with an
-// IPVS Interface and a dummy-interface binder in it.
-func vmNS(t *testing.T) (*kerneltest.NS, *ipvs.Netlink, *ipvs.DummyBinder) {
-	t.Helper()
-	kerneltest.RequireVM(t)
-	ns := kerneltest.NewNS(t)
-	path := "/run/netns/" + ns.Name
-	n, err := ipvs.New(context.Background(), ipvs.WithNetNSPath(path), ipvs.WithSchedulers("rr", "wrr", "sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	b, err := ipvs.NewDummyBinder(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return ns, n, b
-}
-
 func TestVMBehaviour(t *testing.T) {
-	_, n, _ := vmNS(t)
+	_, n, _ := ipvsvm.NS(t)
 	runBehaviour(t, n)
 }
 
@@ -56,14 +37,14 @@ func TestVMReconcile(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			_, n, b := vmNS(t)
+			_, n, b := ipvsvm.NS(t)
 			runReconcileCase(t, n, nil, b, tc)
 		})
 	}
 }
 
 func TestVMDummyBinder(t *testing.T) {
-	ns, _, b := vmNS(t)
+	ns, _, b := ipvsvm.NS(t)
 	ctx := context.Background()
 	a4, a6 := netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00:96::1")
 	if _, err := b.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
@@ -89,7 +70,7 @@ func TestVMDummyBinder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{a4.String(), a6.String()}, addrStrings(got)); diff != "" {
+	if diff := cmp.Diff([]string{a4.String(), a6.String()}, ipvsvm.AddrStrings(got)); diff != "" {
 		t.Errorf("Addresses (-want +got):\n%s", diff)
 	}
 	out := ns.MustExec(t, "ip", "-o", "addr", "show", "dev", ipvs.DummyDevice)
@@ -138,91 +119,31 @@ func describe(list []ipvs.RealServer) string {
 	return b.String()
 }
 
-func addrStrings(addrs []netip.Addr) []string {
-	s := make([]string, len(addrs))
-	for i, a := range addrs {
-		s[i] = a.String()
-	}
-	return s
-}
-
-// topology is a director namespace running IPVS, a client namespace and
-// backend namespaces, each linked to the director, which routes between
-// them. IPVS does not translate ports for a real server on a local
-// address, hence namespaces of their own for the backends.
-type topology struct {
-	director, client *kerneltest.NS
-	backends         []*kerneltest.NS
-	clientIP         netip.Addr
-	// clientLink is the client's end of its link to the director.
-	clientLink string
-	backendIPs []netip.Addr
-	iface      *ipvs.Netlink
-	binder     *ipvs.DummyBinder
-}
-
-func newTopology(t *testing.T, backends int) *topology {
-	t.Helper()
-	d, n, b := vmNS(t)
-	tp := &topology{director: d, client: kerneltest.NewNS(t), iface: n, binder: b, clientIP: netip.MustParseAddr("10.1.0.2")}
-	tp.clientLink = kerneltest.Link(t, tp.client, d, netip.MustParsePrefix("10.1.0.2/24"), netip.MustParsePrefix("10.1.0.1/24")).A
-	tp.client.AddRoute(t, netip.Prefix{}, netip.MustParseAddr("10.1.0.1"))
-	for i := range backends {
-		ns := kerneltest.NewNS(t)
-		ip := netip.AddrFrom4([4]byte{10, 2, byte(i), 2})
-		gw := netip.AddrFrom4([4]byte{10, 2, byte(i), 1})
-		kerneltest.Link(t, ns, d, netip.PrefixFrom(ip, 24), netip.PrefixFrom(gw, 24))
-		ns.AddRoute(t, netip.Prefix{}, gw)
-		tp.backends = append(tp.backends, ns)
-		tp.backendIPs = append(tp.backendIPs, ip)
-	}
-	d.Sysctl(t, "net.ipv4.ip_forward", "1")
-	return tp
-}
-
-// dialCount dials dst n times from the client and counts the replies per
-// backend name, checking that every backend saw the client's own address.
-func (tp *topology) dialCount(t *testing.T, network string, dst netip.AddrPort, n int) map[string]int {
-	t.Helper()
-	got := map[string]int{}
-	for range n {
-		r, err := kerneltest.Dial(tp.client, network, dst, 5*time.Second)
-		if err != nil {
-			t.Fatalf("%s to %s: %v", network, dst, err)
-		}
-		if r.Client != tp.clientIP {
-			t.Errorf("backend %s saw client %s, want %s", r.Name, r.Client, tp.clientIP)
-		}
-		got[r.Name]++
-	}
-	return got
-}
-
 func TestVMTraffic(t *testing.T) {
-	tp := newTopology(t, 2)
+	tp := ipvsvm.NewTopology(t, 2)
 	ctx := context.Background()
-	for i, ns := range tp.backends {
+	for i, ns := range tp.Backends {
 		kerneltest.StartBackend(t, ns, fmt.Sprintf("b%d", i+1), 8080)
 	}
 	vs := ipvs.VirtualServer{Address: vip, Protocol: tcp, Port: 80}
 	vsUDP := ipvs.VirtualServer{Address: vip, Protocol: udp, Port: 80}
 	vsSticky := ipvs.VirtualServer{Address: vip, Protocol: tcp, Port: 81, Flags: ipvs.FlagPersistent, Timeout: 300}
-	b1 := ipvs.RealServer{Address: tp.backendIPs[0], Port: 8080, Weight: 1}
-	b2 := ipvs.RealServer{Address: tp.backendIPs[1], Port: 8080, Weight: 1}
+	b1 := ipvs.RealServer{Address: tp.BackendIPs[0], Port: 8080, Weight: 1}
+	b2 := ipvs.RealServer{Address: tp.BackendIPs[1], Port: 8080, Weight: 1}
 	both := []ipvs.RealServer{b1, b2}
 	services := []ipvs.Service{
 		{VirtualServer: vs, RealServers: both, Bind: true},
 		{VirtualServer: vsUDP, RealServers: both, Bind: true},
 		{VirtualServer: vsSticky, RealServers: both, Bind: true},
 	}
-	r := ipvs.NewReconciler(tp.iface, tp.binder)
+	r := ipvs.NewReconciler(tp.IFace, tp.Binder)
 	if _, err := r.Reconcile(ctx, services); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("round robin splits traffic evenly", func(t *testing.T) {
 		for _, network := range []string{"tcp", "udp"} {
-			got := tp.dialCount(t, network, netip.AddrPortFrom(vip, 80), 10)
+			got := tp.DialCount(t, network, netip.AddrPortFrom(vip, 80), 10)
 			if diff := cmp.Diff(map[string]int{"b1": 5, "b2": 5}, got); diff != "" {
 				t.Errorf("%s replies per backend (-want +got):\n%s", network, diff)
 			}
@@ -230,7 +151,7 @@ func TestVMTraffic(t *testing.T) {
 	})
 
 	t.Run("ClientIP persistence sticks to one backend", func(t *testing.T) {
-		got := tp.dialCount(t, "tcp", netip.AddrPortFrom(vip, 81), 6)
+		got := tp.DialCount(t, "tcp", netip.AddrPortFrom(vip, 81), 6)
 		if len(got) != 1 {
 			t.Errorf("replies per backend %v, want all from one", got)
 		}
@@ -245,7 +166,7 @@ func TestVMTraffic(t *testing.T) {
 		if res.RealServersDeleted != 1 || res.RealServersDraining != 0 {
 			t.Errorf("Result %+v, want one real server deleted", res)
 		}
-		if got := tp.dialCount(t, "udp", netip.AddrPortFrom(vip, 80), 4); got["b2"] != 4 {
+		if got := tp.DialCount(t, "udp", netip.AddrPortFrom(vip, 80), 4); got["b2"] != 4 {
 			t.Errorf("replies per backend %v, want all from b2", got)
 		}
 	})
@@ -254,13 +175,13 @@ func TestVMTraffic(t *testing.T) {
 		if _, err := r.Reconcile(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := kerneltest.Dial(tp.client, "tcp", netip.AddrPortFrom(vip, 80), 2*time.Second); err == nil {
+		if _, err := kerneltest.Dial(tp.Client, "tcp", netip.AddrPortFrom(vip, 80), 2*time.Second); err == nil {
 			t.Error("the service still answers")
 		}
-		if list, _ := tp.iface.ListVirtualServers(ctx); len(list) != 0 {
+		if list, _ := tp.IFace.ListVirtualServers(ctx); len(list) != 0 {
 			t.Errorf("virtual servers left: %v", list)
 		}
-		if addrs, _ := tp.binder.Addresses(ctx, ipvs.DummyDevice); len(addrs) != 0 {
+		if addrs, _ := tp.Binder.Addresses(ctx, ipvs.DummyDevice); len(addrs) != 0 {
 			t.Errorf("addresses left: %v", addrs)
 		}
 	})
@@ -342,20 +263,20 @@ func (h *heldConn) ask() (string, error) {
 }
 
 func TestVMGracefulTermination(t *testing.T) {
-	tp := newTopology(t, 2)
+	tp := ipvsvm.NewTopology(t, 2)
 	ctx := context.Background()
-	startHolder(t, tp.backends[0], "b1", 9090)
-	startHolder(t, tp.backends[1], "b2", 9090)
+	startHolder(t, tp.Backends[0], "b1", 9090)
+	startHolder(t, tp.Backends[1], "b2", 9090)
 	// A short FIN timeout lets a closed connection leave the kernel's
 	// table in seconds rather than minutes.
-	if err := tp.iface.SetTimeouts(ctx, ipvs.Timeouts{TCPFin: time.Second}); err != nil {
+	if err := tp.IFace.SetTimeouts(ctx, ipvs.Timeouts{TCPFin: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	vs := ipvs.VirtualServer{Address: vip, Protocol: tcp, Port: 90}
 	dst := netip.AddrPortFrom(vip, 90)
-	b1 := ipvs.RealServer{Address: tp.backendIPs[0], Port: 9090, Weight: 1}
-	b2 := ipvs.RealServer{Address: tp.backendIPs[1], Port: 9090, Weight: 1}
-	r := ipvs.NewReconciler(tp.iface, tp.binder)
+	b1 := ipvs.RealServer{Address: tp.BackendIPs[0], Port: 9090, Weight: 1}
+	b2 := ipvs.RealServer{Address: tp.BackendIPs[1], Port: 9090, Weight: 1}
+	r := ipvs.NewReconciler(tp.IFace, tp.Binder)
 	if _, err := r.Reconcile(ctx, []ipvs.Service{{VirtualServer: vs, RealServers: []ipvs.RealServer{b1, b2}, Bind: true}}); err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +284,7 @@ func TestVMGracefulTermination(t *testing.T) {
 	// Hold a connection to b1.
 	var held *heldConn
 	for range 2 {
-		c := dialHeld(t, tp.client, dst)
+		c := dialHeld(t, tp.Client, dst)
 		name, err := c.ask()
 		if err != nil {
 			t.Fatal(err)
@@ -385,7 +306,7 @@ func TestVMGracefulTermination(t *testing.T) {
 	if res.RealServersDraining != 1 || res.RealServersDeleted != 0 {
 		t.Fatalf("Result %+v, want b1 draining", res)
 	}
-	list, err := tp.iface.ListRealServers(ctx, vs)
+	list, err := tp.IFace.ListRealServers(ctx, vs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +321,7 @@ func TestVMGracefulTermination(t *testing.T) {
 	}
 
 	for i := range 6 {
-		c := dialHeld(t, tp.client, dst)
+		c := dialHeld(t, tp.Client, dst)
 		name, err := c.ask()
 		c.c.Close()
 		if err != nil || name != "b2" {
@@ -424,7 +345,7 @@ func TestVMGracefulTermination(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for r.Terminator().InProgress(vs, b1) {
 		if time.Now().After(deadline) {
-			list, _ := tp.iface.ListRealServers(ctx, vs)
+			list, _ := tp.IFace.ListRealServers(ctx, vs)
 			t.Fatalf("b1 still draining a minute after its connection closed: %s", describe(list))
 		}
 		time.Sleep(250 * time.Millisecond) // the kernel's connection timers
@@ -432,7 +353,7 @@ func TestVMGracefulTermination(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	list, err = tp.iface.ListRealServers(ctx, vs)
+	list, err = tp.IFace.ListRealServers(ctx, vs)
 	if err != nil || len(list) != 1 || list[0].Address != b2.Address || list[0].Weight != 1 {
 		t.Errorf("after the sweep: %s (%v), want b2 alone", describe(list), err)
 	}
@@ -442,34 +363,34 @@ func TestVMGracefulTermination(t *testing.T) {
 // process and wanted again by the next gets its weight back and traffic
 // (kubernetes#92019, #108319).
 func TestVMRestartRestoresWeight(t *testing.T) {
-	tp := newTopology(t, 2)
+	tp := ipvsvm.NewTopology(t, 2)
 	ctx := context.Background()
-	kerneltest.StartBackend(t, tp.backends[0], "b1", 8080)
-	kerneltest.StartBackend(t, tp.backends[1], "b2", 8080)
+	kerneltest.StartBackend(t, tp.Backends[0], "b1", 8080)
+	kerneltest.StartBackend(t, tp.Backends[1], "b2", 8080)
 	vs := ipvs.VirtualServer{Address: vip, Protocol: tcp, Port: 80}
-	b1 := ipvs.RealServer{Address: tp.backendIPs[0], Port: 8080, Weight: 1}
-	b2 := ipvs.RealServer{Address: tp.backendIPs[1], Port: 8080, Weight: 1}
+	b1 := ipvs.RealServer{Address: tp.BackendIPs[0], Port: 8080, Weight: 1}
+	b2 := ipvs.RealServer{Address: tp.BackendIPs[1], Port: 8080, Weight: 1}
 	want := []ipvs.Service{{VirtualServer: vs, RealServers: []ipvs.RealServer{b1, b2}, Bind: true}}
-	if _, err := ipvs.NewReconciler(tp.iface, tp.binder).Reconcile(ctx, want); err != nil {
+	if _, err := ipvs.NewReconciler(tp.IFace, tp.Binder).Reconcile(ctx, want); err != nil {
 		t.Fatal(err)
 	}
 	// What the previous process left: b1 at weight 0.
 	drained := b1
 	drained.Weight = 0
-	if err := tp.iface.UpdateRealServer(ctx, vs, drained); err != nil {
+	if err := tp.IFace.UpdateRealServer(ctx, vs, drained); err != nil {
 		t.Fatal(err)
 	}
-	if got := tp.dialCount(t, "tcp", netip.AddrPortFrom(vip, 80), 4); got["b2"] != 4 {
+	if got := tp.DialCount(t, "tcp", netip.AddrPortFrom(vip, 80), 4); got["b2"] != 4 {
 		t.Fatalf("with b1 at weight 0: %v", got)
 	}
-	res, err := ipvs.NewReconciler(tp.iface, tp.binder).Reconcile(ctx, want)
+	res, err := ipvs.NewReconciler(tp.IFace, tp.Binder).Reconcile(ctx, want)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.RealServersUpdated != 1 || res.Writes != 1 {
 		t.Errorf("Result %+v, want one weight update", res)
 	}
-	if got := tp.dialCount(t, "tcp", netip.AddrPortFrom(vip, 80), 4); got["b1"] != 2 || got["b2"] != 2 {
+	if got := tp.DialCount(t, "tcp", netip.AddrPortFrom(vip, 80), 4); got["b1"] != 2 || got["b2"] != 2 {
 		t.Errorf("after the restart: %v, want an even split", got)
 	}
 }
@@ -486,7 +407,7 @@ func TestVMScale(t *testing.T) {
 	ctx := context.Background()
 	want := scaleServices(services, reals)
 
-	_, n, b := vmNS(t)
+	_, n, b := ipvsvm.NS(t)
 	r := ipvs.NewReconciler(n, b, ipvs.WithFullResyncPeriod(time.Hour))
 	start := time.Now()
 	res, err := r.Reconcile(ctx, want)
@@ -520,7 +441,7 @@ func TestVMScale(t *testing.T) {
 		t.Fatalf("%d addresses on %s (%v)", len(addrs), ipvs.DummyDevice, err)
 	}
 
-	_, n2, _ := vmNS(t)
+	_, n2, _ := ipvsvm.NS(t)
 	start = time.Now()
 	res, err = ipvs.NewReconciler(n2, nil).Reconcile(ctx, want)
 	ipvsOnly := time.Since(start)
@@ -543,7 +464,7 @@ func TestVMScaleUnbatched(t *testing.T) {
 	want := scaleServices(1000, 10)
 	var took [2]time.Duration
 	for i, batched := range []bool{false, true} {
-		_, n, _ := vmNS(t)
+		_, n, _ := ipvsvm.NS(t)
 		var iface ipvs.Interface = noBatch{n}
 		if batched {
 			iface = n

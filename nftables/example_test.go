@@ -11,6 +11,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Example syncs one Service into a Fake table, then sends a packet to its
@@ -25,12 +26,12 @@ func Example() {
 	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
 
 	nft := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)
-	w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"})
+	w, err := nftables.NewWriter(nft, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}})
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
-	res := w.Sync(ctx, nftables.SyncInput{
+	res := w.Sync(ctx, &proxy.FamilyInput{
 		Services: svcMap, Endpoints: epMap,
 		ServiceChanges: svcMap.Update(svcs), EndpointChanges: epMap.Update(eps),
 	})

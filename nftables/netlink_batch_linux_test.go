@@ -19,6 +19,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // elementsBlock is an "elements = { ... }" block of nft's listing.
@@ -86,7 +87,7 @@ func TestApplyElementBatchKernel(t *testing.T) {
 				s := &sides[i]
 				s.ns = kerneltest.NewNS(t)
 				s.nft = nsNFT(t, s.ns, fam.nft)
-				w, err := nftables.NewWriter(s.nft, nftables.WriterConfig{IPFamily: fam.family, NodeName: node})
+				w, err := nftables.NewWriter(s.nft, nftables.WriterConfig{Family: fam.family, Node: proxy.NodeConfig{Name: node}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -220,8 +221,11 @@ func TestWriterNetlinkElementSyncsKernel(t *testing.T) {
 			for i, s := range sides {
 				s.nft = nsNFT(t, s.ns, tc.nft)
 				var err error
-				s.w, err = nftables.NewWriter(s.nft, nftables.WriterConfig{IPFamily: tc.family, NodeName: "node-a",
-					NodeIPs: []netip.Addr{addr(tc.nodeIP)}, ClusterCIDR: prefix(tc.cidr), NetlinkElementSyncs: i == 0})
+				s.w, err = nftables.NewWriter(s.nft, nftables.WriterConfig{
+					Family:              tc.family,
+					Node:                proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix(tc.cidr)}},
+					NetlinkElementSyncs: i == 0,
+				})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -236,6 +240,7 @@ func TestWriterNetlinkElementSyncsKernel(t *testing.T) {
 				})
 			}
 			c := newCluster(tc.family, "node-a")
+			c.NodeIPs = []netip.Addr{addr(tc.nodeIP)}
 			sync := func(what string, wantFull, wantBatch bool) {
 				t.Helper()
 				in := c.input()
@@ -352,8 +357,14 @@ func TestWriterNetlinkElementSyncsResyncKernel(t *testing.T) {
 				state := nsKernelState(t, ns, watch)
 				nft := nsNFT(t, ns, fam.nft)
 				clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
-				w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: fam.family, NodeName: node,
-					FullSyncPeriod: time.Hour, Clock: clock, KernelState: state, NetlinkElementSyncs: true})
+				w, err := nftables.NewWriter(nft, nftables.WriterConfig{
+					Family:              fam.family,
+					Node:                proxy.NodeConfig{Name: node},
+					FullSyncPeriod:      time.Hour,
+					Clock:               clock,
+					KernelState:         state,
+					NetlinkElementSyncs: true,
+				})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -3,6 +3,7 @@ package nftables_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterSplitFirstLoadKernel loads one cluster into two namespaces,
@@ -65,7 +67,7 @@ func TestWriterSplitFirstLoadKernel(t *testing.T) {
 				s := &sides[i]
 				s.ns = kerneltest.NewNS(t)
 				s.nft = nsNFT(t, s.ns, fam.nft)
-				cfg := nftables.WriterConfig{IPFamily: fam.family, NodeName: node, ClusterCIDR: prefix(fam.cidr), SplitFirstLoad: i == 1}
+				cfg := nftables.WriterConfig{Family: fam.family, Node: proxy.NodeConfig{Name: node, ClusterCIDRs: []netip.Prefix{prefix(fam.cidr)}}, SplitFirstLoad: i == 1}
 				var err error
 				if s.w, err = nftables.NewWriter(s.nft, cfg); err != nil {
 					t.Fatal(err)

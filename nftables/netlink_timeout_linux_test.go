@@ -11,6 +11,7 @@ import (
 	"github.com/proxykit/proxykit/internal/netlinkbuf"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // deafen makes the kernel drop every answer to what c sends next: the
@@ -49,7 +50,7 @@ func TestApplyElementBatchTimeout(t *testing.T) {
 		t.Run(string(fam.family), func(t *testing.T) {
 			ns := kerneltest.NewNS(t)
 			nft := nsNFT(t, ns, fam.nft)
-			w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: fam.family, NodeName: node, NetlinkElementSyncs: true})
+			w, err := nftables.NewWriter(nft, nftables.WriterConfig{Family: fam.family, Node: proxy.NodeConfig{Name: node}, NetlinkElementSyncs: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // nsNFT returns an Interface for the family's table of the writer's
@@ -29,7 +30,7 @@ func nsNFT(t testing.TB, ns *kerneltest.NS, family knftables.Family) knftables.I
 // reports the outcome to w, as a proxier would; it fails t if nft refused
 // the transaction or if the sync was not full when wantFull says it must
 // be (and the other way round).
-func applyIn(t testing.TB, ns *kerneltest.NS, nft knftables.Interface, w *nftables.Writer, in nftables.SyncInput, wantFull bool) nftables.SyncResult {
+func applyIn(t testing.TB, ns *kerneltest.NS, nft knftables.Interface, w *nftables.Writer, in *proxy.FamilyInput, wantFull bool) nftables.SyncResult {
 	t.Helper()
 	res := w.Sync(context.Background(), in)
 	err := ns.Do(func() error { return nft.Run(context.Background(), res.Transaction) })

@@ -198,7 +198,7 @@ func (w *Writer) readGen(logger klog.Logger) (unchanged bool, scope *TableChange
 	}
 	g, err := w.kernel.Generation()
 	if err != nil {
-		logger.Error(err, "Reading the nf_tables generation failed; the next periodic resync compares the table", "table", w.table, "ipFamily", w.cfg.IPFamily)
+		logger.Error(err, "Reading the nf_tables generation failed; the next periodic resync compares the table", "table", w.table, "ipFamily", w.cfg.Family)
 		w.gt.valid = false
 		return false, nil
 	}
@@ -384,10 +384,10 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger, scope *Tabl
 	counts, err := w.kernel.RuleCounts(w.family, w.table)
 	if err != nil {
 		if errors.Is(err, ErrTableNotFound) {
-			logger.Info("The nftables table is missing; rewriting it", "table", w.table, "ipFamily", w.cfg.IPFamily)
+			logger.Info("The nftables table is missing; rewriting it", "table", w.table, "ipFamily", w.cfg.Family)
 			w.needList = true
 		} else {
-			logger.Error(err, "Reading the nftables table's chains failed; rewriting it", "table", w.table, "ipFamily", w.cfg.IPFamily)
+			logger.Error(err, "Reading the nftables table's chains failed; rewriting it", "table", w.table, "ipFamily", w.cfg.Family)
 		}
 		return 0, false
 	}
@@ -454,7 +454,7 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger, scope *Tabl
 		err = errCheckCount
 	}
 	if err != nil {
-		logger.Error(err, "Comparing the nftables table's elements failed; rewriting it", "table", w.table, "ipFamily", w.cfg.IPFamily)
+		logger.Error(err, "Comparing the nftables table's elements failed; rewriting it", "table", w.table, "ipFamily", w.cfg.Family)
 		return 0, false
 	}
 	if ctx.Err() != nil {
@@ -496,7 +496,7 @@ func (w *Writer) checkDrift(ctx context.Context, logger klog.Logger, scope *Tabl
 	}
 	drifted += foreign
 	if drifted > 0 {
-		logger.Info("Repairing nftables objects that changed behind the writer", "table", w.table, "ipFamily", w.cfg.IPFamily,
+		logger.Info("Repairing nftables objects that changed behind the writer", "table", w.table, "ipFamily", w.cfg.Family,
 			"objects", drifted, "foreign", foreign, "chains", chains)
 	}
 	return drifted, true
@@ -510,7 +510,7 @@ func (w *Writer) dropForeign(logger klog.Logger, counts map[string]int, scope *T
 	n := 0
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		if _, ours := w.ruleCounts[name]; !ours {
-			logger.Info("Deleting a chain another program added to the nftables table", "table", w.table, "ipFamily", w.cfg.IPFamily, "chain", name)
+			logger.Info("Deleting a chain another program added to the nftables table", "table", w.table, "ipFamily", w.cfg.Family, "chain", name)
 			w.deleteChain(name)
 			n++
 		}
@@ -523,14 +523,14 @@ func (w *Writer) dropForeign(logger klog.Logger, counts map[string]int, scope *T
 	}
 	sets, err := lister.Sets(w.family, w.table)
 	if err != nil {
-		logger.Error(err, "Listing the nftables table's sets failed; rewriting it", "table", w.table, "ipFamily", w.cfg.IPFamily)
+		logger.Error(err, "Listing the nftables table's sets failed; rewriting it", "table", w.table, "ipFamily", w.cfg.Family)
 		return 0, false
 	}
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		if _, ours := w.drift.sets[name]; ours {
 			continue
 		}
-		logger.Info("Deleting a set another program added to the nftables table", "table", w.table, "ipFamily", w.cfg.IPFamily, "set", name)
+		logger.Info("Deleting a set another program added to the nftables table", "table", w.table, "ipFamily", w.cfg.Family, "set", name)
 		var obj knftables.Object = &knftables.Set{Family: w.family, Table: w.table, Name: name}
 		if sets[name] {
 			obj = &knftables.Map{Family: w.family, Table: w.table, Name: name}
@@ -558,7 +558,7 @@ func (w *Writer) listElements(logger klog.Logger, lister TableLister, thorough b
 		}
 		keys, err := lister.ElementKeys(w.family, w.table, t.name)
 		if err != nil {
-			logger.Error(err, "Listing an nftables set failed; rewriting the table", "table", w.table, "ipFamily", w.cfg.IPFamily, "set", t.name)
+			logger.Error(err, "Listing an nftables set failed; rewriting the table", "table", w.table, "ipFamily", w.cfg.Family, "set", t.name)
 			return 0, 0, false
 		}
 		listed := make(map[string]bool, len(keys))

@@ -19,7 +19,7 @@ func (w *Writer) setServiceCIDRs(logger klog.Logger, in []netip.Prefix) bool {
 	valid := make([]netip.Prefix, 0, len(src))
 	for _, p := range src {
 		if !p.IsValid() || !w.sameFamily(p.Addr()) {
-			logger.Error(nil, "Ignoring a service CIDR that is not of the writer's family", "serviceCIDR", p, "ipFamily", w.cfg.IPFamily, "table", w.table)
+			logger.Error(nil, "Ignoring a service CIDR that is not of the writer's family", "serviceCIDR", p, "ipFamily", w.cfg.Family, "table", w.table)
 			continue
 		}
 		valid = append(valid, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
@@ -28,7 +28,7 @@ func (w *Writer) setServiceCIDRs(logger klog.Logger, in []netip.Prefix) bool {
 	if slices.Equal(merged, w.serviceCIDRs) {
 		return false
 	}
-	logger.V(2).Info("Service CIDRs changed", "ipFamily", w.cfg.IPFamily, "table", w.table, "from", w.serviceCIDRs, "to", merged)
+	logger.V(2).Info("Service CIDRs changed", "ipFamily", w.cfg.Family, "table", w.table, "from", w.serviceCIDRs, "to", merged)
 	w.serviceCIDRs = merged
 	return true
 }

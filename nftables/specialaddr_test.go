@@ -2,6 +2,7 @@ package nftables_test
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ import (
 // it; the good port is. An external IP equal to the node's address is
 // legal and programmed.
 func TestWriterRefusesSpecialAddresses(t *testing.T) {
-	nodeIP := baseConfig().NodeIPs[0]
+	nodeIP := addr(baseNodeIP)
 	for _, tc := range writertest.SpecialAddressCases(nodeIP) {
 		t.Run(tc.Name, func(t *testing.T) {
 			c := newCluster(v1.IPv4Protocol, node)
@@ -29,6 +30,7 @@ func TestWriterRefusesSpecialAddresses(t *testing.T) {
 			// caller's port with external IPs would say it is.
 			c.setService(makeService("ns", "good", "10.96.0.1", withExternalIPs("192.0.2.11")))
 			c.setEndpoints("ns", "good", tcp8080, local("10.0.1.1"))
+			c.NodeIPs = []netip.Addr{nodeIP}
 			in := c.input()
 			good := svcPortName("ns", "good", "p")
 			bad := svcPortName("bad", "bad", "p")

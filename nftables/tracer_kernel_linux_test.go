@@ -14,6 +14,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestTracerNodeLocalDeliveryKernel checks that the tracer and the real
@@ -49,10 +50,8 @@ func TestTracerNodeLocalDeliveryKernel(t *testing.T) {
 	} {
 		t.Run(string(tc.family), func(t *testing.T) {
 			cfg := nftables.WriterConfig{
-				IPFamily:    tc.family,
-				NodeName:    "node-a",
-				NodeIPs:     []netip.Addr{addr(tc.nodeIP)},
-				ClusterCIDR: prefix(tc.cidr),
+				Family: tc.family,
+				Node:   proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix(tc.cidr)}},
 			}
 			nft := nsNFT(t, nw.Node, tc.nftFamily)
 			w, err := nftables.NewWriter(nft, cfg)
@@ -62,6 +61,8 @@ func TestTracerNodeLocalDeliveryKernel(t *testing.T) {
 			fake, fw := newFake(t, cfg)
 
 			c := newCluster(tc.family, "node-a")
+
+			c.NodeIPs = []netip.Addr{addr(tc.nodeIP)}
 			c.setService(makeService("ns", "np", tc.npSvc, withNodePort(30080)))
 			c.setEndpoints("ns", "np", tcp8080, local(tc.podA))
 			c.setService(makeService("ns", "empty", tc.emptySvc, withNodePort(30085)))

@@ -18,16 +18,14 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/logsafe"
 	"github.com/proxykit/proxykit/portcheck"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // DefaultTableName is the table a Writer owns when WriterConfig.TableName
 // is empty: kube-proxy's.
 const DefaultTableName = "kube-proxy"
-
-// DefaultMasqueradeBit is the bit of the packet mark that flags traffic for
-// masquerading when WriterConfig.MasqueradeBit is nil, as in kube-proxy.
-const DefaultMasqueradeBit = 14
 
 // The fixed objects of the table, kube-proxy's names.
 const (
@@ -66,56 +64,38 @@ const (
 	hairpinSet           = "hairpin-endpoints"
 )
 
-// WriterConfig configures a [Writer]. Only IPFamily is required.
+// WriterConfig configures a [Writer]. Only Family is required.
 type WriterConfig struct {
-	// IPFamily is the family of the writer's table, v1.IPv4Protocol (nft
+	// Family is the family of the writer's table, v1.IPv4Protocol (nft
 	// family "ip") or v1.IPv6Protocol ("ip6"); one writer per family.
 	// Service ports whose cluster IP is of the other family are skipped,
-	// and so are addresses of the other family in the other fields.
-	IPFamily v1.IPFamily
+	// and so are addresses of the other family in the other fields and in
+	// Node.
+	Family v1.IPFamily
 
 	// TableName is the table the writer owns, whole; "" means
 	// DefaultTableName. Give two proxies on one node different tables.
 	// NewWriter refuses a name nft would not take as a bare word.
 	TableName string
 
-	// NodeName is this node's name, for topology
-	// (changetracker.CategorizeEndpoints).
-	NodeName string
-
-	// NodeIPs are this node's addresses. A load balancer whose
-	// loadBalancerSourceRanges contain one of them also accepts traffic
-	// whose source is its own VIP, which is what a node reaching the VIP
-	// through a local route sends. A service port whose cluster IP is one
-	// of them gets no rules (logged): they would take the node's own ports.
-	NodeIPs []netip.Addr
-
-	// NodePortAddresses restricts node ports to the local addresses inside
-	// these prefixes (--nodeport-addresses). Empty, or a prefix of length
-	// 0, means every local address. Node ports are never served on
-	// loopback addresses, as in kube-proxy's nftables mode.
-	NodePortAddresses []netip.Prefix
-
-	// ClusterCIDR is the pod network of this family. Traffic to a cluster
-	// IP from outside it is masqueraded, and pod traffic to an external
-	// address of an externalTrafficPolicy Local service is short-circuited
-	// to all endpoints. The zero Prefix turns local-traffic detection off.
-	ClusterCIDR netip.Prefix
-
-	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
-	// source.
-	MasqueradeAll bool
-
-	// MasqueradeBit is the bit (0 to 31) of the packet mark that flags
-	// traffic for masquerading; nil means DefaultMasqueradeBit.
-	MasqueradeBit *int
+	// Node holds the settings every mode shares: the node's name for
+	// topology, the node-port addresses, the pod network for local
+	// traffic detection, and masquerading. The writer reads the prefixes
+	// of its own family and ignores the others, so one NodeConfig serves
+	// every family: node ports are served on every local address when no
+	// NodePortAddresses prefix is of the writer's family, and
+	// local-traffic detection is off when no ClusterCIDRs prefix is. Node
+	// ports are never served on loopback addresses, as in kube-proxy's
+	// nftables mode.
+	Node proxy.NodeConfig
 
 	// ServiceCIDRs are the ranges cluster IPs are allocated from when a
-	// sync's SyncInput.ServiceCIDRs is empty: a default for a caller that
+	// sync's FamilyInput.ServiceCIDRs is empty: a default for a caller that
 	// knows them statically (an API server that does not serve
 	// ServiceCIDR objects). New connections to an address inside them
 	// that no service has are dropped, as kube-proxy does; empty means
-	// none are. NewWriter refuses a prefix of the other family.
+	// none are. Prefixes of the other family, or not valid, are ignored,
+	// so one list may serve both families' writers.
 	ServiceCIDRs []netip.Prefix
 
 	// FullSyncPeriod, when positive, makes a sync a periodic resync if
@@ -164,38 +144,6 @@ type WriterConfig struct {
 	// a comment, an interval set) is one Transaction, whole, as without
 	// it, and so is every full sync.
 	NetlinkElementSyncs bool
-}
-
-// SyncInput is what [Writer.Sync] renders.
-type SyncInput struct {
-	// Services and Endpoints are the proxier's maps, already brought up to
-	// date with ServicePortMap.Update and EndpointsMap.Update. Sync reads
-	// them and never modifies them.
-	Services  changetracker.ServicePortMap
-	Endpoints changetracker.EndpointsMap
-	// ServiceChanges and EndpointChanges are what those Update calls
-	// returned. A partial sync rewrites only the services named in them,
-	// so every result must reach exactly one Sync: if a result is dropped,
-	// call RequestFullSync.
-	ServiceChanges  changetracker.UpdateServiceMapResult
-	EndpointChanges changetracker.UpdateEndpointsMapResult
-	// NodeLabels are this node's labels, for topology. A change from the
-	// previous sync makes the sync full. Sync copies them.
-	NodeLabels map[string]string
-	// ServiceCIDRs are the ranges cluster IPs are allocated from (those
-	// of the cluster's ServiceCIDR objects): new connections to an
-	// address inside them that no service has are dropped, and those to
-	// a cluster IP on a port its service lacks are rejected. Empty means
-	// WriterConfig.ServiceCIDRs. They may nest or overlap, as ServiceCIDR
-	// objects may while a range is being widened: Sync merges them. A
-	// prefix of the other family, or not valid, is logged and skipped.
-	// When they are known (not empty after that), a service port whose
-	// cluster IP is outside all of them is refused with a log naming it:
-	// the API server never allocates one there, so its rules would
-	// capture traffic to some other host's address. A change from the
-	// previous sync makes the sync full, so that every port is judged
-	// again. Sync does not keep the slice.
-	ServiceCIDRs []netip.Prefix
 }
 
 // SyncResult is what [Writer.Sync] produced.
@@ -258,6 +206,8 @@ type Writer struct {
 	nft          knftables.Interface
 	cfg          WriterConfig
 	check        portcheck.Checker
+	clusterCIDR  netip.Prefix // Node's of the writer's family, or invalid
+	nodeIPs      []netip.Addr // FamilyInput.NodeIPs of the last Sync
 	family       knftables.Family
 	table        string
 	ipX          string // "ip" or "ip6"
@@ -381,8 +331,9 @@ type affinitySet struct {
 // the writer names its table in every object); a Fake made with
 // knftables.NewFake works the same. It fails, naming the field, when the
 // IP family is unknown, the table name is not a plain nft word, the
-// masquerade bit is out of range, a prefix or address has the wrong
-// family, or nft is for another table. The first Sync is full.
+// masquerade bit is out of range, Node has two cluster CIDRs of the
+// writer's family, or nft is for another table. The first Sync is full.
+// cfg is copied; the writer never changes the caller's slices.
 func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 	w := &Writer{
 		nft:      nft,
@@ -398,15 +349,15 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 		kernel:        cfg.KernelState,
 		ruleCounts:    make(map[string]int),
 	}
-	switch cfg.IPFamily {
+	switch cfg.Family {
 	case v1.IPv4Protocol:
 		w.family, w.ipX, w.addrType, w.loopback = knftables.IPv4Family, "ip", "ipv4_addr", "127.0.0.0/8"
 	case v1.IPv6Protocol:
 		w.family, w.ipX, w.addrType, w.loopback = knftables.IPv6Family, "ip6", "ipv6_addr", "::1"
 	default:
-		return nil, fmt.Errorf("nftables writer: unknown IP family %q", cfg.IPFamily)
+		return nil, fmt.Errorf("nftables writer: unknown IP family %q", cfg.Family)
 	}
-	w.check = portcheck.New(cfg.IPFamily, cfg.NodeIPs...)
+	w.check = portcheck.New(cfg.Family)
 	if w.table == "" {
 		w.table = DefaultTableName
 	}
@@ -416,41 +367,26 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 	if w.clock == nil {
 		w.clock = clock.RealClock{}
 	}
-	bit := DefaultMasqueradeBit
-	if cfg.MasqueradeBit != nil {
-		bit = *cfg.MasqueradeBit
-	}
-	if bit < 0 || bit > 31 {
-		return nil, fmt.Errorf("nftables writer: masquerade bit %d is not in 0..31", bit)
+	bit, err := cfg.Node.MasqueradeMark()
+	if err != nil {
+		return nil, fmt.Errorf("nftables writer: Node.MasqueradeBit: %w", err)
 	}
 	w.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
-	if cfg.ClusterCIDR.IsValid() && !w.sameFamily(cfg.ClusterCIDR.Addr()) {
-		return nil, fmt.Errorf("nftables writer: cluster CIDR %s is not %s", cfg.ClusterCIDR, cfg.IPFamily)
-	}
-	w.cfg.ClusterCIDR = cfg.ClusterCIDR.Masked()
-	w.cfg.NodeIPs = nil
-	for _, ip := range cfg.NodeIPs {
-		if !w.sameFamily(ip) {
-			return nil, fmt.Errorf("nftables writer: node IP %s is not %s", ip, cfg.IPFamily)
-		}
-		w.cfg.NodeIPs = append(w.cfg.NodeIPs, ip.Unmap())
+	if w.clusterCIDR, err = cfg.Node.ClusterCIDR(cfg.Family); err != nil {
+		return nil, fmt.Errorf("nftables writer: Node.ClusterCIDRs: %w", err)
 	}
 	w.cfg.ServiceCIDRs = nil
 	for _, p := range cfg.ServiceCIDRs {
-		if !p.IsValid() || !w.sameFamily(p.Addr()) {
-			return nil, fmt.Errorf("nftables writer: service CIDR %s is not %s", p, cfg.IPFamily)
+		if p.IsValid() && w.sameFamily(p.Addr()) {
+			w.cfg.ServiceCIDRs = append(w.cfg.ServiceCIDRs, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
 		}
-		w.cfg.ServiceCIDRs = append(w.cfg.ServiceCIDRs, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
 	}
-	w.matchAllNP = len(cfg.NodePortAddresses) == 0
-	for _, p := range cfg.NodePortAddresses {
-		if !p.IsValid() || !w.sameFamily(p.Addr()) {
-			return nil, fmt.Errorf("nftables writer: node-port address %s is not %s", p, cfg.IPFamily)
-		}
+	w.nodePortNets = cfg.Node.NodePortPrefixes(cfg.Family)
+	w.matchAllNP = len(w.nodePortNets) == 0
+	for _, p := range w.nodePortNets {
 		if p.Bits() == 0 {
 			w.matchAllNP = true
 		}
-		w.nodePortNets = append(w.nodePortNets, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
 	}
 	if w.matchAllNP {
 		w.nodePortNets = nil
@@ -547,17 +483,20 @@ func (w *Writer) failed() {
 
 // Sync renders the transaction for in. The sync is full when one of these
 // holds: it is the first, the last one failed or was never reported to
-// Applied, RequestFullSync was called, the node labels or the service
-// CIDRs (SyncInput.ServiceCIDRs) changed, or
+// Applied, RequestFullSync was called, the node labels, the node's
+// addresses of the writer's family or the service CIDRs
+// (FamilyInput.ServiceCIDRs) changed, or
 // FullSyncPeriod has passed since the last resync and the resync could
 // not be done otherwise (see FullSyncPeriod and KernelState). Otherwise it
 // is partial and holds only the objects of the services named in the
 // change results, and what a periodic resync found drifted.
 //
 // Bad input is logged through the logger in ctx and skipped for that
-// service port (or address, or endpoint) alone. ctx also bounds the one
-// listing a full sync may do.
-func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
+// service port (or address, or endpoint) alone. An input whose Family is
+// set and is not the writer's is logged, and its ports get no rules; an
+// empty Family is read as the writer's. ctx also bounds the one listing a
+// full sync may do.
+func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 	logger := klog.FromContext(ctx)
 	if w.unapplied {
 		logger.V(2).Info("Previous nftables transaction was never reported applied; syncing everything")
@@ -567,6 +506,16 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	if !maps.Equal(w.nodeLabels, in.NodeLabels) {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)
+	}
+	if in.Family != "" && in.Family != w.cfg.Family {
+		logger.Error(nil, "Input of another IP family; its service ports get no rules", "ipFamily", w.cfg.Family, "inputFamily", logsafe.Quote(string(in.Family)), "table", w.table)
+	}
+	if ips := proxy.NodeIPsOf(w.cfg.Family, in.NodeIPs); !slices.Equal(ips, w.nodeIPs) {
+		// A node address is matched in firewall rules and refused as a
+		// cluster IP: every port is judged again.
+		full = true
+		w.nodeIPs = ips
+		w.check = w.check.WithNodeIPs(ips)
 	}
 	if w.setServiceCIDRs(logger, in.ServiceCIDRs) {
 		// Ports refused or programmed under the old ranges are judged
@@ -604,10 +553,10 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	w.chainsDeleted = 0
 	var written int
 	if full {
-		written = w.syncFull(ctx, logger, &in)
+		written = w.syncFull(ctx, logger, in)
 		w.lastFull = now
 	} else {
-		written = w.syncPartial(logger, &in)
+		written = w.syncPartial(logger, in)
 		if drifted > 0 {
 			for _, t := range w.tables {
 				t.diff(w, &w.elemDels, &w.elemAdds)
@@ -672,7 +621,7 @@ func (w *Writer) Sync(ctx context.Context, in SyncInput) SyncResult {
 	if batch != nil {
 		netlinkElements = batch.Len()
 	}
-	logger.V(2).Info("Rendered nftables transaction", "ipFamily", w.cfg.IPFamily, "table", w.table, "full", full,
+	logger.V(2).Info("Rendered nftables transaction", "ipFamily", w.cfg.Family, "table", w.table, "full", full,
 		"servicePortsWritten", written, "operations", tx.NumOperations(), "netlinkElements", netlinkElements, "chainsDeleted", res.ChainsDeleted, "resync", resync, "drifted", drifted,
 		"servicePorts", res.ServicePorts, "endpoints", res.Endpoints)
 	return res
@@ -718,7 +667,7 @@ func (w *Writer) elementBatch() *ElementBatch {
 // Trusting memory to name what to delete does not make the transaction
 // depend on it being true: deleteChain and deleteSet add what they delete
 // first, so one that another program removed is no error.
-func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *SyncInput) int {
+func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *proxy.FamilyInput) int {
 	// listed, from a listing, holds the per-service chains (true) and
 	// sets (false) in the table; without one, each port's memory says
 	// what it has.
@@ -829,7 +778,7 @@ func (w *Writer) listServiceObjects(ctx context.Context, logger klog.Logger) (fo
 			if knftables.IsNotFound(err) {
 				absent = true
 			} else {
-				logger.Error(err, "Listing the nftables table failed; objects left by an earlier run stay until a later full sync", "table", w.table, "ipFamily", w.cfg.IPFamily, "objectType", kind)
+				logger.Error(err, "Listing the nftables table failed; objects left by an earlier run stay until a later full sync", "table", w.table, "ipFamily", w.cfg.Family, "objectType", kind)
 			}
 			continue
 		}
@@ -869,7 +818,7 @@ func (w *Writer) deleteChain(name string) {
 
 // syncPartial renders the service ports of the changed services and
 // returns how many it wrote.
-func (w *Writer) syncPartial(logger klog.Logger, in *SyncInput) int {
+func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) int {
 	svcChanged := in.ServiceChanges.UpdatedServices
 	w.changed = changetracker.ChangedServices(w.changed, in.ServiceChanges, in.EndpointChanges)
 	if len(w.changed) == 0 {
@@ -1209,12 +1158,12 @@ func (w *Writer) sharedChain(name string, full bool) {
 		w.chainOps = append(w.chainOps, op{opFlush, c})
 	}
 	switch {
-	case kind != lbInternal, w.cfg.MasqueradeAll:
+	case kind != lbInternal, w.cfg.Node.MasqueradeAll:
 		// External traffic's endpoints may be on other nodes:
 		// masquerade, so that replies come back through this node.
 		w.rule(name, "jump "+markMasqChain)
-	case w.cfg.ClusterCIDR.IsValid():
-		w.rule(name, w.ipX+" saddr != "+w.cfg.ClusterCIDR.String()+" jump "+markMasqChain)
+	case w.clusterCIDR.IsValid():
+		w.rule(name, w.ipX+" saddr != "+w.clusterCIDR.String()+" jump "+markMasqChain)
 	}
 	for _, proto := range []string{"tcp", "udp", "sctp"} {
 		w.rule(name, "dnat "+w.ipX+" to "+key+proto+" dport . numgen random mod "+k+" map @"+m)

@@ -3,6 +3,7 @@ package nftables_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterKernelBatchKinds measures, on tables of the benchmarks'
@@ -38,8 +40,12 @@ func TestWriterKernelBatchKinds(t *testing.T) {
 		t.Run(size.String(), func(t *testing.T) {
 			ns := kerneltest.NewNS(t)
 			nft := nsNFT(t, ns, knftables.IPv4Family)
-			w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"),
-				SplitFirstLoad: true, NetlinkElementSyncs: true})
+			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
+				Family:              v1.IPv4Protocol,
+				Node:                proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}},
+				SplitFirstLoad:      true,
+				NetlinkElementSyncs: true,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // batchTransaction is b as one knftables transaction on fake. Run on the
@@ -26,7 +27,7 @@ func batchTransaction(fake *knftables.Fake, b *nftables.ElementBatch) *knftables
 // syncBatch syncs w as a proxier with WithNetlinkElementSyncs does: the
 // transaction, or the batch in its place, runs on fake (checked against
 // what the kernel refuses first), and the outcome goes to Applied.
-func syncBatch(t testing.TB, w *nftables.Writer, fake *knftables.Fake, in nftables.SyncInput) nftables.SyncResult {
+func syncBatch(t testing.TB, w *nftables.Writer, fake *knftables.Fake, in *proxy.FamilyInput) nftables.SyncResult {
 	t.Helper()
 	res := w.Sync(context.Background(), in)
 	tx := res.Transaction

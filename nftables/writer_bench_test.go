@@ -3,6 +3,7 @@ package nftables_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Benchmarks on the input of iptables' benchmarks (services × endpoints per
@@ -48,7 +50,7 @@ func loadedWriter(b *testing.B, size benchSize) (*cluster, *nftables.Writer) {
 
 func benchWriter(b *testing.B) *nftables.Writer {
 	w, err := nftables.NewWriter(knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName),
-		nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10")})
+		nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package nftables_test
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestNewWriterRefuses checks every configuration NewWriter refuses, each
@@ -26,17 +28,14 @@ func TestNewWriterRefuses(t *testing.T) {
 		nft  knftables.Interface
 		want string
 	}{
-		{"unknown family", nftables.WriterConfig{IPFamily: "IPv5"}, nil, "IPv5"},
-		{"table name with a space", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, TableName: "kube proxy"}, nil, "kube proxy"},
-		{"table name with a quote", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, TableName: `a"b`}, nil, `a\"b`},
-		{"table name starting with a digit", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, TableName: "1table"}, nil, "1table"},
-		{"masquerade bit 32", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, MasqueradeBit: ptr.To(32)}, nil, "32"},
-		{"cluster CIDR of the other family", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, ClusterCIDR: prefix("fd00::/64")}, nil, "fd00::/64"},
-		{"node IP of the other family", nftables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{addr("10.0.0.1")}}, nil, "10.0.0.1"},
-		{"node-port address of the other family", nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{prefix("fd00::/64")}}, nil, "fd00::/64"},
-		{"service CIDR of the other family", nftables.WriterConfig{IPFamily: v1.IPv6Protocol, ServiceCIDRs: []netip.Prefix{prefix("10.96.0.0/12")}}, nil, "10.96.0.0/12"},
-		{"Interface for another table", nftables.WriterConfig{IPFamily: v1.IPv4Protocol}, knftables.NewFake(knftables.IPv4Family, "other"), "other"},
-		{"Interface for another family", nftables.WriterConfig{IPFamily: v1.IPv6Protocol}, knftables.NewFake(knftables.IPv4Family, "kube-proxy"), "ip6"},
+		{"unknown family", nftables.WriterConfig{Family: "IPv5"}, nil, "IPv5"},
+		{"table name with a space", nftables.WriterConfig{Family: v1.IPv4Protocol, TableName: "kube proxy"}, nil, "kube proxy"},
+		{"table name with a quote", nftables.WriterConfig{Family: v1.IPv4Protocol, TableName: `a"b`}, nil, `a\"b`},
+		{"table name starting with a digit", nftables.WriterConfig{Family: v1.IPv4Protocol, TableName: "1table"}, nil, "1table"},
+		{"masquerade bit 32", nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{MasqueradeBit: ptr.To(32)}}, nil, "32"},
+		{"two cluster CIDRs of the family", nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16"), prefix("fd00::/64"), prefix("10.1.0.0/16")}}}, nil, "10.0.0.0/16 and 10.1.0.0/16"},
+		{"Interface for another table", nftables.WriterConfig{Family: v1.IPv4Protocol}, knftables.NewFake(knftables.IPv4Family, "other"), "other"},
+		{"Interface for another family", nftables.WriterConfig{Family: v1.IPv6Protocol}, knftables.NewFake(knftables.IPv4Family, "kube-proxy"), "ip6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nft := tc.nft
@@ -146,14 +145,15 @@ func TestWriterSharedElement(t *testing.T) {
 // on local addresses inside the prefixes only, never on loopback.
 func TestWriterNodePortAddresses(t *testing.T) {
 	cfg := baseConfig()
-	cfg.NodeIPs = []netip.Addr{addr("192.168.0.10"), addr("172.16.0.10")}
-	cfg.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("127.0.0.0/8")}
+	nodeIPs := []netip.Addr{addr("192.168.0.10"), addr("172.16.0.10")}
+	cfg.Node.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("127.0.0.0/8")}
 	c := newCluster(v1.IPv4Protocol, node)
+	c.NodeIPs = nodeIPs
 	c.setService(makeService("ns", "web", "10.96.0.1", withNodePort(30080)))
 	c.setEndpoints("ns", "web", tcp8080, remote("10.0.2.1"))
 	fake, w := newFake(t, cfg)
 	syncFake(t, w, fake, c.input())
-	tr := nftablestest.NewTracer(fake, knftables.IPv4Family, nftables.DefaultTableName, cfg.NodeIPs...)
+	tr := nftablestest.NewTracer(fake, knftables.IPv4Family, nftables.DefaultTableName, nodeIPs...)
 	for _, tc := range []struct {
 		dst  string
 		dnat bool
@@ -281,5 +281,79 @@ func TestWriterSplitFirstLoad(t *testing.T) {
 	c.setEndpoints("ns", "web", tcp8080, remote("10.0.2.1"))
 	if res := syncFake(t, w, fake, c.input()); res.Full || len(res.Elements) != 0 {
 		t.Errorf("partial sync: full=%v, %d elements split off; want partial and none", res.Full, len(res.Elements))
+	}
+}
+
+// TestWriterNodeIPs checks that the node's addresses come with each input:
+// a change of those of the writer's family makes the sync full, with the
+// table a fresh writer writes for the new ones, while a change of the
+// other family's alone leaves the sync partial. A load balancer whose
+// source ranges hold a node address admits its own VIP as a source.
+func TestWriterNodeIPs(t *testing.T) {
+	c := newCluster(v1.IPv4Protocol, node)
+	c.setService(makeService("ns", "lb", "10.96.0.20", withLoadBalancer("203.0.113.5", "192.168.0.10/32")))
+	c.setEndpoints("ns", "lb", tcp8080, local("10.0.1.1"))
+	c.NodeIPs = []netip.Addr{addr("192.168.0.10")}
+	fake, w := newFake(t, baseConfig())
+	syncFake(t, w, fake, c.input())
+	admitsVIP := func() bool { return strings.Contains(normalDump(fake), "203.0.113.5 . tcp . 80 . 203.0.113.5") }
+	if !admitsVIP() {
+		t.Fatalf("the VIP is not admitted while a node address is in the source range:\n%s", normalDump(fake))
+	}
+	for _, step := range []struct {
+		name     string
+		nodeIPs  []netip.Addr
+		wantFull bool
+	}{
+		{"same addresses in another order, with one of the other family", []netip.Addr{addr("fd00:1::10"), addr("192.168.0.10")}, false},
+		{"an address of the writer's family more", []netip.Addr{addr("192.168.0.10"), addr("192.168.0.11")}, true},
+		{"the first one gone", []netip.Addr{addr("192.168.0.11")}, true},
+	} {
+		c.NodeIPs = step.nodeIPs
+		res := syncFake(t, w, fake, c.input())
+		if res.Full != step.wantFull {
+			t.Errorf("%s: sync full=%v, want %v", step.name, res.Full, step.wantFull)
+		}
+		freshFake, fresh := newFake(t, baseConfig())
+		syncFake(t, fresh, freshFake, c.input())
+		if diff := cmp.Diff(normalDump(freshFake), normalDump(fake)); diff != "" {
+			t.Errorf("%s: table differs from a fresh writer's (-fresh +got):\n%s", step.name, diff)
+		}
+	}
+	if admitsVIP() {
+		t.Errorf("the VIP is still admitted after the node address in the source range went:\n%s", normalDump(fake))
+	}
+}
+
+// TestWriterReadsItsFamilyOfNodeConfig checks that one NodeConfig serves
+// both families: the writer renders from the prefixes of its own family
+// exactly what it renders when given those alone.
+func TestWriterReadsItsFamilyOfNodeConfig(t *testing.T) {
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(family), func(t *testing.T) {
+			v4 := proxy.NodeConfig{Name: node, ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16")}, NodePortAddresses: []netip.Prefix{prefix("192.168.0.0/24")}}
+			v6 := proxy.NodeConfig{Name: node, ClusterCIDRs: []netip.Prefix{prefix("fd00:10::/64")}, NodePortAddresses: []netip.Prefix{prefix("fd00:1::/64")}}
+			both := proxy.NodeConfig{Name: node,
+				ClusterCIDRs:      append(slices.Clone(v4.ClusterCIDRs), v6.ClusterCIDRs...),
+				NodePortAddresses: append(slices.Clone(v6.NodePortAddresses), v4.NodePortAddresses...)}
+			alone, svcIP, podIP := v4, "10.96.0.10", "10.0.1.1"
+			if family == v1.IPv6Protocol {
+				alone, svcIP, podIP = v6, "fd00:96::10", "fd00:10::1"
+			}
+			c := newCluster(family, node)
+			c.setService(makeService("ns", "web", svcIP, withNodePort(30080), withExternalLocal()))
+			c.setEndpoints("ns", "web", tcp8080, local(podIP))
+			in := c.input()
+			fa, wa := newFake(t, nftables.WriterConfig{Family: family, Node: alone})
+			fb, wb := newFake(t, nftables.WriterConfig{Family: family, Node: both})
+			syncFake(t, wa, fa, in)
+			syncFake(t, wb, fb, in)
+			if diff := cmp.Diff(normalDump(fa), normalDump(fb)); diff != "" {
+				t.Errorf("(-own family alone +both families):\n%s", diff)
+			}
+			if !strings.Contains(normalDump(fa), alone.NodePortAddresses[0].String()) {
+				t.Errorf("the node-port prefix %s is not in the table:\n%s", alone.NodePortAddresses[0], normalDump(fa))
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterRequestedFullSyncKernel runs changesByHand on the kernel, in a
@@ -31,7 +32,7 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 			run := func(tx *knftables.Transaction) error {
 				return ns.Do(func() error { return nft.Run(context.Background(), tx) })
 			}
-			apply := func(in nftables.SyncInput, wantFull bool) {
+			apply := func(in *proxy.FamilyInput, wantFull bool) {
 				t.Helper()
 				res := w.Sync(context.Background(), in)
 				err := run(res.Transaction)
@@ -60,7 +61,7 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 			apply(c.input(), true)
 
 			fresh, fw := newFake(t, baseConfig())
-			syncFake(t, fw, fresh, nftables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
+			syncFake(t, fw, fresh, &proxy.FamilyInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
 			for _, kind := range []string{"chain", "set", "map"} {
 				want, err := fresh.List(context.Background(), kind)
 				if err != nil {

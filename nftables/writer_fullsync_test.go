@@ -9,8 +9,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // changeByHand is another program's change to the writer's table, after
@@ -95,7 +95,7 @@ func afterRequestedFullSync(c *cluster) {
 func freshDump(t *testing.T, c *cluster, dump func(*knftables.Fake) string) string {
 	t.Helper()
 	fresh, fw := newFake(t, baseConfig())
-	syncFake(t, fw, fresh, nftables.SyncInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
+	syncFake(t, fw, fresh, &proxy.FamilyInput{Services: c.ServiceMap, Endpoints: c.EndpointsMap, NodeLabels: c.NodeLabels})
 	return dump(fresh)
 }
 

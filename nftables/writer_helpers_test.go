@@ -16,6 +16,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // cluster is writertest's Cluster, whose Services and EndpointSlices go
@@ -38,14 +39,15 @@ func (c *cluster) setEndpoints(ns, name string, ports []discoveryv1.EndpointPort
 
 // input applies the pending changes to the maps and returns the writer's
 // input.
-func (c *cluster) input() nftables.SyncInput {
+func (c *cluster) input() *proxy.FamilyInput {
 	svcChanges, epChanges := c.Update()
-	return nftables.SyncInput{
+	return &proxy.FamilyInput{
 		Services:        c.ServiceMap,
 		Endpoints:       c.EndpointsMap,
 		ServiceChanges:  svcChanges,
 		EndpointChanges: epChanges,
 		NodeLabels:      c.NodeLabels,
+		NodeIPs:         c.NodeIPs,
 	}
 }
 
@@ -95,7 +97,7 @@ func newFake(t testing.TB, cfg nftables.WriterConfig) (*knftables.Fake, *nftable
 	if table == "" {
 		table = nftables.DefaultTableName
 	}
-	fake := knftables.NewFake(nftFamily(cfg.IPFamily), table)
+	fake := knftables.NewFake(nftFamily(cfg.Family), table)
 	w, err := nftables.NewWriter(fake, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -106,13 +108,13 @@ func newFake(t testing.TB, cfg nftables.WriterConfig) (*knftables.Fake, *nftable
 // syncFake syncs w and runs the transaction on fake, as a proxier does,
 // after checking it against what the kernel refuses and the Fake does not;
 // it fails t if either fails.
-func syncFake(t testing.TB, w *nftables.Writer, fake *knftables.Fake, in nftables.SyncInput) nftables.SyncResult {
+func syncFake(t testing.TB, w *nftables.Writer, fake *knftables.Fake, in *proxy.FamilyInput) nftables.SyncResult {
 	t.Helper()
 	return syncFakeCtx(t, context.Background(), w, fake, in)
 }
 
 // syncFakeCtx is syncFake with ctx (and its logger) for the sync.
-func syncFakeCtx(t testing.TB, ctx context.Context, w *nftables.Writer, fake *knftables.Fake, in nftables.SyncInput) nftables.SyncResult {
+func syncFakeCtx(t testing.TB, ctx context.Context, w *nftables.Writer, fake *knftables.Fake, in *proxy.FamilyInput) nftables.SyncResult {
 	t.Helper()
 	res := w.Sync(ctx, in)
 	err := nftablestest.CheckTransaction(fake, res.Transaction)

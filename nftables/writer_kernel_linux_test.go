@@ -15,6 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterKernel applies a full sync and partial syncs with the real nft
@@ -50,16 +51,14 @@ func TestWriterKernel(t *testing.T) {
 		t.Run(string(tc.family), func(t *testing.T) {
 			nft := nsNFT(t, nw.Node, tc.nftFamily)
 			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
-				IPFamily:     tc.family,
-				NodeName:     "node-a",
-				NodeIPs:      []netip.Addr{addr(tc.nodeIP)},
-				ClusterCIDR:  prefix(tc.cidr),
+				Family:       tc.family,
+				Node:         proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix(tc.cidr)}},
 				ServiceCIDRs: []netip.Prefix{prefix(tc.serviceCIDR)},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			apply := func(in nftables.SyncInput, wantFull bool) {
+			apply := func(in *proxy.FamilyInput, wantFull bool) {
 				t.Helper()
 				applyIn(t, nw.Node, nft, w, in, wantFull)
 			}
@@ -88,6 +87,8 @@ func TestWriterKernel(t *testing.T) {
 			nodePort := netip.AddrPortFrom(addr(tc.nodeIP), 30080)
 
 			c := newCluster(tc.family, "node-a")
+
+			c.NodeIPs = []netip.Addr{addr(tc.nodeIP)}
 			c.setService(makeService("ns", "web", tc.clusterIP, withNodePort(30080)))
 			c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
 			apply(c.input(), true)

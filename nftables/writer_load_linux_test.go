@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterKernelLoad measures the kernel's side of the writer's own
@@ -48,8 +50,13 @@ func TestWriterKernelLoad(t *testing.T) {
 			nft := nsNFT(t, ns, knftables.IPv4Family)
 			clock := clocktesting.NewFakeClock(time.Now())
 			kw := nsKernelState(t, ns, true).(*nftables.KernelWatcher)
-			w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1", ClusterCIDR: prefix("10.128.0.0/10"),
-				FullSyncPeriod: time.Hour, Clock: clock, KernelState: kw})
+			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
+				Family:         v1.IPv4Protocol,
+				Node:           proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}},
+				FullSyncPeriod: time.Hour,
+				Clock:          clock,
+				KernelState:    kw,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,8 +104,11 @@ func TestWriterKernelLoad(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			sw, err := nftables.NewWriter(splitNFT, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-1",
-				ClusterCIDR: prefix("10.128.0.0/10"), SplitFirstLoad: true})
+			sw, err := nftables.NewWriter(splitNFT, nftables.WriterConfig{
+				Family:         v1.IPv4Protocol,
+				Node:           proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}},
+				SplitFirstLoad: true,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

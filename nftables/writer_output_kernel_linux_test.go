@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterNodeOutputKernel sends the node's own connections, with the
@@ -53,10 +54,8 @@ func TestWriterNodeOutputKernel(t *testing.T) {
 		t.Run(string(tc.family), func(t *testing.T) {
 			nft := nsNFT(t, nw.Node, tc.nftFamily)
 			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
-				IPFamily:    tc.family,
-				NodeName:    "node-a",
-				NodeIPs:     []netip.Addr{addr(tc.nodeIP)},
-				ClusterCIDR: prefix(tc.cidr),
+				Family: tc.family,
+				Node:   proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix(tc.cidr)}},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -74,6 +73,8 @@ func TestWriterNodeOutputKernel(t *testing.T) {
 			nw.Node.MustExec(t, "nft", "add", "rule", fam, nftables.DefaultTableName, "filter-output-post-dnat", "tcp dport 8080 drop")
 
 			c := newCluster(tc.family, "node-a")
+
+			c.NodeIPs = []netip.Addr{addr(tc.nodeIP)}
 			c.setService(makeService("ns", "ext", tc.extSvc, withExternalIPs(tc.extIP), withExternalLocal()))
 			c.setEndpoints("ns", "ext", tcp8080, ep{IP: tc.podA, Node: "node-b"})
 			c.setService(makeService("ns", "lb", tc.lbSvc, withLoadBalancer(tc.lbIP), withExternalLocal()))

@@ -25,7 +25,7 @@ import (
 // and port) except whether it records affinity, and for how long.
 func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker.ServicePort, rawEps []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool) {
 	eps := w.usableEndpoints(logger, ps.name, rawEps)
-	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.NodeName, w.nodeLabels)
+	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.Node.Name, w.nodeLabels)
 
 	clusterChain := clusterChainPrefix + ps.base
 	localChain := localChainPrefix + ps.base
@@ -264,8 +264,8 @@ func (w *Writer) renderPerService(ps *portState, svc changetracker.ServicePort, 
 			// Pods reaching an external address of the service are not
 			// subject to the Local policy: they go to all endpoints, as
 			// if they had gone out to the load balancer and come back.
-			if w.cfg.ClusterCIDR.IsValid() {
-				w.commentedRule(extChain, "short-circuit pod traffic", w.ipX, "saddr", w.cfg.ClusterCIDR.String(), "goto", clusterChain)
+			if w.clusterCIDR.IsValid() {
+				w.commentedRule(extChain, "short-circuit pod traffic", w.ipX, "saddr", w.clusterCIDR.String(), "goto", clusterChain)
 			}
 			// The node itself sends with a local source address, which
 			// endpoints elsewhere could not answer.
@@ -293,7 +293,7 @@ func (w *Writer) allowedSources(svc changetracker.ServicePort, vips []netip.Addr
 			continue
 		}
 		srcs = append(srcs, p.Masked())
-		for _, ip := range w.cfg.NodeIPs {
+		for _, ip := range w.nodeIPs {
 			allowFromNode = allowFromNode || p.Contains(ip)
 		}
 	}
@@ -496,9 +496,9 @@ func (w *Writer) writeEndpointSelection(chain string, names []string, affinity b
 func (w *Writer) masqueradeRule(chain string, svc changetracker.ServicePort, proto, port string) {
 	match := []string{w.ipX, "daddr", svc.ClusterIP().String(), proto, "dport", port}
 	switch {
-	case w.cfg.MasqueradeAll:
-	case w.cfg.ClusterCIDR.IsValid():
-		match = append(match, w.ipX, "saddr !=", w.cfg.ClusterCIDR.String())
+	case w.cfg.Node.MasqueradeAll:
+	case w.clusterCIDR.IsValid():
+		match = append(match, w.ipX, "saddr !=", w.clusterCIDR.String())
 	default:
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // nsKernelState returns NewKernelState for ns, or with watch a
@@ -84,10 +85,8 @@ func TestWriterResyncKernel(t *testing.T) {
 				nft := nsNFT(t, nw.Node, tc.nftFamily)
 				clock := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 				w, err := nftables.NewWriter(nft, nftables.WriterConfig{
-					IPFamily:       tc.family,
-					NodeName:       "node-a",
-					NodeIPs:        []netip.Addr{addr(tc.nodeIP)},
-					ClusterCIDR:    prefix(tc.cidr),
+					Family:         tc.family,
+					Node:           proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix(tc.cidr)}},
 					ServiceCIDRs:   []netip.Prefix{prefix(tc.serviceCIDR)},
 					FullSyncPeriod: time.Hour,
 					Clock:          clock,
@@ -166,6 +165,8 @@ func TestWriterResyncKernel(t *testing.T) {
 				}
 
 				c := newCluster(tc.family, "node-a")
+
+				c.NodeIPs = []netip.Addr{addr(tc.nodeIP)}
 				c.setService(makeService("ns", "web", tc.clusterIP, withNodePort(30080)))
 				c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
 				// A service without endpoints and one with a Local external

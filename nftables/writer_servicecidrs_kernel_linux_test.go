@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestWriterServiceCIDRsKernel sends real connections from a client
@@ -53,13 +54,14 @@ func TestWriterServiceCIDRsKernel(t *testing.T) {
 				})
 			})
 			w, err := nftables.NewWriter(nft, nftables.WriterConfig{
-				IPFamily: tc.family, NodeName: "node-a",
-				NodeIPs: []netip.Addr{addr(tc.nodeIP)}, ClusterCIDR: prefix(tc.cidr),
+				Family: tc.family,
+				Node:   proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix(tc.cidr)}},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := newCluster(tc.family, "node-a")
+			c.NodeIPs = []netip.Addr{addr(tc.nodeIP)}
 			c.setService(makeService("ns", "web", tc.clusterIP))
 			c.setEndpoints("ns", "web", tcp8080, local(tc.pod))
 			apply := func(ranges []netip.Prefix, wantFull bool) nftables.SyncResult {

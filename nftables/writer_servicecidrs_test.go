@@ -12,6 +12,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/golden"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // serviceCIDRCase is one family's cluster for the ServiceCIDR tests: a
@@ -42,8 +43,10 @@ var serviceCIDRCases = []serviceCIDRCase{{
 }, {
 	family: v1.IPv6Protocol,
 	config: func() nftables.WriterConfig {
-		return nftables.WriterConfig{IPFamily: v1.IPv6Protocol, NodeName: node,
-			NodeIPs: []netip.Addr{addr("fd00:1::10")}, ClusterCIDR: prefix("fd00:10::/64")}
+		return nftables.WriterConfig{
+			Family: v1.IPv6Protocol,
+			Node:   proxy.NodeConfig{Name: node, ClusterCIDRs: []netip.Prefix{prefix("fd00:10::/64")}},
+		}
 	},
 	clusterIP: "fd00:96::10", client: "fd00:10::9",
 	before:     []netip.Prefix{prefix("fd00:96::/112"), prefix("fd00:96::/108"), prefix("10.96.0.0/16")},
@@ -52,8 +55,17 @@ var serviceCIDRCases = []serviceCIDRCase{{
 	onlyBefore: "", onlyAfter: "fd00:97::5", outsideAll: "fd00:98::1",
 }}
 
+// nodeIP is the node's address of tc's family.
+func (tc serviceCIDRCase) nodeIP() netip.Addr {
+	if tc.family == v1.IPv6Protocol {
+		return addr("fd00:1::10")
+	}
+	return addr(baseNodeIP)
+}
+
 func (tc serviceCIDRCase) cluster() *cluster {
 	c := newCluster(tc.family, node)
+	c.NodeIPs = []netip.Addr{tc.nodeIP()}
 	c.setService(makeService("ns", "web", tc.clusterIP))
 	ep := "10.0.1.1"
 	if tc.family == v1.IPv6Protocol {
@@ -85,7 +97,7 @@ func TestWriterServiceCIDRs(t *testing.T) {
 			in.ServiceCIDRs = tc.before
 			syncFake(t, w, fake, in)
 			golden.Check(t, filepath.Join("testdata", "writer", "service-cidrs-"+strings.ToLower(string(tc.family))+".golden"), []byte(normalDump(fake)))
-			tr := nftablestest.NewTracer(fake, nftFamily(tc.family), nftables.DefaultTableName, tc.config().NodeIPs[0])
+			tr := nftablestest.NewTracer(fake, nftFamily(tc.family), nftables.DefaultTableName, tc.nodeIP())
 
 			ep := "10.0.1.1:8080"
 			if tc.family == v1.IPv6Protocol {

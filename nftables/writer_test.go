@@ -13,16 +13,18 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/nftables/nftablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 const node = writertest.Node
 
+// baseNodeIP is the node's IPv4 address in the clusters of the tests.
+const baseNodeIP = "192.168.0.10"
+
 func baseConfig() nftables.WriterConfig {
 	return nftables.WriterConfig{
-		IPFamily:    v1.IPv4Protocol,
-		NodeName:    node,
-		NodeIPs:     []netip.Addr{addr("192.168.0.10")},
-		ClusterCIDR: prefix("10.0.0.0/16"),
+		Family: v1.IPv4Protocol,
+		Node:   proxy.NodeConfig{Name: node, ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16")}},
 	}
 }
 
@@ -49,10 +51,10 @@ var goldenCases = append(scenarioCases(), []goldenCase{{
 	name: "masquerade-all-options",
 	config: func(cfg *nftables.WriterConfig) {
 		cfg.TableName = "other-proxy"
-		cfg.ClusterCIDR = netip.Prefix{}
-		cfg.MasqueradeAll = true
-		cfg.MasqueradeBit = ptr.To(0)
-		cfg.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("172.16.0.0/12")}
+		cfg.Node.ClusterCIDRs = []netip.Prefix{netip.Prefix{}}
+		cfg.Node.MasqueradeAll = true
+		cfg.Node.MasqueradeBit = ptr.To(0)
+		cfg.Node.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24"), prefix("172.16.0.0/12")}
 		cfg.ServiceCIDRs = []netip.Prefix{prefix("10.96.0.0/16")}
 	},
 	setup: func(c *cluster) {
@@ -63,9 +65,8 @@ var goldenCases = append(scenarioCases(), []goldenCase{{
 	name:   "ipv6",
 	family: v1.IPv6Protocol,
 	config: func(cfg *nftables.WriterConfig) {
-		cfg.IPFamily = v1.IPv6Protocol
-		cfg.NodeIPs = []netip.Addr{addr("fd00:1::10")}
-		cfg.ClusterCIDR = prefix("fd00:10::/64")
+		cfg.Family = v1.IPv6Protocol
+		cfg.Node.ClusterCIDRs = []netip.Prefix{prefix("fd00:10::/64")}
 	},
 	setup: func(c *cluster) {
 		svc := makeService("ns", "web", "fd00:96::10", withNodePort(30080), withLoadBalancer("fd00:113::5", "fd00:1::/64"), withAffinity(60))
@@ -95,6 +96,7 @@ func (tc goldenCase) build(t *testing.T) (*cluster, nftables.WriterConfig) {
 		tc.config(&cfg)
 	}
 	c := newCluster(family, node)
+	c.NodeIPs = []netip.Addr{addr(baseNodeIP), addr("fd00:1::10")}
 	tc.setup(c)
 	return c, cfg
 }
@@ -136,9 +138,10 @@ func traceEveryService(t *testing.T, fake *knftables.Fake, cfg nftables.WriterCo
 	if table == "" {
 		table = nftables.DefaultTableName
 	}
-	tr := nftablestest.NewTracer(fake, nftFamily(cfg.IPFamily), table, cfg.NodeIPs...)
+	nodeIPs := proxy.NodeIPsOf(cfg.Family, c.NodeIPs)
+	tr := nftablestest.NewTracer(fake, nftFamily(cfg.Family), table, nodeIPs...)
 	pod, outside := addr("10.0.9.9"), addr("198.51.100.9")
-	if cfg.IPFamily == v1.IPv6Protocol {
+	if cfg.Family == v1.IPv6Protocol {
 		pod, outside = addr("fd00:10::99"), addr("fd00:99::9")
 	}
 	for name, svc := range c.ServiceMap {
@@ -151,18 +154,18 @@ func traceEveryService(t *testing.T, fake *knftables.Fake, cfg nftables.WriterCo
 			dsts = append(dsts, dst{ip, svc.Port()})
 		}
 		if np := svc.NodePort(); np != 0 {
-			for _, ip := range cfg.NodeIPs {
+			for _, ip := range nodeIPs {
 				dsts = append(dsts, dst{ip, np})
 			}
 		}
 		for _, d := range dsts {
-			if d.ip.Is4() != (cfg.IPFamily == v1.IPv4Protocol) {
+			if d.ip.Is4() != (cfg.Family == v1.IPv4Protocol) {
 				continue
 			}
 			for _, p := range []nftablestest.Packet{
 				{Src: pod, Dst: d.ip, Protocol: svc.Protocol(), DstPort: d.port},
 				{Src: outside, Dst: d.ip, Protocol: svc.Protocol(), DstPort: d.port},
-				{Src: cfg.NodeIPs[0], Dst: d.ip, Protocol: svc.Protocol(), DstPort: d.port, Output: true},
+				{Src: nodeIPs[0], Dst: d.ip, Protocol: svc.Protocol(), DstPort: d.port, Output: true},
 			} {
 				if outs, err := tr.Trace(p); err != nil || len(outs) == 0 {
 					t.Errorf("%s: tracing %+v: %v, %v", name, p, outs, err)

@@ -33,11 +33,19 @@ type Checker struct {
 }
 
 // New returns a Checker for family; any value but v1.IPv6Protocol checks
-// for IPv4. nodeIPs are this node's addresses (the writer's
-// WriterConfig.NodeIPs), which no cluster IP may be; IPv4-mapped ones
-// count as IPv4 and invalid ones are ignored.
+// for IPv4. nodeIPs are this node's addresses (proxy.FamilyInput.NodeIPs),
+// which no cluster IP may be; IPv4-mapped ones count as IPv4 and invalid
+// ones are ignored.
 func New(family v1.IPFamily, nodeIPs ...netip.Addr) Checker {
 	c := Checker{family: family, ipv6: family == v1.IPv6Protocol}
+	return c.WithNodeIPs(nodeIPs)
+}
+
+// WithNodeIPs returns a copy of c whose node addresses, which no cluster
+// IP may be, are nodeIPs (see New). c is not changed and nodeIPs is not
+// kept.
+func (c Checker) WithNodeIPs(nodeIPs []netip.Addr) Checker {
+	c.nodeIPs = nil
 	for _, ip := range nodeIPs {
 		if ip.IsValid() {
 			c.nodeIPs = append(c.nodeIPs, ip.Unmap().WithZone(""))

@@ -125,10 +125,8 @@ type writerBackend struct{ w *iptables.Writer }
 func newWriterBackend(tb testing.TB) *writerBackend {
 	tb.Helper()
 	w, err := iptables.NewWriter(iptables.WriterConfig{
-		IPFamily:       v1.IPv4Protocol,
-		NodeName:       "node-a",
-		NodeIPs:        []netip.Addr{netip.MustParseAddr("192.168.0.1")},
-		ClusterCIDR:    netip.MustParsePrefix("10.128.0.0/10"),
+		Family:         v1.IPv4Protocol,
+		Node:           proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/10")}},
 		FullSyncPeriod: time.Hour,
 		RandomFully:    true,
 	})
@@ -141,8 +139,7 @@ func newWriterBackend(tb testing.TB) *writerBackend {
 func (b *writerBackend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	outs := make([]proxy.SyncResult, len(ins))
 	for i, in := range ins {
-		res := b.w.Sync(ctx, iptables.SyncInput{Services: in.Services, Endpoints: in.Endpoints,
-			ServiceChanges: in.ServiceChanges, EndpointChanges: in.EndpointChanges, NodeLabels: in.NodeLabels})
+		res := b.w.Sync(ctx, in)
 		b.w.Applied(nil)
 		outs[i] = proxy.SyncResult{Full: res.Full, ServicePorts: res.ServicePorts, Endpoints: res.Endpoints}
 	}

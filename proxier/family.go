@@ -41,6 +41,9 @@ type familyProxier struct {
 	ct        ConntrackCleaner
 	// serviceCIDRs gives proxy.FamilyInput.ServiceCIDRs.
 	serviceCIDRs *serviceCIDRs
+	// nodeIPs are the node's addresses of the family, for
+	// proxy.FamilyInput.NodeIPs.
+	nodeIPs []netip.Addr
 
 	// Owned by the sync.
 	svcMap changetracker.ServicePortMap
@@ -102,6 +105,7 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 		EndpointChanges: p.epMap.Update(p.epTracker),
 		NodeLabels:      p.topology.Labels(),
 		ServiceCIDRs:    p.serviceCIDRs.forFamily(p.family),
+		NodeIPs:         p.nodeIPs,
 	}
 	p.deletedUDP = p.deletedUDP.Union(in.ServiceChanges.DeletedUDPClusterIPs)
 	p.conntrackDue = p.conntrackDue || in.EndpointChanges.ConntrackCleanupRequired
@@ -168,7 +172,7 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 // state. In iptables mode every family is a group of its own, with its own
 // runner, so that a failing ip6tables-restore does not hold IPv4 back.
 // In IPVS mode the node's families form one group: the virtual servers and
-// ipsets of both live in one kernel table, which ipvs.Applier reconciles
+// ipsets of both live in one kernel table, which ipvsmode.Applier reconciles
 // from every family's translation at once, so the families are synced
 // together rather than each applying the other's last state.
 type syncGroup struct {

@@ -204,6 +204,7 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 				slices.Concat(node.IPs[v1.IPv4Protocol], node.IPs[v1.IPv6Protocol])...)
 			fp.health, fp.svcHealth, fp.ct = hs, svcHealth, p.o.conntrack
 			fp.serviceCIDRs = cidrs
+			fp.nodeIPs = node.IPs[family]
 			g.families = append(g.families, fp)
 			names = append(names, string(family))
 			p.add(fp)

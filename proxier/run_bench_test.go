@@ -55,10 +55,8 @@ func benchRun(b *testing.B, services, endpoints int) {
 	p, err := proxier.New(client, "node-a",
 		func(ctx context.Context, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
 			ib, err := iptablesbackend.New(ctx, iptables.WriterConfig{
-				IPFamily:    v1.IPv4Protocol,
-				NodeName:    node.Name,
-				NodeIPs:     node.IPs[v1.IPv4Protocol],
-				ClusterCIDR: netip.MustParsePrefix("10.128.0.0/10"),
+				Family: v1.IPv4Protocol,
+				Node:   proxy.NodeConfig{Name: node.Name, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/10")}},
 			}, nil, iptablesbackend.WithMetrics(m))
 			sb.Backend = ib
 			return []proxier.BackendGroup{{Backend: sb, Families: []v1.IPFamily{v1.IPv4Protocol}}}, err

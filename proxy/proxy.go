@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -84,6 +86,14 @@ type FamilyInput struct {
 	// is seen or after it is deleted. When they change the composition asks
 	// for a Sync, and the backend should make it full.
 	NodeLabels map[string]string
+	// NodeIPs are this node's addresses of the family: those of its Node
+	// object (InternalIP first, then ExternalIP) or, when it has none, of
+	// the host's interfaces. A load balancer whose
+	// loadBalancerSourceRanges contain one of them also accepts traffic
+	// whose source is its own VIP, which is what a node reaching the VIP
+	// through a local route sends, and no cluster IP may be one of them.
+	// The renderers make a sync full when they change. Read-only.
+	NodeIPs []netip.Addr
 	// ServiceCIDRs are the family's ranges of the cluster's ServiceCIDR
 	// objects (networking.k8s.io/v1), the ranges cluster IPs are
 	// allocated from: sorted, without duplicates, but they may nest or
@@ -128,4 +138,112 @@ func FamilyOf(a netip.Addr) v1.IPFamily {
 		return v1.IPv4Protocol
 	}
 	return v1.IPv6Protocol
+}
+
+// NodeConfig is what every mode's renderer needs to know of the node
+// beyond its addresses, which change and come with each FamilyInput. It
+// covers every IP family: a renderer reads the prefixes of its own family
+// and ignores the others, so one NodeConfig is built per node and handed
+// to every mode and family.
+type NodeConfig struct {
+	// Name is this node's name, for topology
+	// (changetracker.CategorizeEndpoints) and for the endpoints' IsLocal.
+	Name string
+	// NodePortAddresses restricts node ports to the local addresses inside
+	// these prefixes (kube-proxy's --nodeport-addresses, with "primary"
+	// already resolved by the caller). A renderer with no prefix of its
+	// family, or one of length 0, serves node ports on every local
+	// address of its family, as kube-proxy does.
+	NodePortAddresses []netip.Prefix
+	// ClusterCIDRs are the pod network, at most one prefix per family
+	// (kube-proxy's --cluster-cidr): traffic to a cluster IP from outside
+	// it is masqueraded, and pod traffic to an external address of an
+	// externalTrafficPolicy Local service goes to all endpoints. A family
+	// without one has local-traffic detection off. Prefixes that are not
+	// valid are ignored.
+	ClusterCIDRs []netip.Prefix
+	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
+	// source (kube-proxy's --masquerade-all).
+	MasqueradeAll bool
+	// MasqueradeBit is the bit (0 to 31) of the packet mark that flags
+	// traffic for masquerading; nil means DefaultMasqueradeBit.
+	MasqueradeBit *int
+}
+
+// ClusterCIDR returns the ClusterCIDRs prefix of family, masked, or the
+// zero Prefix when there is none. It fails when there are two: local
+// traffic cannot be told by two ranges of one family.
+func (c *NodeConfig) ClusterCIDR(family v1.IPFamily) (netip.Prefix, error) {
+	var found netip.Prefix
+	for _, p := range c.ClusterCIDRs {
+		if !p.IsValid() || FamilyOf(p.Addr()) != family {
+			continue
+		}
+		if p = unmapPrefix(p); !p.IsValid() {
+			continue
+		}
+		if found.IsValid() && found != p {
+			return netip.Prefix{}, fmt.Errorf("cluster CIDRs %s and %s are both %s", found, p, family)
+		}
+		found = p
+	}
+	return found, nil
+}
+
+// NodePortPrefixes returns the NodePortAddresses prefixes of family,
+// masked, IPv4-mapped ones as IPv4, or nil when there is none. Prefixes
+// that are not valid are left out.
+func (c *NodeConfig) NodePortPrefixes(family v1.IPFamily) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range c.NodePortAddresses {
+		if p.IsValid() && FamilyOf(p.Addr()) == family {
+			if p = unmapPrefix(p); p.IsValid() {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// MasqueradeMark returns the masquerade bit, DefaultMasqueradeBit when it
+// is nil, and fails when it is not in 0..31.
+func (c *NodeConfig) MasqueradeMark() (int, error) {
+	bit := DefaultMasqueradeBit
+	if c.MasqueradeBit != nil {
+		bit = *c.MasqueradeBit
+	}
+	if bit < 0 || bit > 31 {
+		return 0, fmt.Errorf("masquerade bit %d is not in 0..31", bit)
+	}
+	return bit, nil
+}
+
+// NodeIPsOf returns the addresses of ips of family, IPv4-mapped ones as
+// IPv4, without zones, sorted and without duplicates; invalid ones are
+// left out. Renderers use it to read FamilyInput.NodeIPs, so that the
+// order the composition found them in does not make a sync full.
+func NodeIPsOf(family v1.IPFamily, ips []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ips {
+		if ip.IsValid() && FamilyOf(ip) == family {
+			out = append(out, ip.Unmap().WithZone(""))
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// unmapPrefix returns p masked, an IPv4-mapped prefix as IPv4
+// (::ffff:10.0.0.0/104 is 10.0.0.0/8); one wider than ::ffff:0:0/96
+// comes back invalid.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() {
+		bits := p.Bits() - 96
+		if bits < 0 {
+			// Wider than ::ffff:0:0/96: not an IPv4 range at all.
+			return netip.Prefix{}
+		}
+		return netip.PrefixFrom(p.Addr().Unmap(), bits).Masked()
+	}
+	return p.Masked()
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/proxykit/proxykit/conntrack/conntracktest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
-	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 )
 
 // TestIPVSModeWithFakes runs the whole composition in IPVS mode against the
@@ -165,7 +165,7 @@ func TestTuneIPVS(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(node.root, "proc/sys/kernel/osrelease"), []byte(tc.release+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := ipvsbackend.TuneKernel(context.Background(), &kernel.Kernel{Root: node.root}); err != nil {
+			if err := ipvsmode.TuneKernel(context.Background(), &kernel.Kernel{Root: node.root}); err != nil {
 				t.Fatal(err)
 			}
 			for name, want := range map[string]string{
@@ -183,7 +183,7 @@ func TestTuneIPVS(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(node.root, "proc/sys/net/ipv4/vs")); err != nil {
 		t.Fatal(err)
 	}
-	if err := ipvsbackend.TuneKernel(context.Background(), &kernel.Kernel{Root: node.root}); err == nil || !strings.Contains(err.Error(), "net/ipv4/vs/conntrack") {
+	if err := ipvsmode.TuneKernel(context.Background(), &kernel.Kernel{Root: node.root}); err == nil || !strings.Contains(err.Error(), "net/ipv4/vs/conntrack") {
 		t.Errorf("without ip_vs's sysctls: %v, want an error naming vs/conntrack", err)
 	}
 }

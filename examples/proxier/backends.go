@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -10,13 +11,13 @@ import (
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/iptables"
-	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"
-	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 	"github.com/proxykit/proxykit/proxier/nftablesbackend"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // newBackends is the proxier's backend factory for --mode: one backend per
@@ -64,13 +65,8 @@ func newIPTablesBackends(ctx context.Context, o *options, env *environment, node
 	var groups []proxier.BackendGroup
 	for i, family := range families {
 		cfg := iptables.WriterConfig{
-			IPFamily:           family,
-			NodeName:           node.Name,
-			NodeIPs:            node.IPs[family],
-			NodePortAddresses:  nodePortPrefixes(o, family, node.IPs[family]),
-			ClusterCIDR:        o.clusterCIDR(family),
-			MasqueradeAll:      o.masqueradeAll,
-			MasqueradeBit:      o.masqueradeBit,
+			Family:             family,
+			Node:               proxy.NodeConfig{Name: node.Name, NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{o.clusterCIDR(family)}, MasqueradeAll: o.masqueradeAll, MasqueradeBit: o.masqueradeBit},
 			AcceptInvalid:      acceptInvalid,
 			LocalhostNodePorts: o.localhostNodePorts,
 			ChainPrefix:        o.names.Chains().Prefix(),
@@ -103,7 +99,7 @@ func newIPTablesBackends(ctx context.Context, o *options, env *environment, node
 // mode left.
 func newIPVSBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
 	var ipts []iptables.Interface
-	var k *ipvsbackend.Kernel
+	var k *ipvsmode.Handles
 	families := node.Families
 	if !o.dryRun {
 		if err := env.kernel.CanUseIPVS(ctx, o.ipvsSchedulers()...); err != nil {
@@ -116,7 +112,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 		if k, err = env.openIPVS(ctx, true); err != nil {
 			return nil, fmt.Errorf("--mode ipvs: %w", err)
 		}
-		if err := ipvsbackend.TuneKernel(ctx, env.kernel); err != nil {
+		if err := ipvsmode.TuneKernel(ctx, env.kernel); err != nil {
 			k.Close()
 			return nil, err
 		}
@@ -124,11 +120,11 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 		removeIPTablesMode(ctx, o.names, ipts)
 		removeNFTablesMode(ctx, env, o.nftTable)
 	}
-	var cfgs []ipvs.TranslatorConfig
+	var cfgs []ipvsmode.WriterConfig
 	for _, family := range families {
 		cfgs = append(cfgs, ipvsTranslatorConfig(o, node, family))
 	}
-	b, err := ipvsbackend.New(cfgs, k, ipts, ipvsbackend.WithDryRun(env.stdout), ipvsbackend.WithMetrics(m))
+	b, err := ipvsmode.NewMode(cfgs, k, ipts, ipvsmode.WithDryRun(env.stdout), ipvsmode.WithMetrics(m))
 	if err != nil {
 		k.Close()
 		return nil, err
@@ -150,14 +146,9 @@ func newNFTablesBackends(ctx context.Context, o *options, env *environment, node
 	var groups []proxier.BackendGroup
 	for i, family := range node.Families {
 		cfg := nftables.WriterConfig{
-			IPFamily:          family,
-			TableName:         o.nftTable,
-			NodeName:          node.Name,
-			NodeIPs:           node.IPs[family],
-			NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]),
-			ClusterCIDR:       o.clusterCIDR(family),
-			MasqueradeAll:     o.masqueradeAll,
-			MasqueradeBit:     o.masqueradeBit,
+			Family:    family,
+			TableName: o.nftTable,
+			Node:      proxy.NodeConfig{Name: node.Name, NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{o.clusterCIDR(family)}, MasqueradeAll: o.masqueradeAll, MasqueradeBit: o.masqueradeBit},
 		}
 		var nft knftables.Interface
 		opts := []nftablesbackend.Option{nftablesbackend.WithDryRun(env.stdout), nftablesbackend.WithMetrics(m),
@@ -262,18 +253,11 @@ func tuneConntrack(ctx context.Context, k *kernel.Kernel, t *conntrack.Tuning) b
 }
 
 // ipvsTranslatorConfig is the translator config of family on this node.
-func ipvsTranslatorConfig(o *options, node proxier.Node, family v1.IPFamily) ipvs.TranslatorConfig {
-	return ipvs.TranslatorConfig{
-		IPFamily: family,
-		NodeName: node.Name,
-		// The Node object's addresses; on a node (not in a dry run) the
-		// backend replaces them with the host's before each sync.
-		NodeIPs:           node.IPs[family],
-		NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]),
-		ClusterCIDR:       o.clusterCIDR(family),
-		MasqueradeAll:     o.masqueradeAll,
-		MasqueradeBit:     o.masqueradeBit,
-		Scheduler:         o.ipvsScheduler,
-		ChainPrefix:       o.names.Chains().Prefix(),
+func ipvsTranslatorConfig(o *options, node proxier.Node, family v1.IPFamily) ipvsmode.WriterConfig {
+	return ipvsmode.WriterConfig{
+		Family:      family,
+		Node:        proxy.NodeConfig{Name: node.Name, NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{o.clusterCIDR(family)}, MasqueradeAll: o.masqueradeAll, MasqueradeBit: o.masqueradeBit},
+		Scheduler:   o.ipvsScheduler,
+		ChainPrefix: o.names.Chains().Prefix(),
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/proxykit/proxykit/internal/testkit/golden"
 	"github.com/proxykit/proxykit/iptables"
-	"github.com/proxykit/proxykit/proxier/ipvsbackend"
+	"github.com/proxykit/proxykit/ipvsmode"
 )
 
 // demoCommand is the README's first command. The demo cluster's header
@@ -70,7 +70,7 @@ func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 	}
 	env.conntrack = nil
 	env.kernel = nil
-	env.openIPVS = func(context.Context, bool) (*ipvsbackend.Kernel, error) {
+	env.openIPVS = func(context.Context, bool) (*ipvsmode.Handles, error) {
 		t.Error("a dry run opened IPVS")
 		return nil, fmt.Errorf("not in a dry run")
 	}

@@ -8,8 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
-	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 )
 
 // initNode is --init-only: the node set-up of o.mode that needs more than
@@ -28,7 +28,7 @@ func initNode(ctx context.Context, o *options, env *environment) error {
 		if err := env.kernel.CanUseIPVS(ctx, o.ipvsSchedulers()...); err != nil {
 			return fmt.Errorf("--mode ipvs: %w", err)
 		}
-		if err := ipvsbackend.TuneKernel(ctx, env.kernel); err != nil {
+		if err := ipvsmode.TuneKernel(ctx, env.kernel); err != nil {
 			return err
 		}
 		tuneConntrack(ctx, env.kernel, o.conntrack)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 )
 
 // TestIPVSModeRemovesStaleStateAtStart starts IPVS mode on a node that
@@ -29,7 +30,7 @@ func TestIPVSModeRemovesStaleStateAtStart(t *testing.T) {
 	if err := node.lb.AddRealServer(ctx, stale, ipvs.RealServer{Address: netip.MustParseAddr("10.244.9.9"), Port: 8080, Weight: 1}); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{ipvs.SetPrefix + "STALE-TEST", "OTHER-PROGRAM"} {
+	for _, name := range []string{ipvsmode.SetPrefix + "STALE-TEST", "OTHER-PROGRAM"} {
 		if err := node.sets.Create(ctx, ipset.Set{Name: name, Type: ipset.HashIP}); err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +47,7 @@ func TestIPVSModeRemovesStaleStateAtStart(t *testing.T) {
 			return fmt.Errorf("no virtual server of the demo cluster yet:\n%s", servers)
 		case strings.Contains(servers, "10.96.0.99:80"):
 			return fmt.Errorf("the stale virtual server is still there:\n%s", servers)
-		case strings.Contains(sets, ipvs.SetPrefix+"STALE-TEST"):
+		case strings.Contains(sets, ipvsmode.SetPrefix+"STALE-TEST"):
 			return fmt.Errorf("the stale set is still there:\n%s", sets)
 		}
 		return nil

@@ -27,6 +27,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // scaleEnv adds 10,000 services to TestProgrammingLatency, and 30,000 in
@@ -305,8 +306,11 @@ func bareNFT(t *testing.T, objs []runtime.Object, changed, other *discoveryv1.En
 	for _, ip := range objsNodeIPs(objs) {
 		nodePorts = append(nodePorts, netip.PrefixFrom(ip, ip.BitLen()))
 	}
-	w, err := nftables.NewWriter(nft, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a",
-		NodeIPs: objsNodeIPs(objs), NodePortAddresses: nodePorts, ClusterCIDR: prefix("10.128.0.0/10"), NetlinkElementSyncs: true})
+	w, err := nftables.NewWriter(nft, nftables.WriterConfig{
+		Family:              v1.IPv4Protocol,
+		Node:                proxy.NodeConfig{Name: "node-a", NodePortAddresses: nodePorts, ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}},
+		NetlinkElementSyncs: true,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +322,8 @@ func bareNFT(t *testing.T, objs []runtime.Object, changed, other *discoveryv1.En
 		t.Helper()
 		// In the namespace: a full sync may list the table first.
 		err := ns.Do(func() error {
-			res := w.Sync(ctx, nftables.SyncInput{Services: svcMap, Endpoints: epMap,
-				ServiceChanges: svcMap.Update(svcTracker), EndpointChanges: epMap.Update(epTracker)})
+			res := w.Sync(ctx, &proxy.FamilyInput{Services: svcMap, Endpoints: epMap,
+				ServiceChanges: svcMap.Update(svcTracker), EndpointChanges: epMap.Update(epTracker), NodeIPs: objsNodeIPs(objs)})
 			if res.Full != wantFull || !wantFull && res.ServicePortsWritten != 1 {
 				return fmt.Errorf("rendered a full=%v sync of %d service ports, want full=%v", res.Full, res.ServicePortsWritten, wantFull)
 			}
@@ -384,8 +388,11 @@ func spreadOf(secs []float64) string {
 func bareRestore(t *testing.T, backend iptables.Backend, objs []runtime.Object, changed *discoveryv1.EndpointSlice) (full, partial time.Duration) {
 	ctx := context.Background()
 	svcTracker, epTracker := latencyTrackers(objs, changed)
-	cfg := iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a",
-		NodeIPs: objsNodeIPs(objs), ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: true}
+	cfg := iptables.WriterConfig{
+		Family:      v1.IPv4Protocol,
+		Node:        proxy.NodeConfig{Name: "node-a", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}},
+		RandomFully: true,
+	}
 	if backend == iptables.BackendNFT {
 		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
 	}
@@ -395,8 +402,8 @@ func bareRestore(t *testing.T, backend iptables.Backend, objs []runtime.Object, 
 	}
 	svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
 	sync := func() iptables.SyncResult {
-		return w.Sync(ctx, iptables.SyncInput{Services: svcMap, Endpoints: epMap,
-			ServiceChanges: svcMap.Update(svcTracker), EndpointChanges: epMap.Update(epTracker)})
+		return w.Sync(ctx, &proxy.FamilyInput{Services: svcMap, Endpoints: epMap,
+			ServiceChanges: svcMap.Update(svcTracker), EndpointChanges: epMap.Update(epTracker), NodeIPs: objsNodeIPs(objs)})
 	}
 	ns := kerneltest.NewNS(t)
 	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend), iptables.WithLockFile(filepath.Join(t.TempDir(), "xtables.lock")))

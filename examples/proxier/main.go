@@ -19,10 +19,10 @@ import (
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
-	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 )
 
@@ -65,8 +65,8 @@ type environment struct {
 	conntrack     conntrack.Interface
 	kernel        *kernel.Kernel
 	// openIPVS opens IPVS mode's kernel side, with the IPVS table when
-	// table is set (see ipvsbackend.OpenKernel).
-	openIPVS func(ctx context.Context, table bool) (*ipvsbackend.Kernel, error)
+	// table is set (see ipvsmode.OpenHandles).
+	openIPVS func(ctx context.Context, table bool) (*ipvsmode.Handles, error)
 	// newNFTables makes the knftables Interface of nftables mode's table
 	// of one family.
 	newNFTables func(ctx context.Context, family knftables.Family, table string) (knftables.Interface, error)
@@ -105,7 +105,7 @@ func realEnvironment(stdout io.Writer) *environment {
 		},
 		conntrack: conntrack.New(),
 		kernel:    kernel.New(),
-		openIPVS:  ipvsbackend.OpenKernel,
+		openIPVS:  ipvsmode.OpenHandles,
 		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			return knftables.New(family, table)
 		},

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/iptables"
-	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/nftables"
 )
@@ -25,7 +25,7 @@ import (
 // iptables mode no longer serves. So a proxier that starts in one mode
 // removes what the other mode left, as kube-proxy once did at every
 // start. It does so only when it finds chains that only the other mode
-// makes (ipvs.FindLeftovers): a restart in the same mode must not touch
+// makes (ipvsmode.FindLeftovers): a restart in the same mode must not touch
 // the rules still serving traffic, which is why kube-proxy stopped
 // cleaning up at start-up (kubernetes#75360).
 //
@@ -38,15 +38,15 @@ import (
 
 // removeIPTablesMode removes, from each of ipts, the rules a proxier in
 // iptables mode left, for IPVS mode to start on.
-func removeIPTablesMode(ctx context.Context, names *ipvs.ModeNames, ipts []iptables.Interface) {
-	removeModeRules(ctx, names, ipts, "iptables", func(l ipvs.Leftovers) bool { return l.IPTablesMode })
+func removeIPTablesMode(ctx context.Context, names *ipvsmode.Names, ipts []iptables.Interface) {
+	removeModeRules(ctx, names, ipts, "iptables", func(l ipvsmode.Leftovers) bool { return l.IPTablesMode })
 }
 
 // removeIPVSMode removes, from each of ipts, the rules a proxier in IPVS
 // mode left, and then, if there were any, IPVS mode's ipsets, virtual
 // servers and dummy interface, for iptables mode to start on.
-func removeIPVSMode(ctx context.Context, env *environment, names *ipvs.ModeNames, ipts []iptables.Interface) {
-	if removeModeRules(ctx, names, ipts, "IPVS", func(l ipvs.Leftovers) bool { return l.IPVSMode }) {
+func removeIPVSMode(ctx context.Context, env *environment, names *ipvsmode.Names, ipts []iptables.Interface) {
+	if removeModeRules(ctx, names, ipts, "IPVS", func(l ipvsmode.Leftovers) bool { return l.IPVSMode }) {
 		if err := cleanupIPVSNode(ctx, env, names); err != nil {
 			klog.FromContext(ctx).Error(err, "Removing IPVS mode's ipsets, virtual servers and dummy interface")
 		}
@@ -81,7 +81,7 @@ func cleanupNFTables(ctx context.Context, env *environment, table string) error 
 // servers and dummy interface, for nftables mode to start on. A node
 // without a working iptables has none of them. Failures are logged: the
 // other modes' rules work beside nftables mode's table.
-func removeIPTablesModes(ctx context.Context, env *environment, names *ipvs.ModeNames) {
+func removeIPTablesModes(ctx context.Context, env *environment, names *ipvsmode.Names) {
 	logger := klog.FromContext(ctx)
 	b, err := env.detectBackend(ctx)
 	if err != nil {
@@ -119,7 +119,7 @@ func removeIPTablesModes(ctx context.Context, env *environment, names *ipvs.Mode
 // which found says the other mode's chains are, and reports whether any
 // was. The first sync writes the running mode's rules again. Failures are
 // logged: the first sync rewrites the shared chains whatever is left.
-func removeModeRules(ctx context.Context, names *ipvs.ModeNames, ipts []iptables.Interface, mode string, found func(ipvs.Leftovers) bool) bool {
+func removeModeRules(ctx context.Context, names *ipvsmode.Names, ipts []iptables.Interface, mode string, found func(ipvsmode.Leftovers) bool) bool {
 	logger := klog.FromContext(ctx)
 	seen := false
 	for _, ipt := range ipts {
@@ -148,7 +148,7 @@ func removeModeRules(ctx context.Context, names *ipvs.ModeNames, ipts []iptables
 // missing (no ip6tables, say) has nothing to clean. Chains, sets and the
 // table are those of names and table (--chain-prefix): another prefix's
 // stay.
-func cleanup(ctx context.Context, env *environment, names *ipvs.ModeNames, table string) error {
+func cleanup(ctx context.Context, env *environment, names *ipvsmode.Names, table string) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	if err := cleanupNFTables(ctx, env, table); err != nil {
@@ -190,7 +190,7 @@ func cleanup(ctx context.Context, env *environment, names *ipvs.ModeNames, table
 // cleanup alone could delete them while the other's rules are there. It
 // finds nothing to do on a clean node. It returns how many chains it
 // removed.
-func cleanupRules(ctx context.Context, ipt iptables.Interface, names *ipvs.ModeNames) (int, error) {
+func cleanupRules(ctx context.Context, ipt iptables.Interface, names *ipvsmode.Names) (int, error) {
 	// The owner takes the chains of either mode.
 	return iptables.CleanupChains(ctx, ipt, func(t iptables.Table, c iptables.Chain) bool {
 		return names.Chains().IsWriterChain(t, c) || names.IsModeChain(t, c)
@@ -200,7 +200,7 @@ func cleanupRules(ctx context.Context, ipt iptables.Interface, names *ipvs.ModeN
 // cleanupIPVSNode removes IPVS mode's ipsets, virtual servers and dummy
 // interface. It loads no module to do so: without ip_vs there is no
 // virtual server, and without ip_set no set.
-func cleanupIPVSNode(ctx context.Context, env *environment, names *ipvs.ModeNames) error {
+func cleanupIPVSNode(ctx context.Context, env *environment, names *ipvsmode.Names) error {
 	mods, err := env.kernel.Modules(ctx)
 	if err != nil {
 		return fmt.Errorf("cleanup of IPVS mode: %w", err)
@@ -210,7 +210,7 @@ func cleanupIPVSNode(ctx context.Context, env *environment, names *ipvs.ModeName
 		return fmt.Errorf("cleanup of IPVS mode: %w", err)
 	}
 	defer node.Close()
-	cfg := ipvs.CleanupConfig{ChainPrefix: names.Chains().Prefix()}
+	cfg := ipvsmode.CleanupConfig{ChainPrefix: names.Chains().Prefix()}
 	// Virtual servers and the dummy interface carry no prefix: with
 	// another than kube-proxy's, they may be kube-proxy's, so they stay.
 	if names.Chains().Prefix() == iptables.DefaultChainPrefix {
@@ -224,5 +224,5 @@ func cleanupIPVSNode(ctx context.Context, env *environment, names *ipvs.ModeName
 	if mods.Has(kernel.ModuleIPSet) {
 		cfg.IPSets = node.IPSets
 	}
-	return ipvs.Cleanup(ctx, cfg)
+	return ipvsmode.Cleanup(ctx, cfg)
 }

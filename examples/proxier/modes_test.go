@@ -18,6 +18,7 @@ import (
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 )
 
@@ -175,11 +176,11 @@ func TestOnceAndCleanup(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			l, err := ipvs.FindLeftovers(context.Background(), node.ipt4)
+			l, err := ipvsmode.FindLeftovers(context.Background(), node.ipt4)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (ipvs.Leftovers{IPTablesMode: iptablesRules != "", IPVSMode: slices.ContainsFunc(tc.modes, func(m []string) bool { return m[1] == modeIPVS })}); l != want {
+			if want := (ipvsmode.Leftovers{IPTablesMode: iptablesRules != "", IPVSMode: slices.ContainsFunc(tc.modes, func(m []string) bool { return m[1] == modeIPVS })}); l != want {
 				t.Fatalf("before --cleanup the node holds %+v, want %+v:\n%s", l, want, node.ipt4.Dump())
 			}
 			if len(node.listeners) != 0 {
@@ -245,9 +246,9 @@ func TestModeSwitch(t *testing.T) {
 		}
 		return log
 	}
-	leftovers := func(t *testing.T) ipvs.Leftovers {
+	leftovers := func(t *testing.T) ipvsmode.Leftovers {
 		t.Helper()
-		l, err := ipvs.FindLeftovers(ctx, node.ipt4)
+		l, err := ipvsmode.FindLeftovers(ctx, node.ipt4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +263,7 @@ func TestModeSwitch(t *testing.T) {
 	}
 
 	log := once(t, modeIPVS)
-	if l := leftovers(t); l != (ipvs.Leftovers{IPVSMode: true}) {
+	if l := leftovers(t); l != (ipvsmode.Leftovers{IPVSMode: true}) {
 		t.Errorf("after switching to IPVS mode the node holds %+v:\n%s\nlog:\n%s", l, node.ipt4.Dump(), log)
 	}
 	for _, c := range node.ipt4.Chains(iptables.TableNAT) {
@@ -283,7 +284,7 @@ func TestModeSwitch(t *testing.T) {
 	}
 
 	once(t, modeIPTables)
-	if l := leftovers(t); l != (ipvs.Leftovers{IPTablesMode: true}) {
+	if l := leftovers(t); l != (ipvsmode.Leftovers{IPTablesMode: true}) {
 		t.Errorf("after switching back to iptables mode the node holds %+v:\n%s", l, node.ipt4.Dump())
 	}
 	if diff := cmp.Diff(iptablesRules, node.ipt4.Dump()); diff != "" {
@@ -292,7 +293,7 @@ func TestModeSwitch(t *testing.T) {
 	if d := node.lb.Dump(); d != "" {
 		t.Errorf("IPVS mode's virtual servers are left:\n%s", d)
 	}
-	if strings.Contains(node.sets.Dump(), ipvs.SetPrefix) {
+	if strings.Contains(node.sets.Dump(), ipvsmode.SetPrefix) {
 		t.Errorf("IPVS mode's sets are left:\n%s", node.sets.Dump())
 	}
 	if _, err := node.binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
@@ -324,14 +325,14 @@ func TestModeSwitchNFTables(t *testing.T) {
 		}
 	}
 	const served = "add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 "
-	names, err := ipvs.NewModeNames(iptables.DefaultChainPrefix)
+	names, err := ipvsmode.NewNames(iptables.DefaultChainPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nftServes := func() bool { return strings.Contains(node.nftDump(knftables.IPv4Family, "kube-proxy"), served) }
 	noOtherModes := func(t *testing.T, after string) {
 		t.Helper()
-		if l, err := ipvs.FindLeftovers(ctx, node.ipt4); err != nil || l != (ipvs.Leftovers{}) {
+		if l, err := ipvsmode.FindLeftovers(ctx, node.ipt4); err != nil || l != (ipvsmode.Leftovers{}) {
 			t.Errorf("after %s the node holds %+v (%v):\n%s", after, l, err, node.ipt4.Dump())
 		}
 		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter, iptables.TableMangle} {
@@ -344,7 +345,7 @@ func TestModeSwitchNFTables(t *testing.T) {
 		if d := node.lb.Dump(); d != "" {
 			t.Errorf("after %s IPVS mode's virtual servers are left:\n%s", after, d)
 		}
-		if strings.Contains(node.sets.Dump(), ipvs.SetPrefix) {
+		if strings.Contains(node.sets.Dump(), ipvsmode.SetPrefix) {
 			t.Errorf("after %s IPVS mode's sets are left:\n%s", after, node.sets.Dump())
 		}
 		if _, err := node.binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
@@ -386,7 +387,7 @@ func TestModeSwitchNFTables(t *testing.T) {
 	if !strings.Contains(node.nftDump(knftables.IPv4Family, "pk-proxy"), "add table ip pk-proxy") {
 		t.Errorf("--chain-prefix PK made no table pk-proxy:\n%s", node.nftDump(knftables.IPv4Family, "pk-proxy"))
 	}
-	if l, err := ipvs.FindLeftovers(ctx, node.ipt4); err != nil || !l.IPTablesMode {
+	if l, err := ipvsmode.FindLeftovers(ctx, node.ipt4); err != nil || !l.IPTablesMode {
 		t.Errorf("nftables mode of prefix PK removed the KUBE prefix's iptables rules: %+v, %v", l, err)
 	}
 	once(t, modeIPTables)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/iptables"
-	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 )
 
 // Proxy modes, as --mode names them.
@@ -53,7 +53,7 @@ type options struct {
 	// chainPrefix is --chain-prefix; names are what the proxier owns in
 	// the kernel with it, in either mode.
 	chainPrefix string
-	names       *ipvs.ModeNames
+	names       *ipvsmode.Names
 	// nftTable is the nftables table of nftables mode, named after
 	// --chain-prefix (see nftTableName).
 	nftTable string
@@ -212,7 +212,7 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 	} else if o.nodePortAddresses, err = parseCIDRs("--nodeport-addresses", nodePortAddresses); err != nil {
 		return nil, err
 	}
-	if o.names, err = ipvs.NewModeNames(o.chainPrefix); err != nil {
+	if o.names, err = ipvsmode.NewNames(o.chainPrefix); err != nil {
 		return nil, fmt.Errorf("--chain-prefix: %w", err)
 	}
 	o.chainPrefix = o.names.Chains().Prefix()

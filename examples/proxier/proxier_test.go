@@ -28,9 +28,9 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs/ipvstest"
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"
-	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 )
 
@@ -226,8 +226,8 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 		},
 		conntrack: n.ct,
 		kernel:    &kernel.Kernel{Root: n.root},
-		openIPVS: func(_ context.Context, table bool) (*ipvsbackend.Kernel, error) {
-			node := &ipvsbackend.Kernel{Binder: n.binder, IPSets: n.sets, Release: func() { n.ipvsOpen.Add(-1) }}
+		openIPVS: func(_ context.Context, table bool) (*ipvsmode.Handles, error) {
+			node := &ipvsmode.Handles{Binder: n.binder, IPSets: n.sets, Release: func() { n.ipvsOpen.Add(-1) }}
 			if table {
 				node.IPVS = n.lb
 				n.tableOpens.Add(1)

@@ -114,18 +114,18 @@ func New(ctx context.Context, cfg iptables.WriterConfig, ipt iptables.Interface,
 	}
 	w, err := iptables.NewWriter(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s rule writer: %w", cfg.IPFamily, err)
+		return nil, fmt.Errorf("%s rule writer: %w", cfg.Family, err)
 	}
 	if ipt != nil {
 		var save bytes.Buffer
 		if err := ipt.SaveInto(ctx, iptables.TableNAT, &save); err != nil {
 			// Not fatal: the chains are only left behind, as before.
-			klog.FromContext(ctx).Error(err, "Reading the existing chains; stale service chains from before this start stay", "ipFamily", cfg.IPFamily)
+			klog.FromContext(ctx).Error(err, "Reading the existing chains; stale service chains from before this start stay", "ipFamily", cfg.Family)
 		} else {
 			w.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
 		}
 	}
-	b := &Backend{family: cfg.IPFamily, w: w, ipt: ipt, out: io.Discard, canaryInterval: proxy.DefaultSyncPeriod}
+	b := &Backend{family: cfg.Family, w: w, ipt: ipt, out: io.Discard, canaryInterval: proxy.DefaultSyncPeriod}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
@@ -144,14 +144,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := ins[0]
-	res := b.w.Sync(ctx, iptables.SyncInput{
-		Services:        in.Services,
-		Endpoints:       in.Endpoints,
-		ServiceChanges:  in.ServiceChanges,
-		EndpointChanges: in.EndpointChanges,
-		NodeLabels:      in.NodeLabels,
-		ServiceCIDRs:    in.ServiceCIDRs,
-	})
+	res := b.w.Sync(ctx, in)
 	out := []proxy.SyncResult{{
 		Full:                     res.Full,
 		ServicePorts:             res.ServicePorts,

@@ -47,7 +47,7 @@ func newFakeIPTablesFamily(t *testing.T, fake *iptablestest.Fake) *fakeIPTablesF
 		PartialRestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "partial_restore_failures"}, []string{"ip_family"}),
 		DriftRepairs:           prometheus.NewCounterVec(prometheus.CounterOpts{Name: "drift_repairs"}, []string{"ip_family"}),
 	}
-	b, err := New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake, WithMetrics(m))
+	b, err := New(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake, WithMetrics(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +262,14 @@ func TestIPTablesBackendStaleChainsAtStart(t *testing.T) {
 // still returns one result per input.
 func TestSyncRefusesOtherInputs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	b, err := New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil)
+	b, err := New(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v4, v6 := proxytest.Input(v1.IPv4Protocol), proxytest.Input(v1.IPv6Protocol)
 	proxytest.SyncRefuses(ctx, t, b, [][]*proxy.FamilyInput{{v6}, {v4, v6}, {}})
 	var out bytes.Buffer
-	b, err = New(ctx, iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil, WithDryRun(&out))
+	b, err = New(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil, WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}

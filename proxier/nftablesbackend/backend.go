@@ -219,7 +219,7 @@ const fullSyncPeriod = time.Hour
 // or when that socket cannot be opened (on other systems than Linux, it
 // always fails without WithTableLookup).
 func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface, opts ...Option) (*Backend, error) {
-	b := &Backend{family: cfg.IPFamily, out: io.Discard, checkInterval: proxy.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod,
+	b := &Backend{family: cfg.Family, out: io.Discard, checkInterval: proxy.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod,
 		timeout: nftables.DefaultCommandTimeout, driftCheckPeriod: proxy.DefaultSyncPeriod}
 	for _, opt := range opts {
 		if opt != nil {
@@ -244,7 +244,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		// the one nft runs in.
 		kw, err := b.netlink().WatchKernel(0)
 		if err != nil {
-			klog.FromContext(ctx).Info("Not following nf_tables' commits; a periodic resync after another program's commit compares the whole table by key", "ipFamily", cfg.IPFamily, "err", err)
+			klog.FromContext(ctx).Info("Not following nf_tables' commits; a periodic resync after another program's commit compares the whole table by key", "ipFamily", cfg.Family, "err", err)
 			ks := b.netlink().KernelState(0)
 			cfg.KernelState = ks
 			if c, ok := ks.(io.Closer); ok {
@@ -260,7 +260,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		// first full sync finds nothing to delete, and its transaction
 		// is what an empty node would be given.
 		family := knftables.IPv4Family
-		if cfg.IPFamily == v1.IPv6Protocol {
+		if cfg.Family == v1.IPv6Protocol {
 			family = knftables.IPv6Family
 		}
 		table := cfg.TableName
@@ -272,7 +272,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 	w, err := nftables.NewWriter(renderer, cfg)
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("%s nftables rule writer: %w", cfg.IPFamily, err)
+		return nil, fmt.Errorf("%s nftables rule writer: %w", cfg.Family, err)
 	}
 	b.w = w
 	if nft == nil {
@@ -283,7 +283,7 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		lookup, closeFn, err := netlinkTableLookup(w.Family(), w.Table())
 		if err != nil {
 			b.Close()
-			return nil, fmt.Errorf("%s nftables backend: opening the netlink socket that watches table %s %s: %w", cfg.IPFamily, w.Family(), w.Table(), err)
+			return nil, fmt.Errorf("%s nftables backend: opening the netlink socket that watches table %s %s: %w", cfg.Family, w.Family(), w.Table(), err)
 		}
 		b.lookup, b.closeLookup = lookup, closeFn
 	}
@@ -308,14 +308,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := ins[0]
-	res := b.w.Sync(ctx, nftables.SyncInput{
-		Services:        in.Services,
-		Endpoints:       in.Endpoints,
-		ServiceChanges:  in.ServiceChanges,
-		EndpointChanges: in.EndpointChanges,
-		NodeLabels:      in.NodeLabels,
-		ServiceCIDRs:    in.ServiceCIDRs,
-	})
+	res := b.w.Sync(ctx, in)
 	if b.nft == nil {
 		var err error
 		if res.Transaction.NumOperations() > 0 {

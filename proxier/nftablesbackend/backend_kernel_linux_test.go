@@ -37,14 +37,14 @@ type kernelFamily struct {
 // endpoints endpoints.
 func newKernelFamily(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, n, endpoints int, opts ...Option) *kernelFamily {
 	t.Helper()
-	return newKernelFamilyConfig(t, ns, nftables.WriterConfig{IPFamily: family, NodeName: "node-a"}, n, endpoints, opts...)
+	return newKernelFamilyConfig(t, ns, nftables.WriterConfig{Family: family, Node: proxy.NodeConfig{Name: "node-a"}}, n, endpoints, opts...)
 }
 
 // newKernelFamilyConfig is newKernelFamily with the writer's
 // configuration (its family, and whatever else New does not set).
 func newKernelFamilyConfig(t testing.TB, ns *kerneltest.NS, cfg nftables.WriterConfig, n, endpoints int, opts ...Option) *kernelFamily {
 	t.Helper()
-	family := cfg.IPFamily
+	family := cfg.Family
 	nftFamily := knftables.IPv4Family
 	if family == v1.IPv6Protocol {
 		nftFamily = knftables.IPv6Family
@@ -175,7 +175,7 @@ func TestKernelDryRunChecks(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		b, err := New(ctx, nftables.WriterConfig{IPFamily: family, NodeName: "node-a", MasqueradeAll: true}, nil, WithDryRun(&out))
+		b, err := New(ctx, nftables.WriterConfig{Family: family, Node: proxy.NodeConfig{Name: "node-a", MasqueradeAll: true}}, nil, WithDryRun(&out))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,7 +58,7 @@ func newFakeFamily(t *testing.T) *fakeFamily {
 	_, ctx := ktesting.NewTestContext(t)
 	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)
 	m := newMetrics()
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake, WithMetrics(m), WithTableLookup(tableExists(fake)))
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake, WithMetrics(m), WithTableLookup(tableExists(fake)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestRunDetectsDeletedTable(t *testing.T) {
 	exists.Store(true)
 	var checks atomic.Int32
 	_, ctx := ktesting.NewTestContext(t)
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol}, f.fake, WithCheckInterval(time.Millisecond),
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol}, f.fake, WithCheckInterval(time.Millisecond),
 		WithTableLookup(func(context.Context) (bool, error) { checks.Add(1); return exists.Load(), nil }))
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestRunDetectsDeletedTable(t *testing.T) {
 func TestDryRun(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv6Protocol, TableName: "proxy-b"}, nil, WithDryRun(&out))
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv6Protocol, TableName: "proxy-b"}, nil, WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,22 +295,22 @@ func TestDryRun(t *testing.T) {
 // per input; and that New refuses what the writer refuses.
 func TestSyncRefusesOtherInputs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol}, nil)
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v4, v6 := proxytest.Input(v1.IPv4Protocol), proxytest.Input(v1.IPv6Protocol)
 	proxytest.SyncRefuses(ctx, t, b, [][]*proxy.FamilyInput{{v6}, {v4, v6}, {}})
 	for _, cfg := range []nftables.WriterConfig{
-		{IPFamily: "IPv5"},
-		{IPFamily: v1.IPv4Protocol, TableName: "bad name"},
+		{Family: "IPv5"},
+		{Family: v1.IPv4Protocol, TableName: "bad name"},
 	} {
 		if _, err := New(ctx, cfg, nil); err == nil {
 			t.Errorf("New(%+v) succeeded, want an error", cfg)
 		}
 	}
 	// An Interface for another table than cfg's.
-	if _, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, TableName: "other"},
+	if _, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, TableName: "other"},
 		knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName), WithTableLookup(func(context.Context) (bool, error) { return true, nil })); err == nil {
 		t.Error("New with an Interface for another table succeeded")
 	}
@@ -393,7 +393,7 @@ func TestNetlinkElementSyncs(t *testing.T) {
 		b.AddTo(tx)
 		return fake.Fake.Run(context.Background(), tx)
 	}
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, fake,
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake,
 		WithMetrics(m), WithTableLookup(tableExists(fake.Fake)), WithNetlinkElementSyncs(apply))
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +440,7 @@ func TestNetlinkElementSyncs(t *testing.T) {
 func TestDryRunPrintsElementSyncs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nil, WithDryRun(&out),
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil, WithDryRun(&out),
 		WithNetlinkElementSyncs(func(nftables.ElementBatch) error { t.Error("a dry run sent a netlink batch"); return nil }))
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // driftCase is a change another program makes to the Backend's table by
@@ -364,7 +365,7 @@ func BenchmarkDriftCheck(b *testing.B) {
 			if mode == "compare+endpoints" {
 				period = time.Nanosecond
 			}
-			k := newKernelFamilyConfig(b, ns, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a", KernelState: state}, 10000, 10,
+			k := newKernelFamilyConfig(b, ns, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}, KernelState: state}, 10000, 10,
 				WithSplitFirstLoad(nil), WithFullSyncPeriod(period))
 			b.ReportAllocs()
 			for b.Loop() {

@@ -21,7 +21,7 @@ import (
 func TestSyncPassesServiceCIDRs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv6Protocol}, nil, WithDryRun(&out))
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv6Protocol}, nil, WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}

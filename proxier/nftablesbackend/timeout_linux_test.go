@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // fakeNFTScript is an nft for knftables.New that passes its checks,
@@ -58,7 +59,7 @@ func TestSyncTimesOutHungNFT(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	// Long enough for a loaded machine to run the fake nft in time.
 	const timeout = 3 * time.Second
-	b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"}, nft,
+	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nft,
 		WithCommandTimeout(timeout), WithTableLookup(func(context.Context) (bool, error) { return true, nil }))
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func TestCommandTimeoutOption(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)
-			b, err := New(ctx, nftables.WriterConfig{IPFamily: v1.IPv4Protocol}, fake,
+			b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol}, fake,
 				append(tc.opts, WithTableLookup(tableExists(fake)))...)
 			if err != nil {
 				t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // The network of every rig: the client outside the cluster CIDR (so its
@@ -201,15 +202,13 @@ func (r *rig) loadNFTables(c *cluster) error {
 			return err
 		}
 		w, err := nftables.NewWriter(nft, nftables.WriterConfig{
-			IPFamily:    v1.IPv4Protocol,
-			NodeName:    nodeName,
-			NodeIPs:     []netip.Addr{netip.MustParseAddr(nodeIP)},
-			ClusterCIDR: netip.MustParsePrefix(podCIDR),
+			Family: v1.IPv4Protocol,
+			Node:   proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)}},
 		})
 		if err != nil {
 			return err
 		}
-		res := w.Sync(ctx, nftables.SyncInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes})
+		res := w.Sync(ctx, &proxy.FamilyInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes, NodeIPs: []netip.Addr{netip.MustParseAddr(nodeIP)}})
 		start := time.Now()
 		err = nft.Run(ctx, res.Transaction)
 		r.load = time.Since(start)
@@ -233,17 +232,15 @@ func (r *rig) loadIPTables(t testing.TB, c *cluster) error {
 		}
 		r.ipt = ipt
 		w, err := iptables.NewWriter(iptables.WriterConfig{
-			IPFamily:        v1.IPv4Protocol,
-			NodeName:        nodeName,
-			NodeIPs:         []netip.Addr{netip.MustParseAddr(nodeIP)},
-			ClusterCIDR:     netip.MustParsePrefix(podCIDR),
+			Family:          v1.IPv4Protocol,
+			Node:            proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)}},
 			RandomFully:     ipt.HasRandomFully(),
 			ChainsPerCommit: chainsPerCommit,
 		})
 		if err != nil {
 			return err
 		}
-		res := w.Sync(ctx, iptables.SyncInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes})
+		res := w.Sync(ctx, &proxy.FamilyInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes, NodeIPs: []netip.Addr{netip.MustParseAddr(nodeIP)}})
 		start := time.Now()
 		err = w.EnsureJumpRules(ctx, ipt)
 		if err == nil {

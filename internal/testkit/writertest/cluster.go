@@ -7,6 +7,7 @@
 package writertest
 
 import (
+	"net/netip"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,6 +30,9 @@ type Cluster struct {
 	EndpointsMap    changetracker.EndpointsMap
 	// NodeLabels are the labels of this node (topology); nil by default.
 	NodeLabels map[string]string
+	// NodeIPs are this node's addresses, for the writers'
+	// proxy.FamilyInput.NodeIPs; nil by default.
+	NodeIPs []netip.Addr
 	// Services are the Services set, by namespace/name.
 	Services map[string]*v1.Service
 	// Slices are the EndpointSlices set, by namespace/name of the slice.

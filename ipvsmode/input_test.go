@@ -1,4 +1,4 @@
-package ipvs_test
+package ipvsmode_test
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/golden"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestTranslateDualStack: one translator per family, both applied with
@@ -31,16 +33,13 @@ func TestTranslateDualStack(t *testing.T) {
 	ctx := context.Background()
 	// Both translators take the node's addresses and node-port prefixes
 	// of both families, and use their own.
-	nodeIPs := append(slices.Clone(modeCfg.NodeIPs), addr("fd00:1::10"), addr("fd00:2::10"), addr("::1"))
+	nodeIPs := append(slices.Clone(modeNodeIPs), addr("fd00:1::10"), addr("fd00:2::10"), addr("::1"))
 	nodePorts := []netip.Prefix{prefix("fd00:1::/64")}
 	cfg4 := modeCfg
-	cfg4.NodeIPs, cfg4.NodePortAddresses = nodeIPs, nodePorts
-	cfg6 := ipvs.TranslatorConfig{
-		IPFamily:          v1.IPv6Protocol,
-		NodeName:          nodeName,
-		NodeIPs:           nodeIPs,
-		NodePortAddresses: nodePorts,
-		ClusterCIDR:       prefix("fd00:244::/56"),
+	cfg4.Node.NodePortAddresses = nodePorts
+	cfg6 := ipvsmode.WriterConfig{
+		Family: v1.IPv6Protocol,
+		Node:   proxy.NodeConfig{Name: nodeName, NodePortAddresses: nodePorts, ClusterCIDRs: []netip.Prefix{prefix("fd00:244::/56")}},
 	}
 	web4 := svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, lbVIPs: []string{"198.51.100.10"}, sourceRanges: []string{"203.0.113.0/24"}, endpoints: []endpoint{localPod, remotePod}}
 	web6 := svcPort{
@@ -48,7 +47,7 @@ func TestTranslateDualStack(t *testing.T) {
 		sourceRanges: []string{"2001:db8:1::/48"}, hcNodePort: 32000, etpLocal: true, affinity: 300,
 		endpoints: []endpoint{{ip: "fd00:244:0:1::5", local: true}, {ip: "fd00:244:0:2::7"}},
 	}
-	t4, t6 := translate(t, cfg4, web4), translate(t, cfg6, web6)
+	t4, t6 := translateWith(t, cfg4, nodeIPs, web4), translateWith(t, cfg6, nodeIPs, web6)
 
 	var out bytes.Buffer
 	if _, err := t6.WriteTo(&out); err != nil {
@@ -240,11 +239,11 @@ func TestTranslateBadInput(t *testing.T) {
 				}
 				svcs[name] = p
 			}
-			tr, err := ipvs.NewTranslator(modeCfg)
+			tr, err := ipvsmode.NewWriter(modeCfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := tr.Translate(ctx, ipvs.TranslateInput{Services: svcs, Endpoints: eps})
+			res := tr.Sync(ctx, &proxy.FamilyInput{Services: svcs, Endpoints: eps, NodeIPs: modeNodeIPs})
 			want := append(append([]string(nil), wantGood...), tc.wantBad...)
 			if diff := cmp.Diff(want, realServerList(res.Services), cmpSorted); diff != "" {
 				t.Errorf("virtual servers (-want +got):\n%s", diff)
@@ -262,7 +261,7 @@ func TestTranslateBadInput(t *testing.T) {
 				t.Errorf("%d errors logged, want %d: %q", len(logged), tc.errors, logged)
 			}
 			// What is left is valid: every step applies it without error.
-			n := newNode(modeCfg.NodeIPs...)
+			n := newNode(modeNodeIPs...)
 			n.apply(t, res)
 			checkApplied(t, n, res)
 		})
@@ -274,19 +273,17 @@ var cmpSorted = cmpopts.SortSlices(func(a, b string) bool { return a < b })
 func TestNewTranslatorErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  ipvs.TranslatorConfig
+		cfg  ipvsmode.WriterConfig
 		want string
 	}{
-		{"no family", ipvs.TranslatorConfig{}, `unknown IP family ""`},
-		{"masquerade bit", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, MasqueradeBit: ptr.To(32)}, "masquerade bit 32"},
-		{"scheduler", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, Scheduler: "fastest"}, `scheduler "fastest"`},
-		{"persistence flag", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, SchedulerFlags: ipvs.FlagPersistent}, "session affinity"},
-		{"cluster CIDR", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, ClusterCIDR: prefix("fd00::/64")}, "cluster CIDR fd00::/64 is not IPv4"},
-		{"node IP", ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{{}}}, "node IP invalid IP is not valid"},
-		{"node-port address", ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, NodePortAddresses: []netip.Prefix{{}}}, "node-port address invalid Prefix is not valid"},
+		{"no family", ipvsmode.WriterConfig{}, `unknown IP family ""`},
+		{"masquerade bit", ipvsmode.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{MasqueradeBit: ptr.To(32)}}, "masquerade bit 32"},
+		{"scheduler", ipvsmode.WriterConfig{Family: v1.IPv4Protocol, Scheduler: "fastest"}, `scheduler "fastest"`},
+		{"persistence flag", ipvsmode.WriterConfig{Family: v1.IPv4Protocol, SchedulerFlags: ipvs.FlagPersistent}, "session affinity"},
+		{"two cluster CIDRs of the family", ipvsmode.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16"), prefix("fd00::/64"), prefix("10.1.0.0/16")}}}, "10.0.0.0/16 and 10.1.0.0/16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ipvs.NewTranslator(tc.cfg)
+			_, err := ipvsmode.NewWriter(tc.cfg)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("NewTranslator: %v, want an error containing %q", err, tc.want)
 			}
@@ -294,15 +291,15 @@ func TestNewTranslatorErrors(t *testing.T) {
 	}
 }
 
-// TestSetNodeIPs: node ports follow the node's addresses from one
-// Translate to the next; a bad list changes nothing.
-func TestSetNodeIPs(t *testing.T) {
-	tr, err := ipvs.NewTranslator(modeCfg)
+// TestNodeIPsFollowInput: node ports follow the node's addresses from one
+// sync to the next, and an invalid one among them is left out.
+func TestNodeIPsFollowInput(t *testing.T) {
+	tr, err := ipvsmode.NewWriter(modeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	svcs, eps := portMaps(t, v1.IPv4Protocol, svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, externalIPs: []string{"192.168.7.7"}, endpoints: []endpoint{remotePod}})
-	in := ipvs.TranslateInput{Services: svcs, Endpoints: eps}
+	in := &proxy.FamilyInput{Services: svcs, Endpoints: eps, NodeIPs: modeNodeIPs}
 	want := func(lines ...string) []string {
 		return append([]string{"10.96.0.10:80/TCP (bound) -> 10.244.2.7:8080"}, lines...)
 	}
@@ -310,24 +307,21 @@ func TestSetNodeIPs(t *testing.T) {
 		"10.0.0.10:30080/TCP -> 10.244.2.7:8080",
 		"192.168.0.10:30080/TCP -> 10.244.2.7:8080",
 		"192.168.7.7:80/TCP (bound) -> 10.244.2.7:8080",
-	), realServerList(tr.Translate(context.Background(), in).Services), cmpSorted); diff != "" {
+	), realServerList(tr.Sync(context.Background(), in).Services), cmpSorted); diff != "" {
 		t.Errorf("before (-want +got):\n%s", diff)
 	}
 	// The external IP is now the node's own: no longer bound.
-	if err := tr.SetNodeIPs([]netip.Addr{addr("192.168.7.7"), addr("fd00::1"), addr("192.168.7.7")}); err != nil {
-		t.Fatal(err)
-	}
+	in.NodeIPs = []netip.Addr{addr("192.168.7.7"), addr("fd00::1"), addr("192.168.7.7")}
 	after := want(
 		"192.168.7.7:30080/TCP -> 10.244.2.7:8080",
 		"192.168.7.7:80/TCP -> 10.244.2.7:8080",
 	)
-	if diff := cmp.Diff(after, realServerList(tr.Translate(context.Background(), in).Services), cmpSorted); diff != "" {
-		t.Errorf("after SetNodeIPs (-want +got):\n%s", diff)
+	if diff := cmp.Diff(after, realServerList(tr.Sync(context.Background(), in).Services), cmpSorted); diff != "" {
+		t.Errorf("after the node's addresses changed (-want +got):\n%s", diff)
 	}
-	if err := tr.SetNodeIPs([]netip.Addr{addr("10.0.0.1"), {}}); err == nil {
-		t.Error("SetNodeIPs with an invalid address: no error")
-	}
-	if diff := cmp.Diff(after, realServerList(tr.Translate(context.Background(), in).Services), cmpSorted); diff != "" {
-		t.Errorf("after a refused SetNodeIPs (-want +got):\n%s", diff)
+	// An invalid address among them is left out.
+	in.NodeIPs = append(slices.Clone(in.NodeIPs), netip.Addr{})
+	if diff := cmp.Diff(after, realServerList(tr.Sync(context.Background(), in).Services), cmpSorted); diff != "" {
+		t.Errorf("with an invalid node address (-want +got):\n%s", diff)
 	}
 }

@@ -1,4 +1,4 @@
-package ipvs
+package ipvsmode
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
 )
 
-// Applier programs a node with the [Translation] of each of its IP
+// Applier programs a node with the [SyncResult] of each of its IP
 // families, in the order IPVS mode needs: the ipsets first, since the
-// rules match on them; then, per family, the jump rules (Translation.JumpRules)
+// rules match on them; then, per family, the jump rules (SyncResult.JumpRules)
 // and the iptables payload; then the virtual servers and the dummy
 // interface's addresses, so that a new service address starts taking
 // traffic only once its rules are in place.
@@ -32,11 +33,11 @@ import (
 //
 // An Applier is not safe for concurrent use.
 type Applier struct {
-	ipvs *Reconciler
+	ipvs *ipvs.Reconciler
 	sets *ipset.Reconciler
 	ipt  map[v1.IPFamily]iptables.Interface
 
-	services []Service
+	services []ipvs.Service
 	desired  []ipset.Desired
 }
 
@@ -45,7 +46,7 @@ type ApplyResult struct {
 	// IPSets is what the ipset reconciler did.
 	IPSets ipset.Result
 	// IPVS is what the IPVS reconciler did.
-	IPVS Result
+	IPVS ipvs.Result
 	// RestoreFailed lists the families whose payload iptables-restore
 	// refused or failed to run, in the order of the translations: what
 	// kube-proxy counts in its
@@ -54,10 +55,10 @@ type ApplyResult struct {
 }
 
 // NewApplier returns an applier that reconciles virtual servers with
-// ipvs, sets with sets (made with [SetPrefix], or the ModeNames.SetPrefix
+// ipvs, sets with sets (made with [SetPrefix], or the Names.SetPrefix
 // of the translations' ChainPrefix) and applies each family's
 // rules with the one of ipts whose Protocol is that family.
-func NewApplier(ipvs *Reconciler, sets *ipset.Reconciler, ipts ...iptables.Interface) *Applier {
+func NewApplier(ipvs *ipvs.Reconciler, sets *ipset.Reconciler, ipts ...iptables.Interface) *Applier {
 	a := &Applier{ipvs: ipvs, sets: sets, ipt: map[v1.IPFamily]iptables.Interface{}}
 	for _, ipt := range ipts {
 		switch ipt.Protocol() {
@@ -74,7 +75,7 @@ func NewApplier(ipvs *Reconciler, sets *ipset.Reconciler, ipts ...iptables.Inter
 // the later ones (a resync repairs what failed); the error joins each
 // step's error, naming the step and family. A translation of a family
 // with no iptables Interface is an error, and its rules are not applied.
-func (a *Applier) Apply(ctx context.Context, translations ...Translation) (ApplyResult, error) {
+func (a *Applier) Apply(ctx context.Context, translations ...SyncResult) (ApplyResult, error) {
 	var res ApplyResult
 	var errs []error
 	a.desired = a.desired[:0]
@@ -90,9 +91,9 @@ func (a *Applier) Apply(ctx context.Context, translations ...Translation) (Apply
 	}
 	for i := range translations {
 		tr := &translations[i]
-		ipt := a.ipt[tr.IPFamily]
+		ipt := a.ipt[tr.Family]
 		if ipt == nil {
-			errs = append(errs, fmt.Errorf("IPVS mode: no iptables for %s", tr.IPFamily))
+			errs = append(errs, fmt.Errorf("IPVS mode: no iptables for %s", tr.Family))
 			continue
 		}
 		jumps := tr.JumpRules
@@ -100,11 +101,11 @@ func (a *Applier) Apply(ctx context.Context, translations ...Translation) (Apply
 			jumps = JumpRules()
 		}
 		if err := iptables.EnsureJumps(ctx, ipt, jumps); err != nil {
-			errs = append(errs, fmt.Errorf("IPVS mode: %s jump rules: %w", tr.IPFamily, err))
+			errs = append(errs, fmt.Errorf("IPVS mode: %s jump rules: %w", tr.Family, err))
 		}
 		if err := ipt.RestoreAll(ctx, tr.Payload, iptables.NoFlushTables, iptables.RestoreCounters); err != nil {
-			errs = append(errs, fmt.Errorf("IPVS mode: %s rules: %w", tr.IPFamily, err))
-			res.RestoreFailed = append(res.RestoreFailed, tr.IPFamily)
+			errs = append(errs, fmt.Errorf("IPVS mode: %s rules: %w", tr.Family, err))
+			res.RestoreFailed = append(res.RestoreFailed, tr.Family)
 		}
 	}
 	if res.IPVS, err = a.ipvs.Reconcile(ctx, a.services); err != nil {

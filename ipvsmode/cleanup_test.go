@@ -1,4 +1,4 @@
-package ipvs_test
+package ipvsmode_test
 
 import (
 	"context"
@@ -14,14 +14,16 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestCleanup: Cleanup removes every trace of IPVS mode in both families
 // and leaves other programs' rules, sets, virtual servers and links alone.
 func TestCleanup(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(modeCfg.NodeIPs...)
-	cfg6 := ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{addr("fd00:1::10")}}
+	n := newNode(modeNodeIPs...)
+	cfg6 := ipvsmode.WriterConfig{Family: v1.IPv6Protocol}
 	n.apply(t,
 		translate(t, modeCfg, svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, lbVIPs: []string{"198.51.100.10"}, sourceRanges: []string{"203.0.113.0/24"}, hcNodePort: 32000, etpLocal: true, endpoints: []endpoint{localPod}}),
 		translate(t, cfg6, svcPort{name: "default/web", clusterIP: "fd00:96::10", port: 80, endpoints: []endpoint{{ip: "fd00:244::5"}}}),
@@ -63,7 +65,7 @@ COMMIT
 	}
 	n.binder.AddOtherLink("eth0")
 
-	cfg := ipvs.CleanupConfig{
+	cfg := ipvsmode.CleanupConfig{
 		IPTables:     []iptables.Interface{n.ipt[v1.IPv4Protocol], n.ipt[v1.IPv6Protocol]},
 		IPSets:       n.sets,
 		IPVS:         n.ipvs,
@@ -71,7 +73,7 @@ COMMIT
 		Binder:       n.binder,
 	}
 	for i := range 2 { // the second finds nothing to do
-		if err := ipvs.Cleanup(ctx, cfg); err != nil {
+		if err := ipvsmode.Cleanup(ctx, cfg); err != nil {
 			t.Fatalf("Cleanup #%d: %v", i+1, err)
 		}
 	}
@@ -118,14 +120,14 @@ COMMIT
 // jump to stays, and the error names it; the rest is removed.
 func TestCleanupReportsWhatItCannotRemove(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(modeCfg.NodeIPs...)
+	n := newNode(modeNodeIPs...)
 	n.apply(t, translate(t, modeCfg, svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, endpoints: []endpoint{remotePod}}))
 	ipt := n.ipt[v1.IPv4Protocol]
 	// What the iptables mode's endpoint chains do.
 	if err := ipt.RestoreAll(ctx, []byte("*nat\n:KUBE-SEP-XYZ - [0:0]\n-A KUBE-SEP-XYZ -j KUBE-MARK-MASQ\nCOMMIT\n"), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
 		t.Fatal(err)
 	}
-	err := ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: []iptables.Interface{ipt}, IPSets: n.sets, IPVS: n.ipvs, Binder: n.binder})
+	err := ipvsmode.Cleanup(ctx, ipvsmode.CleanupConfig{IPTables: []iptables.Interface{ipt}, IPSets: n.sets, IPVS: n.ipvs, Binder: n.binder})
 	if err == nil || !strings.Contains(err.Error(), "KUBE-MARK-MASQ (used by KUBE-SEP-XYZ)") {
 		t.Errorf("Cleanup: %v, want an error naming KUBE-MARK-MASQ and KUBE-SEP-XYZ", err)
 	}
@@ -148,7 +150,7 @@ func TestCleanupReportsWhatItCannotRemove(t *testing.T) {
 	if err := n.sets.Reference("KUBE-CLUSTER-IP"); err != nil {
 		t.Fatal(err)
 	}
-	err = ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPSets: n.sets})
+	err = ipvsmode.Cleanup(ctx, ipvsmode.CleanupConfig{IPSets: n.sets})
 	if !errors.Is(err, ipset.ErrInUse) || !strings.Contains(err.Error(), "KUBE-CLUSTER-IP") {
 		t.Errorf("Cleanup of a referenced set: %v", err)
 	}
@@ -171,12 +173,12 @@ func TestFindLeftovers(t *testing.T) {
 	iptablesMode := func(t *testing.T, n *node) {
 		t.Helper()
 		ipt := n.ipt[v1.IPv4Protocol]
-		w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: nodeName})
+		w, err := iptables.NewWriter(iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: nodeName}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		svcs, eps := portMaps(t, v1.IPv4Protocol, web)
-		res := w.Sync(ctx, iptables.SyncInput{Services: svcs, Endpoints: eps})
+		res := w.Sync(ctx, &proxy.FamilyInput{Services: svcs, Endpoints: eps})
 		if err := w.EnsureJumpRules(ctx, ipt); err != nil {
 			t.Fatal(err)
 		}
@@ -187,19 +189,19 @@ func TestFindLeftovers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup []func(*testing.T, *node)
-		want  ipvs.Leftovers
+		want  ipvsmode.Leftovers
 	}{
 		{name: "clean node"},
-		{name: "IPVS mode", setup: []func(*testing.T, *node){ipvsMode}, want: ipvs.Leftovers{IPVSMode: true}},
-		{name: "iptables mode", setup: []func(*testing.T, *node){iptablesMode}, want: ipvs.Leftovers{IPTablesMode: true}},
-		{name: "both", setup: []func(*testing.T, *node){ipvsMode, iptablesMode}, want: ipvs.Leftovers{IPVSMode: true, IPTablesMode: true}},
+		{name: "IPVS mode", setup: []func(*testing.T, *node){ipvsMode}, want: ipvsmode.Leftovers{IPVSMode: true}},
+		{name: "iptables mode", setup: []func(*testing.T, *node){iptablesMode}, want: ipvsmode.Leftovers{IPTablesMode: true}},
+		{name: "both", setup: []func(*testing.T, *node){ipvsMode, iptablesMode}, want: ipvsmode.Leftovers{IPVSMode: true, IPTablesMode: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNode(modeCfg.NodeIPs...)
+			n := newNode(modeNodeIPs...)
 			for _, f := range tc.setup {
 				f(t, n)
 			}
-			got, err := ipvs.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol])
+			got, err := ipvsmode.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,7 +210,7 @@ func TestFindLeftovers(t *testing.T) {
 			}
 			// Each mode's cleanup removes what makes it found.
 			if got.IPVSMode && !got.IPTablesMode {
-				if err := ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: []iptables.Interface{n.ipt[v1.IPv4Protocol]}}); err != nil {
+				if err := ipvsmode.Cleanup(ctx, ipvsmode.CleanupConfig{IPTables: []iptables.Interface{n.ipt[v1.IPv4Protocol]}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -218,7 +220,7 @@ func TestFindLeftovers(t *testing.T) {
 				}
 			}
 			if !got.IPVSMode || !got.IPTablesMode {
-				if after, _ := ipvs.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol]); after != (ipvs.Leftovers{}) {
+				if after, _ := ipvsmode.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol]); after != (ipvsmode.Leftovers{}) {
 					t.Errorf("after the cleanup: %+v", after)
 				}
 			}

@@ -1,4 +1,4 @@
-package ipvsbackend
+package ipvsmode
 
 import (
 	"context"
@@ -17,39 +17,39 @@ import (
 	"github.com/proxykit/proxykit/proxy"
 )
 
-// Backend is IPVS mode for every IP family of the node at once: an
-// ipvs.Translator per family renders the virtual servers, the ipsets and
-// the few iptables rules IPVS mode needs, and one ipvs.Applier applies the
+// Mode is IPVS mode for every IP family of the node at once: an
+// Writer per family renders the virtual servers, the ipsets and
+// the few iptables rules IPVS mode needs, and one Applier applies the
 // translations of all families together. The Applier has to see them all
 // in one call, because the kernel keeps the virtual servers and the
 // ipsets of both families in one table and its reconcilers remove
-// whatever they are not given; so the families share one Backend, in one
+// whatever they are not given; so the families share one Mode, in one
 // proxier.BackendGroup, and one runner syncs them. Every sync is full: the
 // reconcilers make one that changes nothing write nothing.
-type Backend struct {
-	translators  []*ipvs.Translator
-	translations []ipvs.Translation
+type Mode struct {
+	translators  []*Writer
+	translations []SyncResult
 	// applier applies the translations; nil in a dry run, which prints
 	// them to out instead.
-	applier *ipvs.Applier
+	applier *Applier
 	// terminator deletes the real servers the applier left draining.
 	terminator *ipvs.GracefulTerminator
 	out        io.Writer
 	// node is the kernel side (nil in a dry run). Its binder also tells
 	// the node's addresses, read before every sync so that node ports
 	// follow addresses that come and go.
-	node    *Kernel
+	node    *Handles
 	metrics *proxier.BackendMetrics
 	// families are those of the translators, in order.
 	families []v1.IPFamily
 }
 
-var _ proxy.Backend = (*Backend)(nil)
+var _ proxy.Backend = (*Mode)(nil)
 
-// Kernel is what IPVS mode programs in this network namespace besides
+// Handles is what IPVS mode programs in this network namespace besides
 // iptables: the IPVS table, the dummy interface that holds the service
 // addresses, and the ipsets.
-type Kernel struct {
+type Handles struct {
 	// IPVS is nil when the kernel has no IPVS loaded, which only a
 	// cleanup accepts: there are no virtual servers to remove then.
 	IPVS ipvs.Interface
@@ -63,7 +63,7 @@ type Kernel struct {
 }
 
 // Close releases k's netlink sockets. It is safe on a nil k.
-func (k *Kernel) Close() {
+func (k *Handles) Close() {
 	if k != nil && k.Release != nil {
 		k.Release()
 	}
@@ -76,13 +76,13 @@ type NodeBinder interface {
 	NodeAddresses(ctx context.Context, dummy string) ([]netip.Addr, error)
 }
 
-// OpenKernel opens IPVS mode's kernel side in the caller's network
+// OpenHandles opens IPVS mode's kernel side in the caller's network
 // namespace, with the IPVS table when table is set. The kernel must have
 // been checked (kernel.CanUseIPVS, which also loads missing modules)
 // before: ipvs.New is told not to check it again. On an error it has
 // released what it opened.
-func OpenKernel(ctx context.Context, table bool) (*Kernel, error) {
-	n := &Kernel{}
+func OpenHandles(ctx context.Context, table bool) (*Handles, error) {
+	n := &Handles{}
 	var closers []func()
 	n.Release = func() {
 		for _, c := range closers {
@@ -114,39 +114,39 @@ func OpenKernel(ctx context.Context, table bool) (*Kernel, error) {
 	return n, nil
 }
 
-// Option configures a Backend; see New.
-type Option func(*Backend)
+// ModeOption configures a Mode; see NewMode.
+type ModeOption func(*Mode)
 
-// WithDryRun makes a Backend made without a Kernel print each sync's
+// WithDryRun makes a Mode made without a Handles print each sync's
 // translations (virtual servers, ipsets, iptables-restore input) to out
 // instead of discarding them.
-func WithDryRun(out io.Writer) Option {
-	return func(b *Backend) {
+func WithDryRun(out io.Writer) ModeOption {
+	return func(b *Mode) {
 		if out != nil {
 			b.out = out
 		}
 	}
 }
 
-// WithMetrics makes the Backend count the iptables-restore runs that fail
+// WithMetrics makes the Mode count the iptables-restore runs that fail
 // on m.RestoreFailures (nil: on nothing).
-func WithMetrics(m *proxier.BackendMetrics) Option {
-	return func(b *Backend) { b.metrics = m }
+func WithMetrics(m *proxier.BackendMetrics) ModeOption {
+	return func(b *Mode) { b.metrics = m }
 }
 
-// New makes the Backend of the families of cfgs, one config each, in the
+// NewMode makes the Mode of the families of cfgs, one config each, in the
 // order of the BackendGroup that will hold it. k is the kernel side and
-// ipts the iptables of each family, in the same order; New sets each
+// ipts the iptables of each family, in the same order; NewMode sets each
 // config's RandomFully from them. A nil k (and nil ipts) makes a dry run,
 // which applies nothing and prints what it would (WithDryRun). The
-// Backend owns k from then on: its Close releases it. New fails, having
+// Mode owns k from then on: its Close releases it. NewMode fails, having
 // released nothing, when a translator refuses its config, when ipts has
 // another length than cfgs, or when the configs' chain prefixes differ.
-func New(cfgs []ipvs.TranslatorConfig, k *Kernel, ipts []iptables.Interface, opts ...Option) (*Backend, error) {
+func NewMode(cfgs []WriterConfig, k *Handles, ipts []iptables.Interface, opts ...ModeOption) (*Mode, error) {
 	if ipts != nil && len(ipts) != len(cfgs) {
 		return nil, fmt.Errorf("IPVS mode: %d iptables for %d families", len(ipts), len(cfgs))
 	}
-	b := &Backend{out: io.Discard, node: k, translations: make([]ipvs.Translation, len(cfgs))}
+	b := &Mode{out: io.Discard, node: k, translations: make([]SyncResult, len(cfgs))}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
@@ -160,34 +160,36 @@ func New(cfgs []ipvs.TranslatorConfig, k *Kernel, ipts []iptables.Interface, opt
 			// on the machine.
 			cfg.RandomFully = true
 		}
-		tr, err := ipvs.NewTranslator(cfg)
+		tr, err := NewWriter(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s IPVS translator: %w", cfg.IPFamily, err)
+			return nil, fmt.Errorf("%s IPVS translator: %w", cfg.Family, err)
 		}
 		b.translators = append(b.translators, tr)
-		b.families = append(b.families, cfg.IPFamily)
+		b.families = append(b.families, cfg.Family)
 		if cfg.ChainPrefix != cfgs[0].ChainPrefix {
 			return nil, fmt.Errorf("IPVS mode: chain prefixes %q and %q differ", cfgs[0].ChainPrefix, cfg.ChainPrefix)
 		}
 	}
 	if k != nil && len(cfgs) > 0 {
-		// NewTranslator took the prefix, so NewModeNames does too.
-		names, err := ipvs.NewModeNames(cfgs[0].ChainPrefix)
+		// NewWriter took the prefix, so NewNames does too.
+		names, err := NewNames(cfgs[0].ChainPrefix)
 		if err != nil {
 			return nil, err
 		}
 		rec := ipvs.NewReconciler(k.IPVS, k.Binder)
-		b.applier = ipvs.NewApplier(rec, ipset.NewReconciler(k.IPSets, names.SetPrefix()), ipts...)
+		b.applier = NewApplier(rec, ipset.NewReconciler(k.IPSets, names.SetPrefix()), ipts...)
 		b.terminator = rec.Terminator()
 	}
 	return b, nil
 }
 
 // Sync is part of proxy.Backend. It takes one input per family of the
-// Backend, in the order of its configs, and fails on any other. It reads
-// the node's addresses before translating, so that node ports follow
-// addresses that come and go; a failure to read them fails the sync.
-func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
+// Mode, in the order of its configs, and fails on any other. It reads
+// the addresses of the host's interfaces before translating and uses them
+// instead of the inputs' NodeIPs, so that node ports follow addresses
+// that come and go, as in kube-proxy's IPVS mode; a failure to read them
+// fails the sync. A dry run uses the inputs' NodeIPs.
+func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	outs := make([]proxy.SyncResult, len(ins))
 	if len(ins) != len(b.families) {
 		return outs, fmt.Errorf("IPVS mode: given %d inputs for %d families", len(ins), len(b.families))
@@ -197,19 +199,24 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 			return outs, fmt.Errorf("IPVS mode: input %d is of %s, want %s", i, in.Family, b.families[i])
 		}
 	}
+	var hostAddrs []netip.Addr
 	if b.node != nil {
-		addrs, err := b.node.Binder.NodeAddresses(ctx, "")
-		if err != nil {
+		// As kube-proxy does: node ports follow the addresses of the
+		// host's interfaces, read at every sync, rather than the Node
+		// object's.
+		var err error
+		if hostAddrs, err = b.node.Binder.NodeAddresses(ctx, ""); err != nil {
 			return outs, fmt.Errorf("IPVS mode: the node's addresses: %w", err)
-		}
-		for _, tr := range b.translators {
-			if err := tr.SetNodeIPs(addrs); err != nil {
-				return outs, fmt.Errorf("IPVS mode: the node's addresses: %w", err)
-			}
 		}
 	}
 	for i, in := range ins {
-		tr := b.translators[i].Translate(ctx, ipvs.TranslateInput{Services: in.Services, Endpoints: in.Endpoints, NodeLabels: in.NodeLabels})
+		if b.node != nil {
+			// ins are read-only: the addresses go into a copy.
+			withHost := *in
+			withHost.NodeIPs = hostAddrs
+			in = &withHost
+		}
+		tr := b.translators[i].Sync(ctx, in)
 		b.translations[i] = tr
 		outs[i] = proxy.SyncResult{
 			Full:                     true,
@@ -241,21 +248,21 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 
 // RequestFullSync is part of proxy.Backend. It does nothing: every sync
 // is full.
-func (b *Backend) RequestFullSync() {}
+func (b *Mode) RequestFullSync() {}
 
 // Run is part of proxy.Backend. It sweeps the real servers that are
 // draining, deleting each once its connections are gone, and in a dry run
 // returns at once. There is no canary to watch: each sync reconciles
 // everything, jump rules included, so it never calls lost.
-func (b *Backend) Run(ctx context.Context, lost func()) {
+func (b *Mode) Run(ctx context.Context, lost func()) {
 	if b.terminator != nil {
 		b.terminator.Run(ctx, 0)
 	}
 }
 
-// Close releases the Kernel the Backend was made with, if any. It always
+// Close releases the Handles the Mode was made with, if any. It always
 // returns nil.
-func (b *Backend) Close() error {
+func (b *Mode) Close() error {
 	b.node.Close()
 	return nil
 }

@@ -1,4 +1,4 @@
-package ipvs_test
+package ipvsmode_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/ipvs/ipvstest"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // otherPrefix is the chain prefix of the second proxy in these tests: as
@@ -28,9 +30,9 @@ var richPort = svcPort{
 	hcNodePort: 32000, etpLocal: true, endpoints: []endpoint{localPod, remotePod},
 }
 
-func mustModeNames(t *testing.T, prefix string) *ipvs.ModeNames {
+func mustModeNames(t *testing.T, prefix string) *ipvsmode.Names {
 	t.Helper()
-	n, err := ipvs.NewModeNames(prefix)
+	n, err := ipvsmode.NewNames(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,12 +42,12 @@ func mustModeNames(t *testing.T, prefix string) *ipvs.ModeNames {
 // TestTranslateChainPrefix checks that a translation with another prefix
 // is kube-proxy's with every chain and set renamed, in both families.
 func TestTranslateChainPrefix(t *testing.T) {
-	cfg6 := ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol, NodeIPs: []netip.Addr{addr("fd00:1::10")}, ClusterCIDR: prefix("fd00:244::/64")}
+	cfg6 := ipvsmode.WriterConfig{Family: v1.IPv6Protocol, Node: proxy.NodeConfig{ClusterCIDRs: []netip.Prefix{prefix("fd00:244::/64")}}}
 	port6 := svcPort{name: "default/web", clusterIP: "fd00:96::10", port: 80, nodePort: 30080, lbVIPs: []string{"fd00:198::10"},
 		sourceRanges: []string{"fd00:203::/64"}, endpoints: []endpoint{{ip: "fd00:244::5", local: true}}}
 	for _, tc := range []struct {
 		name string
-		cfg  ipvs.TranslatorConfig
+		cfg  ipvsmode.WriterConfig
 		port svcPort
 	}{
 		{"ipv4", modeCfg, richPort},
@@ -74,7 +76,7 @@ func TestTranslateChainPrefix(t *testing.T) {
 			if diff := cmp.Diff(kubeSets, otherSets); diff != "" {
 				t.Errorf("set names differ beyond the prefix (-KUBE +%s renamed):\n%s", otherPrefix, diff)
 			}
-			if diff := cmp.Diff(ipvs.JumpRules(), kube.JumpRules); diff != "" {
+			if diff := cmp.Diff(ipvsmode.JumpRules(), kube.JumpRules); diff != "" {
 				t.Errorf("default translation's jump rules (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(mustModeNames(t, otherPrefix).JumpRules(), other.JumpRules); diff != "" {
@@ -107,9 +109,9 @@ func TestNewModeNamesValidates(t *testing.T) {
 		{"9A", "must start with a letter"},
 	} {
 		t.Run(tc.prefix, func(t *testing.T) {
-			_, err := ipvs.NewModeNames(tc.prefix)
-			_, terr := ipvs.NewTranslator(ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, ChainPrefix: tc.prefix})
-			cerr := ipvs.Cleanup(context.Background(), ipvs.CleanupConfig{ChainPrefix: tc.prefix})
+			_, err := ipvsmode.NewNames(tc.prefix)
+			_, terr := ipvsmode.NewWriter(ipvsmode.WriterConfig{Family: v1.IPv4Protocol, ChainPrefix: tc.prefix})
+			cerr := ipvsmode.Cleanup(context.Background(), ipvsmode.CleanupConfig{ChainPrefix: tc.prefix})
 			for what, err := range map[string]error{"NewModeNames": err, "NewTranslator": terr, "Cleanup": cerr} {
 				if tc.want == "" {
 					if err != nil {
@@ -130,9 +132,9 @@ func TestNewModeNamesValidates(t *testing.T) {
 // and sets.
 func TestTwoPrefixesShareNode(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(modeCfg.NodeIPs...)
+	n := newNode(modeNodeIPs...)
 	names := mustModeNames(t, otherPrefix)
-	otherApplier := ipvs.NewApplier(ipvs.NewReconciler(ipvstest.NewFake(), ipvstest.NewBinder()),
+	otherApplier := ipvsmode.NewApplier(ipvs.NewReconciler(ipvstest.NewFake(), ipvstest.NewBinder()),
 		ipset.NewReconciler(n.sets, names.SetPrefix()), n.ipt[v1.IPv4Protocol])
 	cfg := modeCfg
 	cfg.ChainPrefix = otherPrefix
@@ -161,7 +163,7 @@ func TestTwoPrefixesShareNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeBefore = state("KUBE")
-	leftovers := func(n *ipvs.ModeNames) ipvs.Leftovers {
+	leftovers := func(n *ipvsmode.Names) ipvsmode.Leftovers {
 		t.Helper()
 		l, err := n.FindLeftovers(ctx, ipt)
 		if err != nil {
@@ -169,14 +171,14 @@ func TestTwoPrefixesShareNode(t *testing.T) {
 		}
 		return l
 	}
-	if got, want := leftovers(names), (ipvs.Leftovers{IPVSMode: true}); got != want {
+	if got, want := leftovers(names), (ipvsmode.Leftovers{IPVSMode: true}); got != want {
 		t.Errorf("%s's leftovers = %+v, want %+v", otherPrefix, got, want)
 	}
-	if got, want := leftovers(mustModeNames(t, "")), (ipvs.Leftovers{IPVSMode: true, IPTablesMode: true}); got != want {
+	if got, want := leftovers(mustModeNames(t, "")), (ipvsmode.Leftovers{IPVSMode: true, IPTablesMode: true}); got != want {
 		t.Errorf("KUBE's leftovers = %+v, want %+v", got, want)
 	}
 
-	if err := ipvs.Cleanup(ctx, ipvs.CleanupConfig{ChainPrefix: otherPrefix, IPTables: []iptables.Interface{ipt}, IPSets: n.sets}); err != nil {
+	if err := ipvsmode.Cleanup(ctx, ipvsmode.CleanupConfig{ChainPrefix: otherPrefix, IPTables: []iptables.Interface{ipt}, IPSets: n.sets}); err != nil {
 		t.Fatal(err)
 	}
 	if left := state(otherPrefix); len(left) > 0 {
@@ -185,7 +187,7 @@ func TestTwoPrefixesShareNode(t *testing.T) {
 	if diff := cmp.Diff(kubeBefore, state("KUBE")); diff != "" {
 		t.Errorf("%s's cleanup changed KUBE's state:\n%s", otherPrefix, diff)
 	}
-	if got := leftovers(names); got != (ipvs.Leftovers{}) {
+	if got := leftovers(names); got != (ipvsmode.Leftovers{}) {
 		t.Errorf("%s's leftovers after its cleanup = %+v, want none", otherPrefix, got)
 	}
 }
@@ -195,7 +197,7 @@ func TestTwoPrefixesShareNode(t *testing.T) {
 func TestLongestPrefixSetNames(t *testing.T) {
 	seen := map[string]bool{}
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		tr := translate(t, ipvs.TranslatorConfig{IPFamily: family, ChainPrefix: "ABCDE"})
+		tr := translate(t, ipvsmode.WriterConfig{Family: family, ChainPrefix: "ABCDE"})
 		for _, s := range tr.Sets {
 			if seen[s.Set.Name] || len(s.Set.Name) > ipset.MaxNameLen || !strings.HasPrefix(s.Set.Name, "ABCDE-") {
 				t.Errorf("%s set %q: duplicate, too long or without the prefix", family, s.Set.Name)

@@ -1,4 +1,4 @@
-package ipvs_test
+package ipvsmode_test
 
 // IPVS mode on a real kernel, in the VM tier (see vm_linux_test.go): the
 // translation applied by the Applier with the real reconcilers, ipsets over
@@ -20,26 +20,29 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/proxykit/proxykit/internal/testkit/ipvsvm"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // modeNode is a topology whose director runs IPVS mode.
 type modeNode struct {
-	*topology
+	*ipvsvm.Topology
 	ipt     iptables.Interface
 	sets    *ipset.Netlink
-	applier *ipvs.Applier
+	applier *ipvsmode.Applier
 }
 
 func newModeNode(t *testing.T) *modeNode {
 	t.Helper()
-	tp := newTopology(t, 2)
+	tp := ipvsvm.NewTopology(t, 2)
 	kerneltest.Require(t, "iptables-legacy", "iptables-legacy-save", "iptables-legacy-restore")
 	ctx := context.Background()
-	d := tp.director
+	d := tp.Director
 	// IPVS keeps conntrack entries for its connections, which the
 	// masquerading rules need; rejections must reach the client at once.
 	d.Sysctl(t, "net.ipv4.vs.conntrack", "1")
@@ -47,9 +50,9 @@ func newModeNode(t *testing.T) *modeNode {
 	d.Sysctl(t, "net.ipv4.conf.default.send_redirects", "0")
 	d.Sysctl(t, "net.ipv4.icmp_ratelimit", "0")
 	// A second client address, outside the load balancer's source range.
-	tp.client.AddAddr(t, tp.clientLink, netip.MustParsePrefix("10.1.0.3/24"))
+	tp.Client.AddAddr(t, tp.ClientLink, netip.MustParsePrefix("10.1.0.3/24"))
 
-	m := &modeNode{topology: tp}
+	m := &modeNode{Topology: tp}
 	lock := filepath.Join(t.TempDir(), "xtables.lock")
 	err := d.Do(func() (err error) {
 		m.ipt, err = iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(iptables.BackendLegacy), iptables.WithLockFile(lock))
@@ -62,15 +65,15 @@ func newModeNode(t *testing.T) *modeNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.sets.Close)
-	m.applier = ipvs.NewApplier(ipvs.NewReconciler(tp.iface, tp.binder), ipset.NewReconciler(m.sets, ipvs.SetPrefix), m.ipt)
+	m.applier = ipvsmode.NewApplier(ipvs.NewReconciler(tp.IFace, tp.Binder), ipset.NewReconciler(m.sets, ipvsmode.SetPrefix), m.ipt)
 	return m
 }
 
 // apply applies tr in the director, where iptables must run.
-func (m *modeNode) apply(t *testing.T, tr ipvs.Translation) ipvs.ApplyResult {
+func (m *modeNode) apply(t *testing.T, tr ipvsmode.SyncResult) ipvsmode.ApplyResult {
 	t.Helper()
-	var res ipvs.ApplyResult
-	err := m.director.Do(func() (err error) {
+	var res ipvsmode.ApplyResult
+	err := m.Director.Do(func() (err error) {
 		res, err = m.applier.Apply(context.Background(), tr)
 		return err
 	})
@@ -86,7 +89,7 @@ func (m *modeNode) dial(t *testing.T, src netip.Addr, dst string, n int) (backen
 	t.Helper()
 	backends, sources = map[string]int{}, map[string]bool{}
 	for range n {
-		r, err := kerneltest.DialFrom(m.client, "tcp", src, netip.MustParseAddrPort(dst), 5*time.Second)
+		r, err := kerneltest.DialFrom(m.Client, "tcp", src, netip.MustParseAddrPort(dst), 5*time.Second)
 		if err != nil {
 			t.Fatalf("tcp to %s: %v", dst, err)
 		}
@@ -115,7 +118,7 @@ func (m *modeNode) expect(t *testing.T, dst string, n int, backends map[string]i
 func (m *modeNode) refused(t *testing.T, dst string) {
 	t.Helper()
 	start := time.Now()
-	_, err := kerneltest.Dial(m.client, "tcp", netip.MustParseAddrPort(dst), 5*time.Second)
+	_, err := kerneltest.Dial(m.Client, "tcp", netip.MustParseAddrPort(dst), 5*time.Second)
 	if took := time.Since(start); !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
 		t.Errorf("tcp to %s: %v after %v, want a refusal at once", dst, err, took.Round(time.Millisecond))
 	}
@@ -124,26 +127,21 @@ func (m *modeNode) refused(t *testing.T, dst string) {
 func TestVMMode(t *testing.T) {
 	m := newModeNode(t)
 	ctx := context.Background()
-	kerneltest.StartBackend(t, m.backends[0], "b1", 8080)
-	kerneltest.StartBackend(t, m.backends[1], "b2", 8080)
+	kerneltest.StartBackend(t, m.Backends[0], "b1", 8080)
+	kerneltest.StartBackend(t, m.Backends[1], "b2", 8080)
 
-	nodeIPs, err := m.binder.NodeAddresses(ctx, "")
+	nodeIPs, err := m.Binder.NodeAddresses(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ipvs.TranslatorConfig{
-		IPFamily: v1.IPv4Protocol,
-		NodeName: nodeName,
-		NodeIPs:  nodeIPs,
-		// Node ports on the client's side only.
-		NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
-		// The backends stand for pods; the client is outside the cluster.
-		ClusterCIDR: netip.MustParsePrefix("10.2.0.0/16"),
+	cfg := ipvsmode.WriterConfig{
+		Family:      v1.IPv4Protocol,
+		Node:        proxy.NodeConfig{Name: nodeName, NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}},
 		RandomFully: m.ipt.HasRandomFully(),
 	}
-	b1 := endpoint{ip: m.backendIPs[0].String(), local: true}
-	b2 := endpoint{ip: m.backendIPs[1].String()}
-	tr := translate(t, cfg,
+	b1 := endpoint{ip: m.BackendIPs[0].String(), local: true}
+	b2 := endpoint{ip: m.BackendIPs[1].String()}
+	tr := translateWith(t, cfg, nodeIPs,
 		svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, endpoints: []endpoint{b1, b2}},
 		svcPort{name: "default/lb", clusterIP: "10.96.0.11", port: 80, lbVIPs: []string{"198.51.100.10"}, sourceRanges: []string{"10.1.0.2/32"}, endpoints: []endpoint{b1, b2}},
 		svcPort{name: "default/empty", clusterIP: "10.96.0.12", port: 80, nodePort: 30082},
@@ -171,10 +169,10 @@ func TestVMMode(t *testing.T) {
 	})
 
 	t.Run("load balancer with a source range", func(t *testing.T) {
-		if got, _ := m.dial(t, m.clientIP, "198.51.100.10:80", 2); got["b1"]+got["b2"] != 2 {
+		if got, _ := m.dial(t, m.ClientIP, "198.51.100.10:80", 2); got["b1"]+got["b2"] != 2 {
 			t.Errorf("from the source range: %v", got)
 		}
-		_, err := kerneltest.DialFrom(m.client, "tcp", netip.MustParseAddr("10.1.0.3"), netip.MustParseAddrPort("198.51.100.10:80"), time.Second)
+		_, err := kerneltest.DialFrom(m.Client, "tcp", netip.MustParseAddr("10.1.0.3"), netip.MustParseAddrPort("198.51.100.10:80"), time.Second)
 		if !kerneltest.IsTimeout(err) {
 			t.Errorf("from outside the source range: %v, want no answer", err)
 		}
@@ -197,23 +195,23 @@ func TestVMMode(t *testing.T) {
 	})
 
 	t.Run("NodeAddresses leaves out the dummy interface", func(t *testing.T) {
-		got, err := m.binder.NodeAddresses(ctx, "")
+		got, err := m.Binder.NodeAddresses(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]string{"10.1.0.1", "10.2.0.1", "10.2.1.1", "127.0.0.1", "::1"}, addrStrings(got)); diff != "" {
+		if diff := cmp.Diff([]string{"10.1.0.1", "10.2.0.1", "10.2.1.1", "127.0.0.1", "::1"}, ipvsvm.AddrStrings(got)); diff != "" {
 			t.Errorf("NodeAddresses (-want +got):\n%s", diff)
 		}
 	})
 
 	t.Run("Cleanup removes it all", func(t *testing.T) {
-		err := m.director.Do(func() error {
-			return ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: []iptables.Interface{m.ipt}, IPSets: m.sets, IPVS: m.iface, Binder: m.binder})
+		err := m.Director.Do(func() error {
+			return ipvsmode.Cleanup(ctx, ipvsmode.CleanupConfig{IPTables: []iptables.Interface{m.ipt}, IPSets: m.sets, IPVS: m.IFace, Binder: m.Binder})
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if list, err := m.iface.ListVirtualServers(ctx); err != nil || len(list) != 0 {
+		if list, err := m.IFace.ListVirtualServers(ctx); err != nil || len(list) != 0 {
 			t.Errorf("virtual servers left: %v (%v)", list, err)
 		}
 		infos, err := m.sets.ListSets(ctx)
@@ -222,17 +220,17 @@ func TestVMMode(t *testing.T) {
 		}
 		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
 			var buf bytes.Buffer
-			if err := m.director.Do(func() error { return m.ipt.SaveInto(ctx, table, &buf) }); err != nil {
+			if err := m.Director.Do(func() error { return m.ipt.SaveInto(ctx, table, &buf) }); err != nil {
 				t.Fatal(err)
 			}
 			if strings.Contains(buf.String(), "KUBE-") {
 				t.Errorf("%s table after Cleanup:\n%s", table, buf.String())
 			}
 		}
-		if _, err := m.binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
+		if _, err := m.Binder.Addresses(ctx, ipvs.DummyDevice); !ipvs.IsNotFound(err) {
 			t.Errorf("%s after Cleanup: %v", ipvs.DummyDevice, err)
 		}
-		if _, err := kerneltest.Dial(m.client, "tcp", netip.MustParseAddrPort("10.96.0.10:80"), time.Second); err == nil {
+		if _, err := kerneltest.Dial(m.Client, "tcp", netip.MustParseAddrPort("10.96.0.10:80"), time.Second); err == nil {
 			t.Error("the cluster IP still answers")
 		}
 	})
@@ -243,7 +241,7 @@ func TestVMMode(t *testing.T) {
 // real ip6tables-legacy-restore, the kernel's set matches and IPVS must
 // accept all of it. Then Cleanup removes all of it.
 func TestVMModeDualStack(t *testing.T) {
-	d, iface, binder := vmNS(t)
+	d, iface, binder := ipvsvm.NS(t)
 	kerneltest.Require(t, "iptables-legacy-restore", "ip6tables-legacy-restore")
 	ctx := context.Background()
 	lock := filepath.Join(t.TempDir(), "xtables.lock")
@@ -277,20 +275,20 @@ func TestVMModeDualStack(t *testing.T) {
 			{name: "default/sig", proto: v1.ProtocolSCTP, clusterIP: a["sig"], port: 9000, nodePort: 30900, etpLocal: true, endpoints: []endpoint{{ip: a["pod1"], port: 9000, local: true}}},
 		}
 	}
-	cfg4 := ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, NodeName: nodeName, NodeIPs: []netip.Addr{addr("10.1.0.1")}, ClusterCIDR: prefix("10.244.0.0/16"), RandomFully: ipts[0].HasRandomFully()}
+	cfg4 := ipvsmode.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{prefix("10.244.0.0/16")}}, RandomFully: ipts[0].HasRandomFully()}
 	// Without a cluster CIDR: the src,dst variant of the masquerade rule.
-	cfg6 := ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol, NodeName: nodeName, NodeIPs: []netip.Addr{addr("fd00:1::1")}, Scheduler: "sh", SchedulerFlags: ipvs.FlagSched1}
-	t4 := translate(t, cfg4, every(map[string]string{
+	cfg6 := ipvsmode.WriterConfig{Family: v1.IPv6Protocol, Node: proxy.NodeConfig{Name: nodeName}, Scheduler: "sh", SchedulerFlags: ipvs.FlagSched1}
+	t4 := translateWith(t, cfg4, []netip.Addr{addr("10.1.0.1")}, every(map[string]string{
 		"web": "10.96.0.10", "local": "10.96.0.11", "dns": "10.96.0.53", "sig": "10.96.0.20",
 		"ext1": "203.0.113.5", "ext2": "203.0.113.6", "vip1": "198.51.100.10", "vip2": "198.51.100.11",
 		"pod1": "10.244.1.5", "pod2": "10.244.2.7", "range": "203.0.113.0/24", "nodeRange": "10.1.0.0/24",
 	})...)
-	t6 := translate(t, cfg6, every(map[string]string{
+	t6 := translateWith(t, cfg6, []netip.Addr{addr("fd00:1::1")}, every(map[string]string{
 		"web": "fd00:96::10", "local": "fd00:96::11", "dns": "fd00:96::53", "sig": "fd00:96::20",
 		"ext1": "2001:db8:203::5", "ext2": "2001:db8:203::6", "vip1": "2001:db8:198::10", "vip2": "2001:db8:198::11",
 		"pod1": "fd00:244:1::5", "pod2": "fd00:244:2::7", "range": "2001:db8:203::/64", "nodeRange": "fd00:1::/64",
 	})...)
-	for _, tr := range []ipvs.Translation{t4, t6} {
+	for _, tr := range []ipvsmode.SyncResult{t4, t6} {
 		for _, s := range tr.Sets {
 			if len(s.Entries) == 0 {
 				t.Errorf("%s has no member: the test misses a rule", s.Set.Name)
@@ -298,8 +296,8 @@ func TestVMModeDualStack(t *testing.T) {
 		}
 	}
 
-	a := ipvs.NewApplier(ipvs.NewReconciler(iface, binder), ipset.NewReconciler(sets, ipvs.SetPrefix), ipts...)
-	var res ipvs.ApplyResult
+	a := ipvsmode.NewApplier(ipvs.NewReconciler(iface, binder), ipset.NewReconciler(sets, ipvsmode.SetPrefix), ipts...)
+	var res ipvsmode.ApplyResult
 	err = d.Do(func() (err error) {
 		res, err = a.Apply(ctx, t4, t6)
 		return err
@@ -310,18 +308,18 @@ func TestVMModeDualStack(t *testing.T) {
 	if want := len(t4.Services) + len(t6.Services); res.IPVS.VirtualServersAdded != want || res.IPSets.Created != len(t4.Sets)+len(t6.Sets) {
 		t.Errorf("Apply: %+v, want %d virtual servers and %d sets created", res, want, len(t4.Sets)+len(t6.Sets))
 	}
-	for i, tr := range []ipvs.Translation{t4, t6} {
+	for i, tr := range []ipvsmode.SyncResult{t4, t6} {
 		var buf bytes.Buffer
 		if err := d.Do(func() error { return ipts[i].SaveInto(ctx, iptables.TableFilter, &buf) }); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(buf.String(), "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set "+tr.Sets[len(tr.Sets)-1].Set.Name+" dst -j REJECT") {
-			t.Errorf("%s filter table:\n%s", tr.IPFamily, buf.String())
+			t.Errorf("%s filter table:\n%s", tr.Family, buf.String())
 		}
 	}
 
 	err = d.Do(func() error {
-		return ipvs.Cleanup(ctx, ipvs.CleanupConfig{IPTables: ipts, IPSets: sets, IPVS: iface, Binder: binder})
+		return ipvsmode.Cleanup(ctx, ipvsmode.CleanupConfig{IPTables: ipts, IPSets: sets, IPVS: iface, Binder: binder})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package ipvs
+package ipvsmode
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 )
 
-// ModeNames names what IPVS mode owns in iptables and ipset for one chain
+// Names names what IPVS mode owns in iptables and ipset for one chain
 // prefix: the chains it shares with the iptables rule writer
 // (iptables.ChainNames: PREFIX-SERVICES, PREFIX-MARK-MASQ, ...), its own
 // PREFIX-NODE-PORT, PREFIX-LOAD-BALANCER, PREFIX-SOURCE-RANGES-FIREWALL and
@@ -24,8 +24,8 @@ import (
 // prefix: give a second IPVS-mode proxy its own with the Reconciler's
 // WithExcludeCIDRs and WithDummyDevice.
 //
-// A ModeNames is immutable and safe for concurrent use.
-type ModeNames struct {
+// A Names is immutable and safe for concurrent use.
+type Names struct {
 	chains                                           *iptables.ChainNames
 	nodePort, loadBalancer, sourceRanges, ipvsFilter iptables.Chain
 	// declared are the chains the payload declares, in the order it
@@ -36,16 +36,16 @@ type ModeNames struct {
 	setPrefix string
 }
 
-// NewModeNames returns IPVS mode's names for prefix; "" means
+// NewNames returns IPVS mode's names for prefix; "" means
 // iptables.DefaultChainPrefix. It refuses what iptables.NewChainNames
 // refuses, and a prefix longer than 5 characters, which would make
 // PREFIX-SOURCE-RANGES-FIREWALL longer than iptables' 28 characters.
-func NewModeNames(prefix string) (*ModeNames, error) {
+func NewNames(prefix string) (*Names, error) {
 	chains, err := iptables.NewChainNames(prefix)
 	if err != nil {
 		return nil, fmt.Errorf("IPVS mode: %w", err)
 	}
-	n := &ModeNames{
+	n := &Names{
 		chains:       chains,
 		nodePort:     chains.Custom("NODE-PORT"),
 		loadBalancer: chains.Custom("LOAD-BALANCER"),
@@ -77,8 +77,8 @@ func NewModeNames(prefix string) (*ModeNames, error) {
 
 // defaultModeNames are kube-proxy's names, behind the package-level
 // functions.
-var defaultModeNames = func() *ModeNames {
-	n, err := NewModeNames(iptables.DefaultChainPrefix)
+var defaultModeNames = func() *Names {
+	n, err := NewNames(iptables.DefaultChainPrefix)
 	if err != nil {
 		panic(err)
 	}
@@ -87,25 +87,25 @@ var defaultModeNames = func() *ModeNames {
 
 // Chains returns the names IPVS mode shares with the iptables rule writer
 // of the same prefix.
-func (n *ModeNames) Chains() *iptables.ChainNames { return n.chains }
+func (n *Names) Chains() *iptables.ChainNames { return n.chains }
 
 // SetPrefix returns what every ipset name of IPVS mode starts with,
 // "PREFIX-": give it to ipset.NewReconciler, which then owns those sets
 // and no other proxy's.
-func (n *ModeNames) SetPrefix() string { return n.setPrefix }
+func (n *Names) SetPrefix() string { return n.setPrefix }
 
 // IsModeChain is the package's [IsModeChain] for these names.
-func (n *ModeNames) IsModeChain(t iptables.Table, c iptables.Chain) bool {
+func (n *Names) IsModeChain(t iptables.Table, c iptables.Chain) bool {
 	return slices.Contains(n.declared, tableChain{t, c})
 }
 
 // setName returns the name of set k in family. IPv6 sets start with
 // "PREFIX-6-" instead of "PREFIX-", cut to the kernel's 31 bytes, as
 // kube-proxy names them, so that both families' sets coexist on a
-// dual-stack node. With at most 5 characters of prefix (NewModeNames
+// dual-stack node. With at most 5 characters of prefix (NewNames
 // refuses more) the cut names stay distinct: the longest pairs sharing a
 // start, LOAD-BALANCER-SOURCE-IP and -CIDR, differ by the 30th byte.
-func (n *ModeNames) setName(k setKind, family v1.IPFamily) string {
+func (n *Names) setName(k setKind, family v1.IPFamily) string {
 	rest := strings.TrimPrefix(setDefs[k].name, SetPrefix)
 	name := n.setPrefix + rest
 	if family == v1.IPv6Protocol {

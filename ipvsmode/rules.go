@@ -1,4 +1,4 @@
-package ipvs
+package ipvsmode
 
 import (
 	"context"
@@ -13,7 +13,7 @@ type tableChain struct {
 }
 
 // JumpRules returns the rules that send traffic from the built-in chains
-// into IPVS mode's chains, with kube-proxy's names ([ModeNames.JumpRules]
+// into IPVS mode's chains, with kube-proxy's names ([Names.JumpRules]
 // for another prefix). The slice is new on every call.
 func JumpRules() []iptables.JumpRule { return defaultModeNames.JumpRules() }
 
@@ -25,7 +25,7 @@ func JumpRules() []iptables.JumpRule { return defaultModeNames.JumpRules() }
 // (iptables.Writer.JumpRules) are identical, so that switching modes
 // leaves no duplicate; with another prefix than kube-proxy's, comments
 // end with the prefix as there. The slice is new on every call.
-func (n *ModeNames) JumpRules() []iptables.JumpRule {
+func (n *Names) JumpRules() []iptables.JumpRule {
 	jump := iptables.Jump
 	c, cm := n.chains, n.chains.JumpComment
 	return []iptables.JumpRule{
@@ -50,7 +50,7 @@ func EnsureJumpRules(ctx context.Context, ipt iptables.Interface) error {
 // render writes the payload into t.buf from the sets' members: rules
 // match whole sets, so the payload has a rule per non-empty set rather
 // than per service, and rules for empty sets are left out.
-func (t *Translator) render() {
+func (t *Writer) render() {
 	b := &t.buf
 	b.Reset()
 	b.Write("*nat")
@@ -66,7 +66,7 @@ func (t *Translator) render() {
 		name := t.setNames[setClusterIP]
 		b.Words("-A", svc, "-m", "comment", "--comment", `"cluster IP traffic to masquerade"`, "-m", "set", "--match-set", name)
 		switch {
-		case t.cfg.MasqueradeAll:
+		case t.cfg.Node.MasqueradeAll:
 			b.Write("dst,dst", "-j", masq)
 		case t.clusterCIDR != "":
 			b.Write("dst,dst", "!", "-s", t.clusterCIDR, "-j", masq)
@@ -177,7 +177,7 @@ func (t *Translator) render() {
 	b.Write("COMMIT")
 }
 
-func (t *Translator) declare(table iptables.Table) {
+func (t *Writer) declare(table iptables.Table) {
 	for _, d := range t.modeNames.decls[table] {
 		t.buf.Write(d, "-", "[0:0]")
 	}
@@ -185,16 +185,16 @@ func (t *Translator) declare(table iptables.Table) {
 
 // match writes "-A CHAIN -m set --match-set SET DIRS -j TARGET", or, with
 // chain "", adds the words after "-A CHAIN" to the line already begun.
-func (t *Translator) match(chain string, k setKind, dirs, target string) {
+func (t *Writer) match(chain string, k setKind, dirs, target string) {
 	if chain != "" {
 		t.buf.Words("-A", chain)
 	}
 	t.buf.Write("-m", "set", "--match-set", t.setNames[k], dirs, "-j", target)
 }
 
-func (t *Translator) has(k setKind) bool { return len(t.entries[k]) > 0 }
+func (t *Writer) has(k setKind) bool { return len(t.entries[k]) > 0 }
 
-func (t *Translator) hasNodePorts() bool {
+func (t *Writer) hasNodePorts() bool {
 	for _, k := range []setKind{setNodePortTCP, setNodePortUDP, setNodePortSCTP} {
 		if t.has(k) {
 			return true

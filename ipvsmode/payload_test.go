@@ -1,4 +1,4 @@
-package ipvs_test
+package ipvsmode_test
 
 import (
 	"bytes"
@@ -11,7 +11,8 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/iptables"
-	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestTranslatePayloadHoldsNoAPIText gives IPVS mode Services whose
@@ -37,8 +38,8 @@ func TestTranslatePayloadHoldsNoAPIText(t *testing.T) {
 			lbVIPs: []string{"198.51.100.11"}, endpoints: []endpoint{localPod}},
 		{name: "ns/udp", portName: "dns", proto: v1.ProtocolUDP, clusterIP: "10.96.0.12", port: 53, endpoints: []endpoint{remotePod}},
 	}
-	svcs, eps := portMaps(t, modeCfg.IPFamily, ports...)
-	in := ipvs.TranslateInput{Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}}
+	svcs, eps := portMaps(t, modeCfg.Family, ports...)
+	in := &proxy.FamilyInput{Services: changetracker.ServicePortMap{}, Endpoints: changetracker.EndpointsMap{}, NodeIPs: modeNodeIPs}
 	for name, sp := range svcs {
 		bad, ok := hostile[name.NamespacedName.String()]
 		if !ok {
@@ -46,11 +47,11 @@ func TestTranslatePayloadHoldsNoAPIText(t *testing.T) {
 		}
 		in.Services[bad], in.Endpoints[bad] = sp, eps[name]
 	}
-	translator, err := ipvs.NewTranslator(modeCfg)
+	translator, err := ipvsmode.NewWriter(modeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := translator.Translate(context.Background(), in)
+	tr := translator.Sync(context.Background(), in)
 	if len(tr.Services) == 0 {
 		t.Fatal("the translation has no virtual servers: the test proves nothing")
 	}
@@ -59,7 +60,7 @@ func TestTranslatePayloadHoldsNoAPIText(t *testing.T) {
 			t.Errorf("the payload holds API text %q:\n%s", text, tr.Payload)
 		}
 	}
-	n := newNode(modeCfg.NodeIPs...)
+	n := newNode(modeNodeIPs...)
 	n.apply(t, tr)
 	f := n.ipt[v1.IPv4Protocol]
 	for _, table := range []iptables.Table{iptables.TableFilter, iptables.TableNAT} {

@@ -1,4 +1,4 @@
-package ipvs
+package ipvsmode
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
 )
 
 // CleanupConfig says where [Cleanup] removes IPVS mode's state from. A nil
@@ -26,24 +27,24 @@ type CleanupConfig struct {
 	IPSets ipset.Interface
 	// IPVS holds the virtual servers to delete: all of them except those
 	// in ExcludeCIDRs, as the Reconciler owns them.
-	IPVS Interface
+	IPVS ipvs.Interface
 	// ExcludeCIDRs are the Reconciler's WithExcludeCIDRs: virtual servers
 	// on addresses inside them belong to someone else.
 	ExcludeCIDRs []netip.Prefix
 	// Binder deletes the dummy interface DummyDevice with its addresses.
-	Binder AddressBinder
+	Binder ipvs.AddressBinder
 	// DummyDevice is the Reconciler's WithDummyDevice; "" means
 	// [DummyDevice].
 	DummyDevice string
-	// ChainPrefix is the TranslatorConfig.ChainPrefix of the proxier
+	// ChainPrefix is the WriterConfig.ChainPrefix of the proxier
 	// cleaned up after; "" means iptables.DefaultChainPrefix. Only the
-	// chains and sets of its [ModeNames] are removed: another prefix's
-	// stay. Cleanup fails at once if NewModeNames refuses it.
+	// chains and sets of its [Names] are removed: another prefix's
+	// stay. Cleanup fails at once if NewNames refuses it.
 	ChainPrefix string
 }
 
 // Cleanup removes what an IPVS-mode proxier made, and nothing else: the
-// chains Translation payloads declare ([IsModeChain]) with the rules of
+// chains SyncResult payloads declare ([IsModeChain]) with the rules of
 // built-in chains that jump to them, through iptables.CleanupChains (one
 // iptables-restore per table), then the ipsets under SetPrefix, the
 // virtual servers outside the excluded CIDRs, and the dummy interface.
@@ -57,7 +58,7 @@ type CleanupConfig struct {
 // iptables.CleanupChains with an owner that accepts both.
 func Cleanup(ctx context.Context, c CleanupConfig) error {
 	logger := klog.FromContext(ctx)
-	names, err := NewModeNames(c.ChainPrefix)
+	names, err := NewNames(c.ChainPrefix)
 	if err != nil {
 		return fmt.Errorf("IPVS mode cleanup: %w", err)
 	}
@@ -87,7 +88,7 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 	if c.Binder != nil {
 		dev := c.DummyDevice
 		if dev == "" {
-			dev = DummyDevice
+			dev = ipvs.DummyDevice
 		}
 		if err := c.Binder.DeleteDevice(ctx, dev); err != nil {
 			errs = append(errs, fmt.Errorf("IPVS mode cleanup, dummy interface %s: %w", dev, err))
@@ -97,8 +98,8 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 }
 
 // IsModeChain is the [iptables.ChainOwner] of IPVS mode: it reports
-// whether chain c of table t is one that Translation payloads declare,
-// with kube-proxy's names ([ModeNames.IsModeChain] for another prefix). A
+// whether chain c of table t is one that SyncResult payloads declare,
+// with kube-proxy's names ([Names.IsModeChain] for another prefix). A
 // proxier that may have run in both modes cleans up with
 // iptables.CleanupChains and an owner that accepts both this and
 // iptables.IsWriterChain, since the modes share chains.
@@ -108,21 +109,21 @@ func IsModeChain(t iptables.Table, c iptables.Chain) bool {
 
 // cleanupVirtualServers deletes every virtual server outside exclude, in
 // one batch when iface can, and returns how many it deleted.
-func cleanupVirtualServers(ctx context.Context, iface Interface, exclude []netip.Prefix) (int, error) {
+func cleanupVirtualServers(ctx context.Context, iface ipvs.Interface, exclude []netip.Prefix) (int, error) {
 	list, err := iface.ListVirtualServers(ctx)
 	if err != nil {
 		return 0, err
 	}
-	list = slices.DeleteFunc(list, func(vs VirtualServer) bool {
+	list = slices.DeleteFunc(list, func(vs ipvs.VirtualServer) bool {
 		return slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(vs.Address) })
 	})
-	if b, ok := iface.(Batcher); ok {
-		ops := make([]Op, len(list))
+	if b, ok := iface.(ipvs.Batcher); ok {
+		ops := make([]ipvs.Op, len(list))
 		for i, vs := range list {
-			ops[i] = Op{Kind: DeleteVirtualServer, VirtualServer: vs}
+			ops[i] = ipvs.Op{Kind: ipvs.DeleteVirtualServer, VirtualServer: vs}
 		}
 		err := b.ApplyBatch(ctx, ops)
-		var be *BatchError
+		var be *ipvs.BatchError
 		switch {
 		case err == nil:
 			return len(list), nil
@@ -131,7 +132,7 @@ func cleanupVirtualServers(ctx context.Context, iface Interface, exclude []netip
 		}
 		n := len(list) - len(be.Failed)
 		// Deleted meanwhile by someone else: gone all the same.
-		be.Failed = slices.DeleteFunc(be.Failed, func(f OpError) bool { return IsNotFound(f.Err) })
+		be.Failed = slices.DeleteFunc(be.Failed, func(f ipvs.OpError) bool { return ipvs.IsNotFound(f.Err) })
 		if len(be.Failed) == 0 {
 			return n, nil
 		}
@@ -143,7 +144,7 @@ func cleanupVirtualServers(ctx context.Context, iface Interface, exclude []netip
 		switch err := iface.DeleteVirtualServer(ctx, vs); {
 		case err == nil:
 			n++
-		case !IsNotFound(err):
+		case !ipvs.IsNotFound(err):
 			errs = append(errs, err)
 		}
 	}
@@ -184,7 +185,7 @@ func FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, erro
 
 // FindLeftovers is the package's [FindLeftovers] for the chains of these
 // names: another prefix's chains are not leftovers.
-func (n *ModeNames) FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, error) {
+func (n *Names) FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, error) {
 	var l Leftovers
 	var buf bytes.Buffer
 	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {

@@ -1,4 +1,4 @@
-package ipvs_test
+package ipvsmode_test
 
 import (
 	"context"
@@ -21,6 +21,8 @@ import (
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/ipvs/ipvstest"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // The node of the translation tests.
@@ -158,13 +160,13 @@ func makeEndpoint(e endpoint) changetracker.Endpoint {
 }
 
 // node is a node of fakes that translations are applied to with an
-// ipvs.Applier, as a proxier applies them to the kernel.
+// ipvsmode.Applier, as a proxier applies them to the kernel.
 type node struct {
 	ipvs    *ipvstest.Fake
 	binder  *ipvstest.Binder
 	sets    *ipsettest.Fake
 	ipt     map[v1.IPFamily]*iptablestest.Fake
-	applier *ipvs.Applier
+	applier *ipvsmode.Applier
 	// nodeIPs are the node's own addresses, for traces.
 	nodeIPs []netip.Addr
 }
@@ -175,16 +177,16 @@ func newNode(nodeIPs ...netip.Addr) *node {
 		v1.IPv4Protocol: iptablestest.NewFake(iptablestest.WithIPSetFake(n.sets)),
 		v1.IPv6Protocol: iptablestest.NewIPv6Fake(iptablestest.WithIPSetFake(n.sets)),
 	}
-	n.applier = ipvs.NewApplier(
+	n.applier = ipvsmode.NewApplier(
 		ipvs.NewReconciler(n.ipvs, n.binder),
-		ipset.NewReconciler(n.sets, ipvs.SetPrefix),
+		ipset.NewReconciler(n.sets, ipvsmode.SetPrefix),
 		n.ipt[v1.IPv4Protocol], n.ipt[v1.IPv6Protocol],
 	)
 	return n
 }
 
 // apply applies trs and fails t on error.
-func (n *node) apply(t testing.TB, trs ...ipvs.Translation) ipvs.ApplyResult {
+func (n *node) apply(t testing.TB, trs ...ipvsmode.SyncResult) ipvsmode.ApplyResult {
 	t.Helper()
 	res, err := n.applier.Apply(context.Background(), trs...)
 	if err != nil {
@@ -223,15 +225,25 @@ func verdicts(out []iptablestest.Outcome) []string {
 
 // translate makes a translator for cfg and translates ports, failing t
 // if the config is refused.
-func translate(t testing.TB, cfg ipvs.TranslatorConfig, ports ...svcPort) ipvs.Translation {
+func translate(t testing.TB, cfg ipvsmode.WriterConfig, ports ...svcPort) ipvsmode.SyncResult {
 	t.Helper()
-	tr, err := ipvs.NewTranslator(cfg)
+	return translateWith(t, cfg, testNodeIPs, ports...)
+}
+
+// translateWith is translate with the node's addresses nodeIPs.
+func translateWith(t testing.TB, cfg ipvsmode.WriterConfig, nodeIPs []netip.Addr, ports ...svcPort) ipvsmode.SyncResult {
+	t.Helper()
+	tr, err := ipvsmode.NewWriter(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svcs, eps := portMaps(t, cfg.IPFamily, ports...)
-	return tr.Translate(context.Background(), ipvs.TranslateInput{Services: svcs, Endpoints: eps})
+	svcs, eps := portMaps(t, cfg.Family, ports...)
+	return tr.Sync(context.Background(), &proxy.FamilyInput{Services: svcs, Endpoints: eps, NodeIPs: nodeIPs})
 }
+
+// testNodeIPs are the node's addresses translate gives the writer:
+// modeNodeIPs, and one IPv6 address for the IPv6 tests.
+var testNodeIPs = append(slices.Clone(modeNodeIPs), addr("fd00:1::10"))
 
 // addr and prefix parse, for tables.
 func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }

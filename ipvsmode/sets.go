@@ -1,4 +1,4 @@
-package ipvs
+package ipvsmode
 
 import (
 	v1 "k8s.io/api/core/v1"
@@ -7,14 +7,14 @@ import (
 )
 
 // SetPrefix starts the name of every ipset IPVS mode uses, in both
-// families, with iptables.DefaultChainPrefix (see [ModeNames.SetPrefix]
+// families, with iptables.DefaultChainPrefix (see [Names.SetPrefix]
 // for another). Give it to ipset.NewReconciler: the reconciler then owns
 // every set whose name starts with it, which is also what [Cleanup]
 // destroys.
 const SetPrefix = "KUBE-"
 
 // setKind is one of the ipsets of IPVS mode; its index into
-// Translation.Sets.
+// SyncResult.Sets.
 type setKind uint8
 
 const (

@@ -1,4 +1,4 @@
-package ipvs_test
+package ipvsmode_test
 
 import (
 	"bytes"
@@ -18,23 +18,26 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // The addresses of the translation tests: the node has two interfaces,
 // pods on it are in 10.244.1.0/24 and pods elsewhere in 10.244.2.0/24.
 var (
-	modeCfg = ipvs.TranslatorConfig{
-		IPFamily:    v1.IPv4Protocol,
-		NodeName:    nodeName,
-		NodeIPs:     []netip.Addr{addr("192.168.0.10"), addr("10.0.0.10"), addr("127.0.0.1")},
-		ClusterCIDR: prefix("10.244.0.0/16"),
+	modeCfg = ipvsmode.WriterConfig{
+		Family:      v1.IPv4Protocol,
+		Node:        proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{prefix("10.244.0.0/16")}},
 		RandomFully: true,
 	}
-	localPod  = endpoint{ip: "10.244.1.5", local: true}
-	remotePod = endpoint{ip: "10.244.2.7"}
-	outsider  = addr("192.168.5.5")  // a client outside the cluster
-	otherPod  = addr("10.244.2.9")   // a pod on another node
-	nodeAddr  = addr("192.168.0.10") // the node's first address
+	// modeNodeIPs are the node's addresses in the translation tests'
+	// inputs: two interfaces and loopback, which never serves node ports.
+	modeNodeIPs = []netip.Addr{addr("192.168.0.10"), addr("10.0.0.10"), addr("127.0.0.1")}
+	localPod    = endpoint{ip: "10.244.1.5", local: true}
+	remotePod   = endpoint{ip: "10.244.2.7"}
+	outsider    = addr("192.168.5.5")  // a client outside the cluster
+	otherPod    = addr("10.244.2.9")   // a pod on another node
+	nodeAddr    = addr("192.168.0.10") // the node's first address
 )
 
 // trace is a packet of a translation case and how it must end.
@@ -51,7 +54,7 @@ func tcpTo(src netip.Addr, dst string) iptablestest.Packet {
 
 var modeCases = []struct {
 	name   string
-	cfg    func(*ipvs.TranslatorConfig)
+	cfg    func(*ipvsmode.WriterConfig)
 	labels map[string]string
 	ports  []svcPort
 	// wantVS is realServerList of the translation's services.
@@ -105,7 +108,7 @@ var modeCases = []struct {
 	},
 }, {
 	name: "nodeport-addresses",
-	cfg:  func(c *ipvs.TranslatorConfig) { c.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24")} },
+	cfg:  func(c *ipvsmode.WriterConfig) { c.Node.NodePortAddresses = []netip.Prefix{prefix("192.168.0.0/24")} },
 	ports: []svcPort{
 		{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, endpoints: []endpoint{remotePod}},
 	},
@@ -246,7 +249,7 @@ var modeCases = []struct {
 	wantVS: []string{"10.96.0.10:80/TCP (bound) -> 10.244.1.5:8080"},
 }, {
 	name: "masquerade-all",
-	cfg:  func(c *ipvs.TranslatorConfig) { c.MasqueradeAll, c.RandomFully = true, false },
+	cfg:  func(c *ipvsmode.WriterConfig) { c.Node.MasqueradeAll, c.RandomFully = true, false },
 	ports: []svcPort{
 		{name: "default/web", clusterIP: "10.96.0.10", port: 80, endpoints: []endpoint{remotePod}},
 	},
@@ -259,9 +262,9 @@ var modeCases = []struct {
 	// is masqueraded: the rule matches the set as src,dst, beside the
 	// dst,dst match that accepts service traffic.
 	name: "no-cluster-cidr",
-	cfg: func(c *ipvs.TranslatorConfig) {
-		c.ClusterCIDR = netip.Prefix{}
-		c.MasqueradeBit = ptr.To(0)
+	cfg: func(c *ipvsmode.WriterConfig) {
+		c.Node.ClusterCIDRs = []netip.Prefix{netip.Prefix{}}
+		c.Node.MasqueradeBit = ptr.To(0)
 		c.Scheduler, c.SchedulerFlags = "mh", ipvs.FlagSched2
 	},
 	ports: []svcPort{
@@ -285,12 +288,12 @@ func TestTranslate(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			tr, err := ipvs.NewTranslator(cfg)
+			tr, err := ipvsmode.NewWriter(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			svcs, eps := portMaps(t, cfg.IPFamily, tc.ports...)
-			res := tr.Translate(context.Background(), ipvs.TranslateInput{Services: svcs, Endpoints: eps, NodeLabels: tc.labels})
+			svcs, eps := portMaps(t, cfg.Family, tc.ports...)
+			res := tr.Sync(context.Background(), &proxy.FamilyInput{Services: svcs, Endpoints: eps, NodeLabels: tc.labels, NodeIPs: modeNodeIPs})
 			if diff := cmp.Diff(tc.wantVS, realServerList(res.Services)); diff != "" {
 				t.Errorf("virtual servers (-want +got):\n%s", diff)
 			}
@@ -306,7 +309,7 @@ func TestTranslate(t *testing.T) {
 			}
 			golden.Check(t, filepath.Join("testdata", "mode", tc.name+".golden"), out.Bytes())
 
-			n := newNode(cfg.NodeIPs...)
+			n := newNode(modeNodeIPs...)
 			n.apply(t, res)
 			checkApplied(t, n, res)
 			for _, tr := range tc.traces {
@@ -316,7 +319,7 @@ func TestTranslate(t *testing.T) {
 				}
 			}
 			// Every sync is a full reconcile: a second one writes nothing.
-			again := tr.Translate(context.Background(), ipvs.TranslateInput{Services: svcs, Endpoints: eps, NodeLabels: tc.labels})
+			again := tr.Sync(context.Background(), &proxy.FamilyInput{Services: svcs, Endpoints: eps, NodeLabels: tc.labels, NodeIPs: modeNodeIPs})
 			if r := n.apply(t, again); r.IPVS.Writes != 0 || r.IPSets.Writes != 0 {
 				t.Errorf("resync wrote %d IPVS and %d ipset changes, want none", r.IPVS.Writes, r.IPSets.Writes)
 			}
@@ -326,7 +329,7 @@ func TestTranslate(t *testing.T) {
 
 // checkApplied checks that the fakes hold what trs say: their virtual
 // servers, bound addresses and set members.
-func checkApplied(t *testing.T, n *node, trs ...ipvs.Translation) {
+func checkApplied(t *testing.T, n *node, trs ...ipvsmode.SyncResult) {
 	t.Helper()
 	ctx := context.Background()
 	var got []ipvs.Service
@@ -376,7 +379,7 @@ func entryStrings(entries []ipset.Entry) []string {
 	return s
 }
 
-func setsOf(trs []ipvs.Translation) []ipset.Desired {
+func setsOf(trs []ipvsmode.SyncResult) []ipset.Desired {
 	var sets []ipset.Desired
 	for _, tr := range trs {
 		sets = append(sets, tr.Sets...)
@@ -388,13 +391,13 @@ func setsOf(trs []ipvs.Translation) []ipset.Desired {
 // stop the others.
 func TestApplierErrors(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(modeCfg.NodeIPs...)
+	n := newNode(modeNodeIPs...)
 	web := svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, endpoints: []endpoint{remotePod}}
 	t4 := translate(t, modeCfg, web)
-	t6 := translate(t, ipvs.TranslatorConfig{IPFamily: v1.IPv6Protocol}, svcPort{name: "default/web", clusterIP: "fd00:96::10", port: 80})
+	t6 := translate(t, ipvsmode.WriterConfig{Family: v1.IPv6Protocol}, svcPort{name: "default/web", clusterIP: "fd00:96::10", port: 80})
 
 	// No ip6tables: the IPv6 rules cannot be applied; the rest is.
-	a := ipvs.NewApplier(ipvs.NewReconciler(n.ipvs, n.binder), ipset.NewReconciler(n.sets, ipvs.SetPrefix), n.ipt[v1.IPv4Protocol])
+	a := ipvsmode.NewApplier(ipvs.NewReconciler(n.ipvs, n.binder), ipset.NewReconciler(n.sets, ipvsmode.SetPrefix), n.ipt[v1.IPv4Protocol])
 	res, err := a.Apply(ctx, t4, t6)
 	if err == nil || !strings.Contains(err.Error(), "IPVS mode: no iptables for IPv6") {
 		t.Errorf("Apply without ip6tables: %v", err)

@@ -1,13 +1,15 @@
-package ipvs_test
+package ipvsmode_test
 
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // BenchmarkIPVSTranslate measures a translation of services x endpoints,
@@ -33,17 +35,17 @@ func BenchmarkIPVSTranslate(b *testing.B) {
 				ports[i] = svcPort{name: fmt.Sprintf("bench/svc-%d", i), clusterIP: fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), port: 80, endpoints: eps}
 			}
 			svcs, eps := portMaps(b, v1.IPv4Protocol, ports...)
-			tr, err := ipvs.NewTranslator(ipvs.TranslatorConfig{IPFamily: v1.IPv4Protocol, NodeName: nodeName, ClusterCIDR: prefix("10.128.0.0/10"), RandomFully: true})
+			tr, err := ipvsmode.NewWriter(ipvsmode.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}, RandomFully: true})
 			if err != nil {
 				b.Fatal(err)
 			}
-			in := ipvs.TranslateInput{Services: svcs, Endpoints: eps}
+			in := &proxy.FamilyInput{Services: svcs, Endpoints: eps}
 			ctx := context.Background()
-			tr.Translate(ctx, in) // grows the buffers, as the first sync of a proxier does
+			tr.Sync(ctx, in) // grows the buffers, as the first sync of a proxier does
 			b.ReportAllocs()
-			var res ipvs.Translation
+			var res ipvsmode.SyncResult
 			for b.Loop() {
-				res = tr.Translate(ctx, in)
+				res = tr.Sync(ctx, in)
 			}
 			members := 0
 			for _, s := range res.Sets {

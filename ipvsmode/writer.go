@@ -1,4 +1,4 @@
-package ipvs
+package ipvsmode
 
 import (
 	"cmp"
@@ -14,55 +14,32 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/internal/logsafe"
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/proxy"
 )
 
-// TranslatorConfig configures a [Translator]. Only IPFamily is required.
-type TranslatorConfig struct {
-	// IPFamily is the family translated, v1.IPv4Protocol or
-	// v1.IPv6Protocol; a dual-stack node has one Translator per family.
+// WriterConfig configures a [Writer]. Only Family is required.
+type WriterConfig struct {
+	// Family is the family translated, v1.IPv4Protocol or
+	// v1.IPv6Protocol; a dual-stack node has one Writer per family.
 	// Service ports whose cluster IP is of the other family are skipped,
 	// and so are addresses of the other family anywhere else.
-	IPFamily v1.IPFamily
+	Family v1.IPFamily
 
-	// NodeName is this node's name, for topology
-	// (changetracker.CategorizeEndpoints).
-	NodeName string
-
-	// NodeIPs are the node's own addresses, on its real interfaces (not
-	// the dummy interface; see DummyBinder.NodeAddresses); those of the
-	// other family are ignored, so both translators of a dual-stack node
-	// can take the same list. Translator.SetNodeIPs replaces them. Node
-	// ports get a virtual server on each of them inside
-	// NodePortAddresses. An external IP or load-balancer VIP that is one
-	// of them is not bound to the dummy interface, since the node has it
-	// already. A load balancer whose source ranges contain one of them
-	// also admits traffic whose source is the VIP itself, which is what
-	// the node sends when it reaches the VIP.
-	NodeIPs []netip.Addr
-
-	// NodePortAddresses restricts node ports to the NodeIPs inside these
-	// prefixes (--nodeport-addresses); prefixes of the other family are
-	// ignored. None of this family, or a prefix of length 0, means all
-	// NodeIPs, as in kube-proxy. Loopback addresses never serve node
-	// ports (kubernetes#90259). With no address left, node ports get no
-	// virtual server.
-	NodePortAddresses []netip.Prefix
-
-	// ClusterCIDR is the pod network of this family: traffic to a cluster
-	// IP from outside it is masqueraded. The zero Prefix turns that off;
-	// then only traffic the node sends from a service address is
-	// masqueraded, as kube-proxy does without a local-traffic detector.
-	ClusterCIDR netip.Prefix
-
-	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
-	// source.
-	MasqueradeAll bool
-
-	// MasqueradeBit is the bit (0 to 31) of the packet mark that flags
-	// traffic for masquerading; nil means iptables.DefaultMasqueradeBit.
-	MasqueradeBit *int
+	// Node holds the settings every mode shares; the translator reads the
+	// prefixes of its own family. Node ports get a virtual server on each
+	// of the input's NodeIPs inside Node.NodePortAddresses: none of this
+	// family, or a prefix of length 0, means all of them, as in
+	// kube-proxy. Loopback addresses never serve node ports
+	// (kubernetes#90259). With no address left, node ports get no virtual
+	// server. Traffic to a cluster IP from outside the family's
+	// Node.ClusterCIDRs prefix is masqueraded; without one, only traffic
+	// the node sends from a service address is, as kube-proxy does
+	// without a local-traffic detector.
+	Node proxy.NodeConfig
 
 	// RandomFully adds --random-fully to the MASQUERADE rule. Set it from
 	// iptables.Interface.HasRandomFully.
@@ -75,37 +52,26 @@ type TranslatorConfig struct {
 	// SchedulerFlags are added to every virtual server: FlagSched1,
 	// FlagSched2 and FlagSched3 are the scheduler's options (kube-proxy
 	// sets FlagSched2 with "mh", to hash the source port too).
-	SchedulerFlags Flags
+	SchedulerFlags ipvs.Flags
 
 	// ChainPrefix starts the name of every chain and ipset the
-	// translation names (see NewModeNames); "" means
+	// translation names (see NewNames); "" means
 	// iptables.DefaultChainPrefix, kube-proxy's names. Use the
-	// ModeNames.SetPrefix of the same prefix for the ipset reconciler.
+	// Names.SetPrefix of the same prefix for the ipset reconciler.
 	ChainPrefix string
 }
 
-// TranslateInput is what [Translator.Translate] reads.
-type TranslateInput struct {
-	// Services and Endpoints are the proxier's maps for the translator's
-	// family, brought up to date with ServicePortMap.Update and
-	// EndpointsMap.Update. Translate never modifies them.
-	Services  changetracker.ServicePortMap
-	Endpoints changetracker.EndpointsMap
-	// NodeLabels are this node's labels, for topology.
-	NodeLabels map[string]string
-}
-
-// Translation is the whole IPVS-mode state of one family, as
-// [Translator.Translate] renders it. Its slices belong to the Translator
+// SyncResult is the whole IPVS-mode state of one family, as
+// [Writer.Translate] renders it. Its slices belong to the Writer
 // and are overwritten by the next Translate: apply (or copy) them first.
 //
 // Apply it in this order, as [Applier] does: Sets (the rules match on
 // them), then the jump rules ([EnsureJumpRules]) and Payload, then
 // Services. Each sync is a full reconcile; the reconcilers make one that
 // changes nothing write nothing.
-type Translation struct {
-	// IPFamily is the translator's family.
-	IPFamily v1.IPFamily
+type SyncResult struct {
+	// Family is the translator's family.
+	Family v1.IPFamily
 
 	// Services are the virtual servers, for Reconciler.Reconcile: each
 	// service port's cluster IP, external IPs and load-balancer VIPs
@@ -115,19 +81,19 @@ type Translation struct {
 	// A service port with no usable endpoint has virtual servers with no
 	// real server: the kernel answers a new connection to them with ICMP
 	// port unreachable, so clients are refused at once.
-	Services []Service
+	Services []ipvs.Service
 
 	// Sets are every ipset of the family, with their members, in a fixed
 	// order, empty ones included, for ipset.Reconciler.Reconcile (with
-	// SetPrefix, or ModeNames.SetPrefix with another ChainPrefix). The
+	// SetPrefix, or Names.SetPrefix with another ChainPrefix). The
 	// names are kube-proxy's, with "KUBE-6-" instead of "KUBE-" for IPv6,
 	// and the chain prefix instead of KUBE.
 	Sets []ipset.Desired
 
 	// JumpRules are the rules from built-in chains into the payload's
-	// chains ([ModeNames.JumpRules]); apply them with
+	// chains ([Names.JumpRules]); apply them with
 	// iptables.EnsureJumps before Payload, as [Applier] does. A
-	// Translation that was not made by a Translator, with none, gets
+	// SyncResult that was not made by a Writer, with none, gets
 	// [JumpRules].
 	JumpRules []iptables.JumpRule
 
@@ -150,7 +116,7 @@ type Translation struct {
 	NoLocalEndpointsInternal, NoLocalEndpointsExternal int
 }
 
-// Translator renders the IPVS-mode state of one IP family from the
+// Writer renders the IPVS-mode state of one IP family from the
 // tracker's maps: the virtual servers, the ipsets and the few iptables rules
 // IPVS mode needs (masquerading, source ranges, node ports, and refusing
 // ports of service addresses that no service uses). It reads nothing from
@@ -176,9 +142,9 @@ type Translation struct {
 // the masquerading rules to see IPVS connections, and forwarding on;
 // setting sysctls is the caller's job.
 //
-// A Translator is not safe for concurrent use.
-type Translator struct {
-	cfg         TranslatorConfig
+// A Writer is not safe for concurrent use.
+type Writer struct {
+	cfg         WriterConfig
 	isIPv6      bool
 	loopback    string // "127.0.0.0/8" or "::1/128"
 	mark        string // "0x00004000"
@@ -192,72 +158,65 @@ type Translator struct {
 	nodePortPrefixes []netip.Prefix
 	nodePortDst      []string
 	setNames         [numSets]string
-	modeNames        *ModeNames
+	modeNames        *Names
 	jumps            []iptables.JumpRule
 
 	// Buffers reused from call to call.
 	names    []changetracker.ServicePortName
-	services []Service
-	reals    []RealServer
+	services []ipvs.Service
+	reals    []ipvs.RealServer
 	entries  [numSets][]ipset.Entry
 	sets     []ipset.Desired
-	owners   map[key]changetracker.ServicePortName
+	owners   map[vsKey]changetracker.ServicePortName
 	bound    map[netip.Addr]struct{}
 	loops    map[ipset.Entry]struct{}
 	buf      iptables.LineBuffer
 }
 
-// NewTranslator returns a translator for cfg. It fails, naming the field,
+// NewWriter returns a translator for cfg. It fails, naming the field,
 // when the family is unknown, the chain prefix is not valid
-// (NewModeNames), the masquerade bit is out of range, the scheduler or
-// flags are unknown to IPVS, the cluster CIDR is of the other family, or a
-// node IP or node-port prefix is not valid.
-func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
-	t := &Translator{cfg: cfg, owners: map[key]changetracker.ServicePortName{}, bound: map[netip.Addr]struct{}{}, loops: map[ipset.Entry]struct{}{}}
-	switch cfg.IPFamily {
+// (NewNames), the masquerade bit is out of range, the scheduler or
+// flags are unknown to IPVS, or Node has two cluster CIDRs of the family.
+// cfg is copied; the translator never changes the caller's slices.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	t := &Writer{cfg: cfg, owners: map[vsKey]changetracker.ServicePortName{}, bound: map[netip.Addr]struct{}{}, loops: map[ipset.Entry]struct{}{}}
+	switch cfg.Family {
 	case v1.IPv4Protocol:
 		t.loopback = "127.0.0.0/8"
 	case v1.IPv6Protocol:
 		t.isIPv6, t.loopback = true, "::1/128"
 	default:
-		return nil, fmt.Errorf("IPVS translator: unknown IP family %q", cfg.IPFamily)
+		return nil, fmt.Errorf("IPVS translator: unknown IP family %q", cfg.Family)
 	}
-	names, err := NewModeNames(cfg.ChainPrefix)
+	names, err := NewNames(cfg.ChainPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("IPVS translator: %w", err)
 	}
 	t.modeNames, t.jumps = names, names.JumpRules()
-	bit := iptables.DefaultMasqueradeBit
-	if cfg.MasqueradeBit != nil {
-		bit = *cfg.MasqueradeBit
-	}
-	if bit < 0 || bit > 31 {
-		return nil, fmt.Errorf("IPVS translator: masquerade bit %d is not in 0..31", bit)
+	bit, err := cfg.Node.MasqueradeMark()
+	if err != nil {
+		return nil, fmt.Errorf("IPVS translator: Node.MasqueradeBit: %w", err)
 	}
 	t.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
 	t.markMask = t.mark + "/" + t.mark
-	if cfg.SchedulerFlags&FlagPersistent != 0 {
-		return nil, fmt.Errorf("IPVS translator: %w: scheduler flags %#x: persistence comes from session affinity", ErrInvalid, uint32(cfg.SchedulerFlags))
+	if cfg.SchedulerFlags&ipvs.FlagPersistent != 0 {
+		return nil, fmt.Errorf("IPVS translator: %w: scheduler flags %#x: persistence comes from session affinity", ipvs.ErrInvalid, uint32(cfg.SchedulerFlags))
 	}
-	probe := VirtualServer{Address: netip.IPv6Loopback(), Protocol: v1.ProtocolTCP, Port: 1, Scheduler: cfg.Scheduler, Flags: cfg.SchedulerFlags}
-	if err := probe.validate(); err != nil {
-		return nil, fmt.Errorf("IPVS translator: %w: scheduler %q with flags %#x: %s", ErrInvalid, cfg.Scheduler, uint32(cfg.SchedulerFlags), err)
+	probe := ipvs.VirtualServer{Address: netip.IPv6Loopback(), Protocol: v1.ProtocolTCP, Port: 1, Scheduler: cfg.Scheduler, Flags: cfg.SchedulerFlags}
+	if err := probe.Validate(); err != nil {
+		return nil, fmt.Errorf("IPVS translator: scheduler %q with flags %#x: %w", cfg.Scheduler, uint32(cfg.SchedulerFlags), err)
 	}
-	if cfg.ClusterCIDR.IsValid() {
-		if !t.sameFamily(cfg.ClusterCIDR.Addr()) {
-			return nil, fmt.Errorf("IPVS translator: cluster CIDR %s is not %s", cfg.ClusterCIDR, cfg.IPFamily)
-		}
-		t.clusterCIDR = cfg.ClusterCIDR.Masked().String()
+	cidr, err := cfg.Node.ClusterCIDR(cfg.Family)
+	if err != nil {
+		return nil, fmt.Errorf("IPVS translator: Node.ClusterCIDRs: %w", err)
+	}
+	if cidr.IsValid() {
+		t.clusterCIDR = cidr.String()
 	}
 	all := false
-	for _, p := range cfg.NodePortAddresses {
-		if !p.IsValid() {
-			return nil, fmt.Errorf("IPVS translator: node-port address %s is not valid", p)
-		}
-		if t.ownPrefix(p) {
-			t.nodePortPrefixes = append(t.nodePortPrefixes, p.Masked())
-			all = all || p.Bits() == 0
-		}
+	for _, p := range cfg.Node.NodePortPrefixes(cfg.Family) {
+		t.nodePortPrefixes = append(t.nodePortPrefixes, p)
+		all = all || p.Bits() == 0
 	}
 	if all {
 		t.nodePortPrefixes = nil
@@ -265,25 +224,15 @@ func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 	for _, p := range t.nodePortPrefixes {
 		t.nodePortDst = append(t.nodePortDst, p.String())
 	}
-	if err := t.SetNodeIPs(cfg.NodeIPs); err != nil {
-		return nil, err
-	}
 	for k := range numSets {
-		t.setNames[k] = t.modeNames.setName(k, cfg.IPFamily)
+		t.setNames[k] = t.modeNames.setName(k, cfg.Family)
 	}
 	return t, nil
 }
 
-// SetNodeIPs replaces TranslatorConfig.NodeIPs, for the next Translate:
-// call it when the node's addresses change (DummyBinder.NodeAddresses is
-// cheap enough to read on every sync). Addresses of the other family are
-// ignored; an invalid one is an error, and then nothing changes.
-func (t *Translator) SetNodeIPs(ips []netip.Addr) error {
-	for _, ip := range ips {
-		if !ip.IsValid() {
-			return fmt.Errorf("IPVS translator: node IP %s is not valid", ip)
-		}
-	}
+// setNodeIPs takes the node's addresses of a sync's input, in their
+// order, those of the other family and invalid ones left out.
+func (t *Writer) setNodeIPs(ips []netip.Addr) {
 	t.nodeIPs, t.nodePortIPs = t.nodeIPs[:0], t.nodePortIPs[:0]
 	for _, ip := range ips {
 		ip, ok := t.own(ip)
@@ -298,24 +247,37 @@ func (t *Translator) SetNodeIPs(ips []netip.Addr) error {
 			t.nodePortIPs = append(t.nodePortIPs, ip)
 		}
 	}
-	return nil
 }
 
-func (t *Translator) sameFamily(ip netip.Addr) bool {
+func (t *Writer) sameFamily(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	return ip.IsValid() && ip.Is6() == t.isIPv6
 }
 
-// Translate renders in. Bad input is logged through the logger in ctx and
+// Translate renders in. in.NodeIPs are the node's own addresses, on its
+// real interfaces (not the dummy interface; see
+// ipvs.DummyBinder.NodeAddresses): node ports get a virtual server on
+// each of them (see WriterConfig.Node), an external IP or load-balancer
+// VIP that is one of them is not bound to the dummy interface, since the
+// node has it already, and a load balancer whose source ranges contain
+// one of them also admits traffic whose source is the VIP itself, which
+// is what the node sends when it reaches the VIP. Every call renders
+// everything; the change results in in are not read.
+//
+// Bad input is logged through the logger in ctx and
 // skipped for the service port it belongs to alone, never panicking: a
 // port whose cluster IP is not of the family, or whose protocol, port,
 // node port, health-check node port or affinity timeout is out of range,
 // is skipped; endpoints and addresses of the other family, or with bad
 // ports, are left out; a virtual server that an earlier service port (in
 // name order) has already is left to that port.
-func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translation {
+func (t *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 	logger := klog.FromContext(ctx)
-	res := Translation{IPFamily: t.cfg.IPFamily, JumpRules: t.jumps}
+	res := SyncResult{Family: t.cfg.Family, JumpRules: t.jumps}
+	if in.Family != "" && in.Family != t.cfg.Family {
+		logger.Error(nil, "Input of another IP family; its service ports get no virtual servers", "ipFamily", t.cfg.Family, "inputFamily", logsafe.Quote(string(in.Family)))
+	}
+	t.setNodeIPs(in.NodeIPs)
 
 	t.names = t.names[:0]
 	endpoints := 0
@@ -328,7 +290,7 @@ func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translati
 	// Each port uses at most two lists of real servers, one per traffic
 	// policy; room for both means the arena is allocated once.
 	if cap(t.reals) < 2*endpoints {
-		t.reals = make([]RealServer, 0, 2*endpoints)
+		t.reals = make([]ipvs.RealServer, 0, 2*endpoints)
 	}
 	t.reals = t.reals[:0]
 	t.services = t.services[:0]
@@ -349,7 +311,7 @@ func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translati
 
 	t.sets = t.sets[:0]
 	for k := range numSets {
-		t.sets = append(t.sets, ipset.Desired{Set: setDesc(k, t.setNames[k], t.cfg.IPFamily, len(t.entries[k])), Entries: t.entries[k]})
+		t.sets = append(t.sets, ipset.Desired{Set: setDesc(k, t.setNames[k], t.cfg.Family, len(t.entries[k])), Entries: t.entries[k]})
 	}
 	t.render()
 
@@ -357,7 +319,7 @@ func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translati
 	res.Sets = t.sets
 	res.Payload = t.buf.Bytes()
 	res.Lines = t.buf.Lines()
-	logger.V(2).Info("Translated services for IPVS mode", "ipFamily", t.cfg.IPFamily,
+	logger.V(2).Info("Translated services for IPVS mode", "ipFamily", t.cfg.Family,
 		"servicePorts", res.ServicePorts, "skipped", res.SkippedServicePorts,
 		"virtualServers", len(res.Services), "payloadBytes", len(res.Payload))
 	return res
@@ -365,12 +327,12 @@ func (t *Translator) Translate(ctx context.Context, in TranslateInput) Translati
 
 // translatePort adds what one service port needs and reports whether it
 // was usable.
-func (t *Translator) translatePort(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort, eps []changetracker.Endpoint, labels map[string]string, res *Translation) bool {
+func (t *Writer) translatePort(logger klog.Logger, name changetracker.ServicePortName, svc changetracker.ServicePort, eps []changetracker.Endpoint, labels map[string]string, res *SyncResult) bool {
 	if svc == nil {
 		return false
 	}
 	skip := func(why string, kv ...any) bool {
-		logger.Error(nil, "Skipping service port: "+why, append([]any{"servicePort", name.String(), "ipFamily", t.cfg.IPFamily}, kv...)...)
+		logger.Error(nil, "Skipping service port: "+why, append([]any{"servicePort", name.String(), "ipFamily", t.cfg.Family}, kv...)...)
 		return false
 	}
 	clusterIP, ok := t.own(svc.ClusterIP())
@@ -378,24 +340,24 @@ func (t *Translator) translatePort(logger klog.Logger, name changetracker.Servic
 		return skip("cluster IP is not of the translator's family", "clusterIP", svc.ClusterIP())
 	}
 	proto := svc.Protocol()
-	if _, ok := protocolNumbers[proto]; !ok {
+	if proto != v1.ProtocolTCP && proto != v1.ProtocolUDP && proto != v1.ProtocolSCTP {
 		return skip("protocol is not TCP, UDP or SCTP", "protocol", proto)
 	}
 	port, nodePort, hcPort := svc.Port(), svc.NodePort(), svc.HealthCheckNodePort()
 	if port < 1 || port > math.MaxUint16 || nodePort < 0 || nodePort > math.MaxUint16 || hcPort < 0 || hcPort > math.MaxUint16 {
 		return skip("port out of range", "port", port, "nodePort", nodePort, "healthCheckNodePort", hcPort)
 	}
-	vs := VirtualServer{Protocol: proto, Port: uint16(port), Scheduler: t.cfg.Scheduler, Flags: t.cfg.SchedulerFlags}
+	vs := ipvs.VirtualServer{Protocol: proto, Port: uint16(port), Scheduler: t.cfg.Scheduler, Flags: t.cfg.SchedulerFlags}
 	if svc.SessionAffinityType() == v1.ServiceAffinityClientIP {
 		timeout := svc.StickyMaxAgeSeconds()
 		if timeout < 1 || timeout > math.MaxInt32 {
 			return skip("ClientIP affinity timeout out of range", "timeoutSeconds", timeout)
 		}
-		vs.Flags |= FlagPersistent
+		vs.Flags |= ipvs.FlagPersistent
 		vs.Timeout = uint32(timeout)
 	}
 
-	cluster, local, _, hasAny := changetracker.CategorizeEndpoints(eps, svc, t.cfg.NodeName, labels)
+	cluster, local, _, hasAny := changetracker.CategorizeEndpoints(eps, svc, t.cfg.Node.Name, labels)
 	internal := cluster
 	if svc.InternalPolicyLocal() {
 		internal = local
@@ -514,9 +476,9 @@ func (t *Translator) translatePort(logger klog.Logger, name changetracker.Servic
 	return true
 }
 
-func (t *Translator) add(k setKind, e ipset.Entry) { t.entries[k] = append(t.entries[k], e) }
+func (t *Writer) add(k setKind, e ipset.Entry) { t.entries[k] = append(t.entries[k], e) }
 
-func (t *Translator) addNodePort(all, local setKind, localPolicy bool, e ipset.Entry) {
+func (t *Writer) addNodePort(all, local setKind, localPolicy bool, e ipset.Entry) {
 	t.add(all, e)
 	if localPolicy {
 		t.add(local, e)
@@ -526,7 +488,7 @@ func (t *Translator) addNodePort(all, local setKind, localPolicy bool, e ipset.E
 // addExternal adds the virtual server of vs's port on an external IP or
 // load-balancer VIP, bound unless it is the node's own, and returns the
 // address in the kernel's form, or false if it is not of the family.
-func (t *Translator) addExternal(logger klog.Logger, name changetracker.ServicePortName, vs VirtualServer, ip netip.Addr, rs []RealServer) (netip.Addr, bool) {
+func (t *Writer) addExternal(logger klog.Logger, name changetracker.ServicePortName, vs ipvs.VirtualServer, ip netip.Addr, rs []ipvs.RealServer) (netip.Addr, bool) {
 	ip, ok := t.own(ip)
 	if ok {
 		vs.Address = ip
@@ -537,14 +499,14 @@ func (t *Translator) addExternal(logger klog.Logger, name changetracker.ServiceP
 
 // addService adds a virtual server unless an earlier service port has it:
 // the kernel has one virtual server per address, protocol and port.
-func (t *Translator) addService(logger klog.Logger, name changetracker.ServicePortName, vs VirtualServer, rs []RealServer, bind bool) {
-	k := vs.key()
+func (t *Writer) addService(logger klog.Logger, name changetracker.ServicePortName, vs ipvs.VirtualServer, rs []ipvs.RealServer, bind bool) {
+	k := keyOf(vs)
 	if owner, taken := t.owners[k]; taken {
 		logger.Error(nil, "Skipping virtual server: another service port has it", "virtualServer", vs.String(), "servicePort", name.String(), "owner", owner.String())
 		return
 	}
 	t.owners[k] = name
-	t.services = append(t.services, Service{VirtualServer: vs, RealServers: rs, Bind: bind})
+	t.services = append(t.services, ipvs.Service{VirtualServer: vs, RealServers: rs, Bind: bind})
 	if !bind {
 		return
 	}
@@ -556,19 +518,19 @@ func (t *Translator) addService(logger klog.Logger, name changetracker.ServicePo
 
 // realServers converts eps into real servers in the arena and returns
 // them, or nil if none is usable.
-func (t *Translator) realServers(logger klog.Logger, name changetracker.ServicePortName, eps []changetracker.Endpoint) []RealServer {
+func (t *Writer) realServers(logger klog.Logger, name changetracker.ServicePortName, eps []changetracker.Endpoint) []ipvs.RealServer {
 	start := len(t.reals)
 	for _, ep := range eps {
 		ip, port, ok := t.endpointAddr(ep)
 		if !ok {
-			logger.Error(nil, "Skipping endpoint: address not of the translator's family or port out of range", "servicePort", name.String(), "ip", ep.IP(), "port", ep.Port(), "ipFamily", t.cfg.IPFamily)
+			logger.Error(nil, "Skipping endpoint: address not of the translator's family or port out of range", "servicePort", name.String(), "ip", ep.IP(), "port", ep.Port(), "ipFamily", t.cfg.Family)
 			continue
 		}
 		// The map keeps endpoints sorted, so a repeat is the previous one.
 		if n := len(t.reals); n > start && t.reals[n-1].Address == ip && t.reals[n-1].Port == port {
 			continue
 		}
-		t.reals = append(t.reals, RealServer{Address: ip, Port: port, Weight: 1})
+		t.reals = append(t.reals, ipvs.RealServer{Address: ip, Port: port, Weight: 1})
 	}
 	if len(t.reals) == start {
 		return nil
@@ -577,7 +539,7 @@ func (t *Translator) realServers(logger klog.Logger, name changetracker.ServiceP
 	return t.reals[start:end:end]
 }
 
-func (t *Translator) endpointAddr(ep changetracker.Endpoint) (netip.Addr, uint16, bool) {
+func (t *Writer) endpointAddr(ep changetracker.Endpoint) (netip.Addr, uint16, bool) {
 	ip, ok := t.own(ep.IP())
 	port := ep.Port()
 	return ip, uint16(port), ok && port > 0 && port <= math.MaxUint16
@@ -585,19 +547,19 @@ func (t *Translator) endpointAddr(ep changetracker.Endpoint) (netip.Addr, uint16
 
 // own returns ip in the form the kernel takes (not IPv4-mapped, no zone)
 // and whether it is a valid address of the translator's family.
-func (t *Translator) own(ip netip.Addr) (netip.Addr, bool) {
+func (t *Writer) own(ip netip.Addr) (netip.Addr, bool) {
 	ip = ip.Unmap().WithZone("")
 	return ip, t.sameFamily(ip)
 }
 
 // ownPrefix reports whether p is a valid prefix of the translator's
 // family, in the form the kernel takes.
-func (t *Translator) ownPrefix(p netip.Prefix) bool {
+func (t *Writer) ownPrefix(p netip.Prefix) bool {
 	a := p.Addr()
 	return p.IsValid() && a.Zone() == "" && !a.Is4In6() && a.Is6() == t.isIPv6
 }
 
-func (t *Translator) isNodeIP(ip netip.Addr) bool { return slices.Contains(t.nodeIPs, ip) }
+func (t *Writer) isNodeIP(ip netip.Addr) bool { return slices.Contains(t.nodeIPs, ip) }
 
 // sameEndpoints reports whether a and b are the same slice.
 func sameEndpoints(a, b []changetracker.Endpoint) bool {
@@ -619,16 +581,16 @@ func compareServicePortNames(a, b changetracker.ServicePortName) int {
 // weight 1" per real server), the sets as `ipset save` writes them, then
 // Payload, each part after a "#" heading that names it and the family.
 // Nothing is sorted: the order is tr's.
-func (tr Translation) WriteTo(w io.Writer) (int64, error) {
+func (tr SyncResult) WriteTo(w io.Writer) (int64, error) {
 	var b []byte
-	b = fmt.Appendf(b, "# IPVS virtual servers (%s)\n", tr.IPFamily)
+	b = fmt.Appendf(b, "# IPVS virtual servers (%s)\n", tr.Family)
 	for _, s := range tr.Services {
 		vs := s.VirtualServer.Normalized()
 		b = fmt.Appendf(b, "%s %s %s", vs.Protocol, netip.AddrPortFrom(vs.Address, vs.Port), vs.Scheduler)
-		if vs.Flags&FlagPersistent != 0 {
+		if vs.Flags&ipvs.FlagPersistent != 0 {
 			b = fmt.Appendf(b, " persistent %d", vs.Timeout)
 		}
-		if f := vs.Flags &^ FlagPersistent; f != 0 {
+		if f := vs.Flags &^ ipvs.FlagPersistent; f != 0 {
 			b = fmt.Appendf(b, " flags %#x", uint32(f))
 		}
 		if s.Bind {
@@ -639,7 +601,7 @@ func (tr Translation) WriteTo(w io.Writer) (int64, error) {
 			b = fmt.Appendf(b, "  -> %s weight %d\n", rs, rs.Weight)
 		}
 	}
-	b = fmt.Appendf(b, "# ipsets (%s)\n", tr.IPFamily)
+	b = fmt.Appendf(b, "# ipsets (%s)\n", tr.Family)
 	for _, d := range tr.Sets {
 		b = fmt.Appendf(b, "create %s\n", d.Set.WithDefaults())
 		for _, e := range d.Entries {
@@ -647,11 +609,24 @@ func (tr Translation) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	restore := "iptables-restore"
-	if tr.IPFamily == v1.IPv6Protocol {
+	if tr.Family == v1.IPv6Protocol {
 		restore = "ip6tables-restore"
 	}
-	b = fmt.Appendf(b, "# %s input (%s)\n", restore, tr.IPFamily)
+	b = fmt.Appendf(b, "# %s input (%s)\n", restore, tr.Family)
 	b = append(b, tr.Payload...)
 	n, err := w.Write(b)
 	return int64(n), err
+}
+
+// vsKey is a virtual server's identity (see ipvs.VirtualServer.SameAs),
+// without pointers, so that a map of tens of thousands of them costs the
+// garbage collector nothing.
+type vsKey struct {
+	addr  [16]byte
+	proto v1.Protocol
+	port  uint16
+}
+
+func keyOf(vs ipvs.VirtualServer) vsKey {
+	return vsKey{vs.Address.As16(), vs.Protocol, vs.Port}
 }
