@@ -22,7 +22,7 @@ VMTESTFLAGS ?=
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./nftables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices ./nftables:FuzzEncodeElement
 
-.PHONY: all test test-tools vmtest bench fuzz lint fmt
+.PHONY: all test test-tools vmtest bench fuzz lint fmt api api-check
 
 all: lint test
 
@@ -55,6 +55,16 @@ lint:
 	$(GO) vet ./...
 	GOOS=darwin $(GO) build ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@$(MAKE) --no-print-directory api-check
+
+# The public API snapshot in api/ (go doc -all per package; see hack/api.sh and
+# docs/api.md): `make api` rewrites it, `make api-check` fails when it is stale
+# and builds and tests the out-of-tree clients in hack/apiclients.
+api:
+	GO=$(GO) ./hack/api.sh write
+
+api-check:
+	GO=$(GO) ./hack/api.sh check
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
