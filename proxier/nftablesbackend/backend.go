@@ -123,8 +123,8 @@ func WithFullSyncPeriod(d time.Duration) Option {
 // WithSplitFirstLoad makes a full sync into a missing table (the first on
 // the node, or after the table was deleted) send the bulk of its elements
 // with apply after nft has created the rest, instead of through nft's
-// parser: nftables.WriterConfig.SplitFirstLoad, 0.36 s instead of 1.7 s
-// for 10,000 services of 10 endpoints (BENCHMARKS.md). apply nil means
+// parser: nftables.WriterConfig.SplitFirstLoad, several times faster at
+// scale, where nft's parsing dominates (BENCHMARKS.md). apply nil means
 // nftables.ApplyElements, which talks to the network namespace of the
 // thread that syncs, bounded by WithCommandTimeout; it must reach the
 // kernel nft's Interface runs in, so leave this off over a
