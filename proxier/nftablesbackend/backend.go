@@ -144,7 +144,7 @@ func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
 // services added or removed whose chains exist: the common case) reach the
 // kernel as one netlink batch sent by apply, instead of an exec of nft -f:
 // nftables.WriterConfig.NetlinkElementSyncs, which says which syncs
-// qualify (BENCHMARKS.md, "nftables mode end to end"). The batch is
+// qualify (docs/benchmarks-history.md, "nftables mode end to end"). The batch is
 // atomic as the transaction is, and its outcome reaches the writer and
 // the metrics the same way: a refused batch changes nothing, counts as a
 // failed sync, and makes the next sync full. apply nil means
@@ -238,8 +238,8 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		// The periodic resync reads the generation and, when others
 		// committed, looks only at what their batches changed in the
 		// table (the watcher) or, without one, compares by key, instead
-		// of rewriting the table (BENCHMARKS.md, "Periodic resync
-		// without a rewrite"). 0: the namespace of the calling thread,
+		// of rewriting the table (docs/benchmarks-history.md, "Periodic
+		// resync without a rewrite"). 0: the namespace of the calling thread,
 		// the one nft runs in.
 		kw, err := b.netlink().WatchKernel(0)
 		if err != nil {
