@@ -20,7 +20,7 @@ import (
 	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
-// injection is the namespace of issue 11's example: it would end the nat
+// injection is a namespace that, written raw, would end the nat
 // table in iptables-restore input and flush the node's INPUT chain.
 const injection = "x\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n-F INPUT\nCOMMIT\n*nat\n#"
 

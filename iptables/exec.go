@@ -23,9 +23,9 @@ const DefaultLockWait = 5 * time.Second
 
 // DefaultCommandTimeout is how long one run of iptables, iptables-save or
 // iptables-restore may take unless [WithCommandTimeout] says otherwise. The
-// slowest restore measured (BENCHMARKS.md) is a second full sync of 5,000
-// services of 100 endpoints on the nft backend, 5 min 49 s; 10,000 services
-// of 10 endpoints take 21 s. Fifteen minutes leaves room for larger or
+// slowest restore measured (BENCHMARKS.md), a second full sync of 5,000
+// services of 100 endpoints on the nft backend, takes well under half of
+// it. Fifteen minutes leaves room for larger or
 // slower nodes, and still ends a hung command, which would otherwise stop
 // every later sync, well before anyone would wait for it by hand.
 const DefaultCommandTimeout = 15 * time.Minute

@@ -92,9 +92,9 @@ type WriterConfig struct {
 	// iptables-restore input) that each declare about that many chains;
 	// the chains of one service port always share a commit.
 	// iptables-nft-restore takes time quadratic in the number of chains one
-	// commit declares with --noflush: on the test machine 4,000 services of
-	// 10 endpoints took 171 s in one commit and 2.3 s in commits of 1,000
-	// chains. Use NFTChainsPerCommit for the nft backend and zero for
+	// commit declares with --noflush, so commits of a bounded number of
+	// chains are far faster than one (BENCHMARKS.md).
+	// Use NFTChainsPerCommit for the nft backend and zero for
 	// legacy, whose iptables-restore rewrites the whole table at every
 	// commit. The service chains come first and the commit that rewrites
 	// the top-level chains (and deletes stale chains) last, so traffic keeps

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Benchmarks at the sizes of issue 5 (services x endpoints per service).
+// Benchmarks at BENCHMARKS.md's sizes (services x endpoints per service).
 // Run them with, for example:
 //
 //	go test -run '^$' -bench 'Sync(Full|Partial)' -benchmem -benchtime 5x ./iptables/

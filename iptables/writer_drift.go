@@ -115,9 +115,8 @@ func (w *Writer) CheckDrift(ctx context.Context, ipt Interface) (Drift, error) {
 	var buf bytes.Buffer
 	// iptables-legacy reads the whole table from the kernel for any
 	// listing, so one iptables-save of nat costs less than listing its
-	// two chains (1.06 s against 1.74 s at 10,000 services); the nft
-	// backend reads only the chain listed (0.12 s, where iptables-save
-	// takes 3.4 s).
+	// two chains; the nft backend reads only the chain listed, far less
+	// than iptables-save reads (BENCHMARKS.md).
 	var natSave string
 	if ipt.Backend() == BackendLegacy {
 		if err := ipt.SaveInto(ctx, TableNAT, &buf); err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/proxykit/proxykit/proxy"
 )
 
-// The scenarios of issue 5, shared by the kernel tests (real packets
+// The writer's scenarios, shared by the kernel tests (real packets
 // through real iptables-restore) and the trace tests (the Fake's packet
 // trace), so that the two check the same rules.
 //

@@ -51,9 +51,7 @@
 // from a pod, and the drop in no-endpoint-services, meant for clients
 // outside the node, no longer matches it. Since the firewall runs first,
 // a client outside a load balancer's source ranges is dropped even when
-// the service has no endpoints, not rejected. The first sync deletes the
-// base chains of the earlier layout (filter-prerouting,
-// filter-output-post-dnat), which kube-proxy's nftables mode used too.
+// the service has no endpoints, not rejected.
 //
 // A service port of K endpoints is, for its cluster IP, one service-ips
 // element pointing at the shared chain lb-K and K endpoints elements at
@@ -89,8 +87,8 @@
 // per address the service has; removing one moves the last endpoint into
 // its index and points the service's elements at the shared chain of one
 // fewer (a ClusterIP service's endpoint of ten going is 5 element
-// operations, 3 when it was the last; coming back, 3; about 240 bytes of
-// nft text at 1,000, 10,000 and 30,000 services: BenchmarkSyncPartial,
+// operations, 3 when it was the last; coming back, 3; as many and as
+// small at any number of services: BenchmarkSyncPartial,
 // TestWriterDataMapPartial). A shared chain is
 // added by the first partial sync that needs its count and kept while
 // unused; a full sync deletes the unused ones. A full sync (the first,
@@ -107,58 +105,42 @@
 // # Periodic resync
 //
 // A resync (WriterConfig.FullSyncPeriod) exists to repair what others
-// changed in the table. Rewriting the table for that costs 1.7–1.8 s at
-// 10,000 services, so with WriterConfig.KernelState (NewKernelState: nf_tables
-// netlink, no nft) the writer finds out first, and rewrites only what
-// drifted:
+// changed in the table. Without WriterConfig.KernelState it rewrites the
+// table. With it (nf_tables netlink, no nft), the writer finds out first,
+// and rewrites only what drifted:
 //
 //  1. Generation. The kernel bumps a namespace-wide counter on every
-//     committed batch of any table. The writer reads it in Sync, before
-//     its transaction runs (g0), and in Applied, after (g1). If g1 is g0
-//     plus the batches it ran (one, whether a transaction or a netlink
-//     batch; two for a split load; none for an empty transaction), no one else committed between the two reads, so
-//     the kernel at g1 holds what the writer's memory says — provided it
-//     did at g0: g0 was the last such g1, or the sync was full, or a
-//     drift check ran after g0 and its repair is in the transaction. A
-//     commit by another at any moment, between the writer's transactions
-//     or between its render and its run, leaves a larger gap (or a g0 that
-//     is not the recorded one), so it is never taken for the writer's own;
-//     the gap is checked, not assumed. A resync that finds the recorded
-//     generation skips the rewrite: a partial sync whose two reads of
-//     the generation go through one socket kept open (23 µs for a sync
-//     with nothing to do, 180 µs when each read dialled its own:
-//     BenchmarkSyncNothingKernelState).
-//  2. Watcher. With a KernelWatcher (WatchKernel) as KernelState, a
-//     goroutine reads nf_tables' monitor group and records what each
-//     batch changed, per table: the chains of rule and chain
-//     notifications, the keys of element notifications. While the
-//     recorded generation is valid, every batch after it is another
-//     program's (the writer's own, checked as above, move it), so if none
-//     touched the table the resync is skipped too (and a partial sync
-//     after such batches moves the recorded generation on); if some did,
-//     the check below reads only the chains and elements they changed.
-//     Notifications lost (a batch of tens of thousands of objects
-//     overflows the socket), a set or the table added or deleted, or more
-//     keys than the watcher keeps lead to the whole check. A listener
-//     makes the kernel build a notification per object of every batch, so
-//     run full syncs inside KernelWatcher.Quiet.
-//  3. Drift check. When the generation moved and no watcher vouches for
-//     the table (another program committed, to it or, without a watcher,
-//     to any table; or the generation could not be read), the writer
-//     compares the kernel with its memory (within the watcher's scope, if
-//     it has one): the table exists, each chain it
-//     wrote holds the number of rules it wrote (one dump of the table's
-//     chains and one of its rules, counted, not decoded), and each element
-//     it wrote is there with its value (looked up by key, 256 keys a
-//     request: a dump of a set costs the kernel quadratic time). What
-//     differs is repaired in the partial sync's transaction: a missing
-//     element added, one with another value deleted and added, a drifted
-//     base, top-level or shared chain added, flushed and filled again.
-//     SyncResult.Resync and Drifted say what happened.
+//     committed batch of any table. The writer reads it before and after
+//     each of its own transactions; when the counter moved by no more
+//     than the writer's own batches since the table was last known to
+//     match its memory, the resync is skipped. Another program's commit,
+//     whenever it falls, leaves a gap that is never taken for the
+//     writer's own.
+//  2. Watcher. With a KernelWatcher (WatchKernel) as KernelState, the
+//     writer also knows which chains and elements each other program's
+//     batch changed in its table: a commit to another table costs no
+//     check, and one to its table makes it read only what changed.
+//  3. Drift check. When no watcher vouches for the table (another
+//     program committed, to it or, without a watcher, to any table;
+//     notifications were lost; a set or the table was added or deleted;
+//     more keys changed than the watcher keeps; the generation could not
+//     be read), the writer compares the table with its memory: the
+//     number of rules in each chain it wrote, and each element it wrote,
+//     looked up by key (a dump of a set costs the kernel quadratic time).
+//     What differs is repaired in the partial sync's transaction: a
+//     missing element added, one with another value deleted and added, a
+//     drifted base, top-level or shared chain added, flushed and filled
+//     again. SyncResult.Resync and Drifted say what happened.
 //  4. Rewrite. When the table is missing (it is loaded again, split with
 //     SplitFirstLoad), a per-service chain drifted (those of affinity and
 //     Local-external services, which only a full render writes), or the
 //     check failed, the resync is a full sync as without KernelState.
+//
+// Choosing: use a KernelWatcher where the process may join nf_tables'
+// monitor group, and run full syncs inside KernelWatcher.Quiet, since a
+// listener makes the kernel build a notification for every object of
+// every batch; NewKernelState where it may not, whose whole check grows
+// with the elements; neither, and every resync is a rewrite.
 //
 // The check does not see an element added by hand that the writer never
 // wrote, the interval sets' elements (firewall-allow, nodeport-ips), or a
@@ -166,9 +148,8 @@
 // rule changed in place (the count is the same; a watcher names its
 // chain, which is rewritten); RequestFullSync still rewrites the table
 // whole, for callers that suspect more. The whole check's cost grows with
-// the elements (about 0.13–0.16 s per 1,000 services × 10 endpoints,
-// BENCHMARKS.md, "nftables writer"); with a watcher's scope it and the
-// repair are O(what drifted).
+// the elements; with a watcher's scope it and the repair are O(what
+// drifted).
 //
 // # What differs from kube-proxy, and why
 //
@@ -176,9 +157,9 @@
 //     without affinity or a Local external policy, so "nft list" shows
 //     such a service as elements and there are no per-service chain
 //     counters. Packets see the same decisions. kube-proxy's anonymous
-//     "numgen vmap" per service makes the kernel load a 10,000-service
-//     table in about 100 s (each anonymous set is a set the kernel finds by
-//     a linear search, BENCHMARKS.md); this layout loads it in seconds.
+//     "numgen vmap" per service makes the kernel's load of a large
+//     table quadratic in the services (each anonymous set is a set the
+//     kernel finds by a linear search); this layout's load is linear.
 //   - The hairpin masquerade looks up "saddr . daddr" of a DNATed
 //     connection in a set of this node's endpoint addresses ("ep . ep");
 //     kube-proxy's hairpin-connections set holds "ep . ep . proto . port"
@@ -246,11 +227,10 @@
 //
 // Transactions go through knftables, one "nft -f" each, with two
 // exceptions that send elements through nf_tables netlink
-// (github.com/google/nftables) instead. With this layout nft's cache stays
-// small (a few dozen chains whatever the services), so what a partial sync
-// costs through nft is the exec of nft, its parser, the kernel's commit,
-// and nft's exit: 13 to 19 ms for a one-endpoint change at 10,000
-// services, 26 ms end to end through the proxier, above issue 15's 20 ms.
+// (github.com/google/nftables) instead, without nft's exec, parser and
+// exit. With this layout nft's cache stays small (a few dozen chains
+// whatever the services), so those are what a partial sync costs
+// through nft, and they are most of it.
 //
 // WriterConfig.NetlinkElementSyncs sends a partial sync whose every change
 // is an element deletion or addition of the big maps and sets (endpoints,
@@ -266,33 +246,32 @@
 // touches anything else (a chain or rule, an affinity set, an element with
 // a comment, which nft encodes in a form of its own, or an interval set,
 // whose ranges nft splits) stays one nft transaction, never split in two,
-// and so does every full sync. Such a batch commits in one to two
-// milliseconds at 10,000 services (a one-endpoint change through the
-// proxier: 2.3 to 2.7 ms median at 10,000, 6 to 8 ms at 30,000), where
-// nft -f takes 15 to 30 ms for the same change: the exec, the parse, and nft's exit, since the kernel makes
-// the release of a netfilter socket wait for the freeing of what earlier
-// batches deleted, an RCU grace period (10 to 20 ms on the test machine).
-// ApplyElementBatch therefore closes its socket in the background; the
-// batch is committed once its acknowledgements are read (BENCHMARKS.md,
-// "nftables mode end to end").
+// and so does every full sync. ApplyElementBatch closes its socket in
+// the background: the kernel makes the release of a netfilter socket wait
+// for the freeing of what earlier batches deleted, an RCU grace period
+// that would otherwise be added to the batch; the batch is committed once
+// its acknowledgements are read.
 //
-// A full load through nft is dominated by nft parsing the elements (1.7 s
-// at 10,000 services). WriterConfig.SplitFirstLoad splits a full sync into
+// A full load through nft is dominated by nft parsing the elements.
+// WriterConfig.SplitFirstLoad splits a full sync into
 // a missing table: the skeleton (about a hundred objects) through nft, and
 // the elements of the big maps and sets through netlink with
-// ApplyElements, 0.36 s at 10,000 services. Only a load into a missing
+// ApplyElements. Only a load into a missing
 // table is split, because the two steps are not one transaction: a full
 // resync of an existing table flushes and refills its maps, which split
 // would leave empty in between.
 //
-// The translator encodes elements as internal/lab/nftmeasure's found nft does
-// (fields in whole 32-bit registers, host-order numgen index), for both
-// families and TCP, UDP and SCTP. TestApplyElementBatchKernel checks,
-// for every set and map it takes, that its additions and deletions leave
-// the table nft -f leaves with the same changes, and that a refused batch
-// changes nothing; TestWriterSplitFirstLoadKernel and
-// TestWriterNetlinkElementSyncsKernel check whole syncs against nft's, the
-// latter with real connections after each batch.
+// Set both when the caller sends SyncResult.Elements and Batch to the
+// kernel its transactions reach (ApplyElements and ApplyElementBatch talk
+// to the network namespace of the calling thread); leave them off over a
+// knftables.Fake and in a dry run, where everything should read as nft -f
+// takes it.
+//
+// The netlink encoding is nft's (fields in whole 32-bit registers,
+// host-order numgen index), for both families and TCP, UDP and SCTP:
+// TestApplyElementBatchKernel, TestWriterSplitFirstLoadKernel and
+// TestWriterNetlinkElementSyncsKernel check that it leaves the table nft -f
+// leaves, and that a refused batch changes nothing.
 //
 // # Bounds
 //
@@ -313,4 +292,7 @@
 // packet tracer over the Fake's state, which follows the data-map lookups,
 // and a check of a transaction against what the kernel refuses and the
 // Fake lets through.
+//
+// The measurements behind these choices (layout, transport, resync) are
+// in the repository's BENCHMARKS.md and docs/benchmarks-history.md.
 package nftables

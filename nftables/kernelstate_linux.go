@@ -21,8 +21,7 @@ import (
 // /proc/PID/ns/net; 0 for the namespace of the thread that makes each
 // socket). It never lists a set by dumping it, which costs the kernel
 // time quadratic in the set's size: CheckElements looks each key up
-// (BENCHMARKS.md, "nftables: a kernel layout that meets issue 15's
-// targets"). The caller keeps netnsFD open while the KernelState is used.
+// (BENCHMARKS.md). The caller keeps netnsFD open while the KernelState is used.
 //
 // Generation, which a writer calls twice a sync, keeps its socket open
 // between calls; one that fails is closed and dialled again once, in the

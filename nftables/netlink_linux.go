@@ -154,10 +154,10 @@ func deadline(timeout time.Duration) nftables.SockOption {
 // closeInBackground closes conn's socket without waiting for the close.
 // Releasing a netfilter netlink socket makes the kernel wait for
 // nf_tables' release of what earlier batches deleted, an RCU grace period
-// (nft_rcv_nl_event flushes the destroy work on every release): 10 to
-// 20 ms on the test machine, for a batch that itself commits in a fraction
-// of a millisecond, and the whole cost of nft -f's deletions beyond its
-// exec. The batch is committed once Flush has read its acknowledgements,
+// (nft_rcv_nl_event flushes the destroy work on every release), which
+// lasts many times longer than the batch takes to commit, and is the
+// whole cost of nft -f's deletions beyond its exec. The batch is
+// committed once Flush has read its acknowledgements,
 // so nothing waits for the close but the next batch of the namespace,
 // should it come within the grace period (the kernel holds nf_tables'
 // commit lock meanwhile).

@@ -374,8 +374,8 @@ var staticChains = func() map[string]bool {
 // the endpoints maps). Their keys carry an index below the service's
 // endpoint count, so an element another added to them that the writer
 // does not hold is never looked up by its rules; looking up every
-// element and listing those maps costs the kernel seconds at 10,000
-// services (BENCHMARKS.md).
+// element and listing those maps is the costly part of a comparison at
+// scale (BENCHMARKS.md).
 //
 // It does not see a rule changed in place (same count) unless a scope
 // names its chain, or the elements of the interval sets (firewall-allow,

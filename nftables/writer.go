@@ -449,9 +449,9 @@ func (w *Writer) Table() string { return w.table }
 // them are added first (a no-op for one that exists), so a table that
 // another program deleted, emptied or pruned since is repaired in one
 // transaction the kernel takes. It does not list the table: nft reads
-// the whole ruleset to list a table's chains and sets, 2.8 s at 10,000
-// services of 10 endpoints, where the full sync renders in 28 ms and nft
-// applies it in about 1.7 s. A chain or set that others added and
+// the whole ruleset to list a table's chains and sets, which at scale
+// costs more than rendering and applying the full sync together
+// (BENCHMARKS.md). A chain or set that others added and
 // nothing refers to therefore stays until a full sync that lists: the
 // first, and the first after a failed transaction.
 func (w *Writer) RequestFullSync() { w.requestFull.Store(true) }

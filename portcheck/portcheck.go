@@ -1,9 +1,52 @@
-// Package portcheck holds the checks that the service rule writers
-// (iptables, nftables) make of every field of a service port and an
-// endpoint that reaches their kernel text, whatever the change trackers
-// checked before: a caller's MakeServicePortFunc or its own ServicePort
-// implementation can hand a writer anything, and one value the kernel tool
-// refuses would fail the sync of every service, not only that one.
+// Package portcheck decides which service ports and endpoints are safe to
+// program into a node's datapath. It holds the checks that the service
+// rule writers (iptables, nftables) make of every field of a service port
+// and an endpoint that reaches their kernel text, for anyone who turns the
+// change trackers' maps into rules of their own: a custom Backend, or
+// another writer. The trackers (package changetracker) refuse what the
+// API server would refuse, but a caller's MakeServicePortFunc or its own
+// ServicePort implementation can hand a writer anything, and one value the
+// kernel tool refuses would fail the sync of every service, not only that
+// one. Checked again here, per object, a bad value costs its own Service
+// alone.
+//
+// A Checker is for one IP family and one node (New), and knows the
+// family's ServiceCIDR ranges when given them (WithServiceCIDRs). Usable
+// says whether a port may get rules, and logs a refusal with the port's
+// name, the reason and the offending value, escaped as logsafe escapes
+// API text; Unusable gives the reason without logging. UsableEndpoints
+// drops, and logs, the endpoints a port's rules must not name. Only
+// values are checked: names are each writer's own business (its own
+// quoting), and nothing here touches the kernel.
+//
+// Edge behaviour:
+//   - A nil port is refused without a log; a nil endpoint is dropped.
+//   - An address counts as of the family only as iptables and nft take it
+//     as written: an IPv4-mapped IPv6 address or a zoned one is of
+//     neither.
+//   - A cluster IP that is of the other family, special (unspecified,
+//     loopback, link-local, multicast, broadcast), an address of this
+//     node, or outside known ServiceCIDRs refuses the port. Without
+//     ServiceCIDRs, cluster IPs are not checked against ranges.
+//   - An external or load-balancer IP of this family that is special
+//     refuses the whole port; one not of this family refuses nothing
+//     (leave it out of the rules, as the writers do); one equal to a node
+//     address is allowed, as the API server and kube-proxy allow it.
+//   - An unknown protocol or session affinity, a port, node port or
+//     health check node port out of range, or an affinity timeout outside
+//     the API server's bounds also refuses the port (Unusable lists every
+//     reason).
+//
+// In a Backend's sync of one family:
+//
+//	c := portcheck.New(v1.IPv4Protocol, nodeIPs...).WithServiceCIDRs(in.ServiceCIDRs)
+//	for name, svc := range in.Services {
+//		if !c.Usable(logger, name, svc, "", nil) {
+//			continue
+//		}
+//		eps := c.UsableEndpoints(logger, name, in.Endpoints[name])
+//		// render svc and eps
+//	}
 package portcheck
 
 import (

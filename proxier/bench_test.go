@@ -45,7 +45,7 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 	defer cancel()
 	objs := clustertest.Cluster(services, endpoints)
 	// As the manifests package does: NewClientset's field management
-	// would add about 1.4ms to every write, a cost of the fake alone.
+	// would add to every write a cost of the fake alone.
 	client := fake.NewSimpleClientset(objs...)
 
 	m, err := newMetrics(nil, func() int { return 0 }, func() int { return 0 })

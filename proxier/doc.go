@@ -30,12 +30,18 @@
 //	if err != nil { ... }
 //	err = p.Run(ctx) // until ctx is done
 //
+// Choosing options: WithSyncPeriods is kube-proxy's --min-sync-period and
+// --sync-period; a shorter minimum programs a change sooner and syncs
+// more often under churn. WithServiceProxyName lets the Proxier run beside
+// kube-proxy, serving only the Services labelled for it. Without
+// WithConntrack no conntrack entry is cleaned, so UDP clients of a
+// removed endpoint keep sending into the void until their flows expire;
+// without the health server options no port is listened on.
+//
 // It is not a datapath: it touches no kernel state of its own (the health
 // servers listen on ports, nothing more), and imports none of the
-// netlink-backed blocks. Importing it compiles 733 packages (go list
-// -deps), client-go's informers and clientset among them, and no netlink
-// or IPVS library; iptablesbackend adds the iptables block (738 in all),
-// ipvsbackend the netlink libraries of IPVS and ipset (746),
-// nftablesbackend the nftables block, knftables and the google/nftables
-// netlink library (750).
+// netlink-backed blocks. Importing it compiles client-go's informers and
+// clientset but no netlink or IPVS library; each ready Backend adds only
+// its own mode's blocks (the iptables block; the netlink libraries of
+// IPVS and ipset; the nftables block, knftables and google/nftables).
 package proxier

@@ -104,7 +104,7 @@ func listenIdle(context.Context, string, string) (net.Listener, error) {
 // TestPartialSyncReadsOnlyChangedServices checks that a partial sync of
 // a Proxier, with its service health bookkeeping, reads the ports and
 // endpoints of the changed Service alone, so that it costs the same
-// whatever the number of Services (issue 12, section 6): the
+// whatever the number of Services: the
 // health-check node ports and local endpoint counts must come from the
 // update results, not from walks over the maps.
 func TestPartialSyncReadsOnlyChangedServices(t *testing.T) {

@@ -548,7 +548,7 @@ func check(t *testing.T, err error) {
 }
 
 // TestE2E runs the proxier in iptables mode on each iptables backend, and
-// in nftables mode, through the scenarios of issues 8 and 15: every kind of
+// in nftables mode, through its scenarios: every kind of
 // service, churn, faults, health and shutdown.
 func TestE2E(t *testing.T) {
 	forEachE2EMode(t, false, testE2E)

@@ -17,7 +17,7 @@ import (
 
 // TestIPVSModeRemovesStaleStateAtStart starts IPVS mode on a node that
 // holds a virtual server and an ipset left by an earlier run, for a
-// Service deleted meanwhile (issue 12, point 5): the first sync deletes
+// Service deleted meanwhile: the first sync deletes
 // both, since the reconcilers compare with what the kernel lists rather
 // than with what they remember, and keeps another program's set.
 func TestIPVSModeRemovesStaleStateAtStart(t *testing.T) {

@@ -55,7 +55,7 @@ const latencyServicesPerFile = 100
 // first full restore; in nftables mode, nft -f alone applying the same
 // transactions. The figures are logged (go test -v); it runs at 1,000
 // services of 10 endpoints in each mode (iptables mode on both backends,
-// and nftables mode; about 40 s), and also at 10,000, and at 30,000 in
+// and nftables mode), and also at 10,000, and at 30,000 in
 // nftables mode (minutes), when PROXYKIT_E2E_SCALE=1. In nftables mode it
 // also times a change of endpoints alone (no new chain) sent as the
 // proxier sends it, one netlink batch, and the same change through nft -f.

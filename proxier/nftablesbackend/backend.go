@@ -124,8 +124,8 @@ func WithFullSyncPeriod(d time.Duration) Option {
 // WithSplitFirstLoad makes a full sync into a missing table (the first on
 // the node, or after the table was deleted) send the bulk of its elements
 // with apply after nft has created the rest, instead of through nft's
-// parser: nftables.WriterConfig.SplitFirstLoad, 0.36 s instead of 1.7 s
-// for 10,000 services of 10 endpoints (BENCHMARKS.md). apply nil means
+// parser: nftables.WriterConfig.SplitFirstLoad, several times faster at
+// scale, where nft's parsing dominates (BENCHMARKS.md). apply nil means
 // nftables.ApplyElements, which talks to the network namespace of the
 // thread that syncs, bounded by WithCommandTimeout; it must reach the
 // kernel nft's Interface runs in, so leave this off over a
@@ -145,7 +145,7 @@ func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
 // services added or removed whose chains exist: the common case) reach the
 // kernel as one netlink batch sent by apply, instead of an exec of nft -f:
 // nftables.WriterConfig.NetlinkElementSyncs, which says which syncs
-// qualify (BENCHMARKS.md, "nftables mode end to end"). The batch is
+// qualify (docs/benchmarks-history.md, "nftables mode end to end"). The batch is
 // atomic as the transaction is, and its outcome reaches the writer and
 // the metrics the same way: a refused batch changes nothing, counts as a
 // failed sync, and makes the next sync full. apply nil means
@@ -239,8 +239,8 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		// The periodic resync reads the generation and, when others
 		// committed, looks only at what their batches changed in the
 		// table (the watcher) or, without one, compares by key, instead
-		// of rewriting the table (BENCHMARKS.md, "Periodic resync
-		// without a rewrite"). 0: the namespace of the calling thread,
+		// of rewriting the table (docs/benchmarks-history.md, "Periodic
+		// resync without a rewrite"). 0: the namespace of the calling thread,
 		// the one nft runs in.
 		kw, err := b.netlink().WatchKernel(0)
 		if err != nil {

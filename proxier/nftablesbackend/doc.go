@@ -16,21 +16,18 @@
 // still exists, and asks for a full resync when another program deleted
 // it (nft flush ruleset, nft delete table); that full sync repairs it in
 // one transaction, whatever the writer remembers of the lost table. The
-// check is one request for that table alone: 12 µs with a
-// table of 10,000 services of 10 endpoints, where "nft list tables" takes
-// 1.2 s and knftables' List of the chains 1.3 s, since nft reads the
-// whole ruleset first (BenchmarkTableCheck; 9.2 s and 17 s with the layout
-// before the data maps: nft's cost grows with the table, the request's
-// does not).
+// check is one request for that table alone, where "nft list tables" and
+// knftables' List of the chains read the whole ruleset first
+// (BenchmarkTableCheck, BENCHMARKS.md: nft's cost grows with the table,
+// the request's does not).
 //
 // The writer's periodic full resync (hourly, WithFullSyncPeriod) reads the
 // kernel instead of rewriting the table: when nothing was committed in the
-// namespace since the Backend's own last transaction it is skipped (tens
-// of microseconds); when others committed, a watcher of nf_tables' monitor
+// namespace since the Backend's own last transaction it is skipped (one
+// read of the generation); when others committed, a watcher of nf_tables' monitor
 // group (nftables.WatchKernel) says what their batches changed in the
 // table, and only that is read and, where it drifted, repaired in a
-// partial sync (about a millisecond to find a deleted element at 10,000
-// services). Full syncs run with the watcher out of the group
+// partial sync, in a time that does not grow with the table. Full syncs run with the watcher out of the group
 // (KernelWatcher.Quiet), so that the kernel builds no notification per
 // object; what others commit meanwhile, or after lost notifications, makes
 // the next resync compare the elements and rule counts it wrote by key, as

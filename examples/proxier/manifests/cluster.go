@@ -43,9 +43,9 @@ type clientset struct {
 // newClientset returns an empty clientset whose reads, writes and watches
 // all go to one store.
 func newClientset() *clientset {
-	// The simple clientset, not NewClientset: field management costs about
-	// 1.4ms per write (it builds a REST mapper each time), 30s to load a
-	// cluster of 10,000 Services, and a proxier has no use for it.
+	// The simple clientset, not NewClientset: field management builds a
+	// REST mapper at every write, which dominates loading a large
+	// cluster, and a proxier has no use for it.
 	cs := &clientset{Clientset: fake.NewSimpleClientset(), store: newStore()}
 	cs.ReactionChain = nil
 	cs.WatchReactionChain = nil

@@ -470,7 +470,7 @@ func decode(data []byte, p *Problem, problems *[]Problem) []runtime.Object {
 	// The document is parsed once; each object in it is encoded on its
 	// own and decoded. Decoding each List's items from their text instead
 	// would parse an object once for every List around it: quadratic in
-	// the nesting (3,000 nested Lists, 130 KB, took 11 s).
+	// the nesting.
 	dec := json.NewDecoder(bytes.NewReader(jsonData))
 	dec.UseNumber() // numbers go back out as they came in
 	var list map[string]any

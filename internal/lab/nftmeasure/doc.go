@@ -1,7 +1,7 @@
 // Package nftmeasure builds large nftables service rulesets and the small
 // changes a partial sync makes to them, as knftables transactions and as
-// google/nftables netlink batches, so that issue 15's first step (how the
-// nftables block's transactions reach the kernel: exec of nft through
+// google/nftables netlink batches, so that how the
+// nftables block's transactions reach the kernel (exec of nft through
 // knftables, or netlink directly) is decided by measurement. It is internal
 // on purpose: nothing here is the nftables block's API, and the ruleset is
 // the skeleton of a service proxy's (dispatch, per-service load balancing,

@@ -52,7 +52,7 @@ func (d Drift) Extra() int {
 // Desired is the DataMap table a writer wants, indexed as DetectDrift
 // compares it: rule counts by chain, and elements by set and by key as the
 // kernel encodes them. A writer keeps it up to date as it syncs; building
-// it from a whole table costs about 10 µs per element.
+// it from a whole table costs time in proportion to its elements.
 type Desired struct {
 	chains []string
 	rules  map[string]int
@@ -152,8 +152,7 @@ func DetectDriftIn(conn *nftables.Conn, desired *Desired, scope *Scope) (Drift, 
 		if name == EndpointsDataMap {
 			// A dump of a set costs the kernel quadratic time (every
 			// message of the dump walks the set from its start to skip
-			// what earlier ones sent: 41 s for this map at 30,000
-			// services), so the big map is checked by looking its wanted
+			// what earlier ones sent), so the big map is checked by looking its wanted
 			// keys up instead. An element nothing wants is not found
 			// this way, but none can be reached either: the shared
 			// chains look up only the indexes below a service's endpoint

@@ -219,8 +219,9 @@ func TestNetlinkRefuses(t *testing.T) {
 	}
 }
 
-// TestTransportTimes measures, in a throwaway namespace, what issue 15
-// decides by: the full load of both layouts at 1,000 and 10,000 services of
+// TestTransportTimes measures, in a throwaway namespace, what the choice
+// of transport is decided by: the full load of both layouts at 1,000 and
+// 10,000 services of
 // 10 endpoints through knftables (exec of `nft -f -`), and on top of each
 // loaded table a one-element change (delete, add back an element of
 // service-ips) and a one-chain change (ReplaceEndpoint) both through
@@ -239,7 +240,6 @@ func TestTransportTimes(t *testing.T) {
 					// Every service chain's lookup makes the kernel's loop
 					// check walk the whole shared verdict map, on the load
 					// and on every later commit that adds a goto: quadratic.
-					// Measured once at 10,000 services: 5m44s to load.
 					t.Skip("quadratic in the kernel's validation: minutes per commit at this size")
 				}
 				svcs, err := Cluster(size, 10)

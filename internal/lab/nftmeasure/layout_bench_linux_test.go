@@ -165,8 +165,9 @@ func TestDataMapDriftRepair(t *testing.T) {
 	}
 }
 
-// TestLayoutTimes measures the DataMap layout against issue 15's kernel
-// targets at 1,000, 10,000 and 30,000 services of 10 endpoints: the full
+// TestLayoutTimes measures the DataMap layout against the nftables
+// block's kernel targets (BENCHMARKS.md) at 1,000, 10,000 and 30,000
+// services of 10 endpoints: the full
 // load all through nft and split (rules through nft, elements through
 // netlink), a periodic resync that finds nothing changed, the detection
 // and repair of objects deleted by hand, and the one-endpoint changes both
