@@ -87,12 +87,7 @@ var depRules = []struct {
 var boundaryExceptions = []boundaryException{
 	{from: "proxier/iptablesbackend", step: "7: iptables mode becomes iptables.Mode"},
 	{from: "proxier/nftablesbackend", step: "7: nftables mode becomes nftables.Mode"},
-	{from: "proxier/ipvsbackend", step: "7: IPVS mode moves to ipvsmode"},
-	{from: "internal/backendtest", step: "10: the conformance suite becomes proxy/proxytest"},
-	{from: "ipvs", to: "changetracker", step: "7: IPVS mode (ipvs/mode*.go) moves to ipvsmode"},
-	{from: "ipvs", to: "iptables", step: "7: IPVS mode (ipvs/mode*.go) moves to ipvsmode"},
-	{from: "ipvs", to: "ipset", step: "7: IPVS mode (ipvs/mode*.go) moves to ipvsmode"},
-	{from: "ipvs", to: "iptables/iptablestest", step: "7: IPVS mode's tests move to ipvsmode"},
+	{from: "ipvsmode", to: "proxier", step: "6: the Backends register their own metrics through proxy.Metrics"},
 }
 
 type boundaryException struct {

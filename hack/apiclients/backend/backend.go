@@ -11,7 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Table is a Backend's datapath for one family: "10.96.0.10:80/TCP" to
@@ -25,16 +25,16 @@ type Backend struct {
 	tables   map[v1.IPFamily]Table
 }
 
-var _ proxier.Backend = (*Backend)(nil)
+var _ proxy.Backend = (*Backend)(nil)
 
-// Sync is part of proxier.Backend.
-func (b *Backend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]proxier.SyncResult, error) {
+// Sync is part of proxy.Backend.
+func (b *Backend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.tables == nil {
 		b.tables = map[v1.IPFamily]Table{}
 	}
-	results := make([]proxier.SyncResult, len(ins))
+	results := make([]proxy.SyncResult, len(ins))
 	for i, in := range ins {
 		t := Table{}
 		for name, svc := range in.Services {
@@ -50,10 +50,10 @@ func (b *Backend) Sync(_ context.Context, ins []*proxier.FamilyInput) ([]proxier
 	return results, nil
 }
 
-// RequestFullSync is part of proxier.Backend: every Sync is full already.
+// RequestFullSync is part of proxy.Backend: every Sync is full already.
 func (*Backend) RequestFullSync() {}
 
-// Run is part of proxier.Backend: no other program touches a Table.
+// Run is part of proxy.Backend: no other program touches a Table.
 func (*Backend) Run(context.Context, func()) {}
 
 // Table returns the family's table as the last Sync left it.

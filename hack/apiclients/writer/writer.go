@@ -8,13 +8,14 @@ import (
 	"fmt"
 
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Apply renders in with w and applies it through ipt: on a full sync it
 // first makes the built-in chains jump to the writer's, as the writer asks.
 // It reports the outcome to w, so that a failed apply makes the next sync
 // full, and returns what w rendered.
-func Apply(ctx context.Context, w *iptables.Writer, ipt iptables.Interface, in iptables.SyncInput) (iptables.SyncResult, error) {
+func Apply(ctx context.Context, w *iptables.Writer, ipt iptables.Interface, in *proxy.FamilyInput) (iptables.SyncResult, error) {
 	res := w.Sync(ctx, in)
 	var err error
 	if res.Full {

@@ -15,6 +15,7 @@ import (
 	"github.com/proxykit/proxykit/hack/apiclients/writer"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestApplyWithFake programs one Service through the writer into the
@@ -24,7 +25,7 @@ import (
 func TestApplyWithFake(t *testing.T) {
 	ctx := context.Background()
 	ipt := iptablestest.NewFake()
-	w, err := iptables.NewWriter(iptables.WriterConfig{IPFamily: v1.IPv4Protocol, NodeName: "node-a"})
+	w, err := iptables.NewWriter(iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}})
 	if err != nil {
 		t.Fatalf("NewWriter: %v", err)
 	}
@@ -46,7 +47,7 @@ func TestApplyWithFake(t *testing.T) {
 	var got []step
 	for _, endpoint := range []string{"10.244.1.5", "10.244.2.7"} {
 		eps.EndpointSliceUpdate(slice(endpoint), false)
-		in := iptables.SyncInput{
+		in := &proxy.FamilyInput{
 			ServiceChanges:  svcMap.Update(svcs),
 			EndpointChanges: epMap.Update(eps),
 			Services:        svcMap,
