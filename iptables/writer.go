@@ -503,8 +503,8 @@ func (w *Writer) failed() {
 
 // Sync renders the rules for in. The sync is full when one of these
 // holds: it is the first, the last one failed or was never reported to
-// Applied, RequestFullSync was called, the node labels, the node's
-// addresses of the writer's family or the service CIDRs changed, or
+// Applied, RequestFullSync was called, in.Full is set, the node labels,
+// the node's addresses of the writer's family or the service CIDRs changed, or
 // FullSyncPeriod has passed since the last full sync.
 // Otherwise it is partial and writes only the services named in the
 // change results.
@@ -527,7 +527,7 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		w.skippedNodePortAddresses = nil
 	}
 	requested := w.requestFull.Swap(false)
-	full := w.needFull || requested
+	full := w.needFull || requested || in.Full
 	if !maps.Equal(w.nodeLabels, in.NodeLabels) {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)

@@ -246,10 +246,6 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	return outs, err
 }
 
-// RequestFullSync is part of proxy.Backend. It does nothing: every sync
-// is full.
-func (b *Mode) RequestFullSync() {}
-
 // Run is part of proxy.Backend. It sweeps the real servers that are
 // draining, deleting each once its connections are gone, and in a dry run
 // returns at once. There is no canary to watch: each sync reconciles

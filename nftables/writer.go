@@ -483,8 +483,8 @@ func (w *Writer) failed() {
 
 // Sync renders the transaction for in. The sync is full when one of these
 // holds: it is the first, the last one failed or was never reported to
-// Applied, RequestFullSync was called, the node labels, the node's
-// addresses of the writer's family or the service CIDRs
+// Applied, RequestFullSync was called, in.Full is set, the node labels,
+// the node's addresses of the writer's family or the service CIDRs
 // (FamilyInput.ServiceCIDRs) changed, or
 // FullSyncPeriod has passed since the last resync and the resync could
 // not be done otherwise (see FullSyncPeriod and KernelState). Otherwise it
@@ -502,7 +502,7 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		logger.V(2).Info("Previous nftables transaction was never reported applied; syncing everything")
 		w.failed()
 	}
-	full := w.needFull || w.requestFull.Swap(false)
+	full := w.needFull || w.requestFull.Swap(false) || in.Full
 	if !maps.Equal(w.nodeLabels, in.NodeLabels) {
 		full = true
 		w.nodeLabels = maps.Clone(in.NodeLabels)

@@ -146,7 +146,6 @@ func (b *writerBackend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]p
 	return outs, nil
 }
 
-func (b *writerBackend) RequestFullSync()            { b.w.RequestFullSync() }
 func (b *writerBackend) Run(context.Context, func()) {}
 
 // recordingBackend counts the syncs of the Backend it wraps.

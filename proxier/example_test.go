@@ -40,9 +40,6 @@ func (b printBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy
 	return results, nil
 }
 
-// RequestFullSync does nothing: every Sync above is full.
-func (printBackend) RequestFullSync() {}
-
 // Run returns at once: nothing here can be removed by another program.
 func (printBackend) Run(context.Context, func()) {}
 

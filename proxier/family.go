@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -45,6 +47,15 @@ type familyProxier struct {
 	// proxy.FamilyInput.NodeIPs.
 	nodeIPs []netip.Addr
 
+	// Owned by the sync: needFull makes the next input Full; lastLabels
+	// and lastNodeIPs are those of the last input, to tell a change.
+	needFull    bool
+	lastLabels  map[string]string
+	lastNodeIPs []netip.Addr
+	// ports indexes the ports of every Service in svcMap, kept up to date
+	// from the service change results, for FamilyInput.ChangedServices.
+	ports map[types.NamespacedName][]changetracker.ServicePortName
+
 	// Owned by the sync.
 	svcMap changetracker.ServicePortMap
 	epMap  changetracker.EndpointsMap
@@ -82,6 +93,8 @@ func newFamilyProxierWith(ctx context.Context, family v1.IPFamily, nodeName stri
 		deletedUDP:  sets.New[netip.Addr](),
 		healthPorts: map[types.NamespacedName]uint16{},
 		healthLocal: map[types.NamespacedName]int{},
+		needFull:    true,
+		ports:       map[types.NamespacedName][]changetracker.ServicePortName{},
 	}
 }
 
@@ -107,6 +120,27 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 		ServiceCIDRs:    p.serviceCIDRs.forFamily(p.family),
 		NodeIPs:         p.nodeIPs,
 	}
+	ports := in.ServiceChanges.PortsIn(p.svcMap)
+	changed := make(map[types.NamespacedName][]changetracker.ServicePortName, len(in.ServiceChanges.UpdatedServices)+len(in.EndpointChanges.UpdatedServices))
+	for svc := range in.ServiceChanges.UpdatedServices {
+		if ps := ports[svc]; len(ps) > 0 {
+			p.ports[svc] = ps
+		} else {
+			delete(p.ports, svc)
+		}
+		changed[svc] = p.ports[svc]
+	}
+	for svc := range in.EndpointChanges.UpdatedServices {
+		changed[svc] = p.ports[svc]
+	}
+	in.ChangedServices = changed
+	if !maps.Equal(in.NodeLabels, p.lastLabels) || !slices.Equal(in.NodeIPs, p.lastNodeIPs) {
+		// Topology and node addresses reach every port: kube-proxy's
+		// proxiers sync everything when they change.
+		p.needFull = true
+		p.lastLabels, p.lastNodeIPs = in.NodeLabels, in.NodeIPs
+	}
+	in.Full = p.needFull
 	p.deletedUDP = p.deletedUDP.Union(in.ServiceChanges.DeletedUDPClusterIPs)
 	p.conntrackDue = p.conntrackDue || in.EndpointChanges.ConntrackCleanupRequired
 	if p.svcHealth != nil {
@@ -178,12 +212,15 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 type syncGroup struct {
 	backend  proxy.Backend
 	families []*familyProxier
+	// lost is set by resync, from any goroutine, until a sync takes it.
+	lost atomic.Bool
 }
 
 // resync makes the backend's next sync full and asks for it, for when
-// another program removed its rules.
+// another program removed its rules. It is the lost of Backend.Run, safe
+// to call from any goroutine: the flag is taken by the next sync.
 func (g *syncGroup) resync() {
-	g.backend.RequestFullSync()
+	g.lost.Store(true)
 	for _, p := range g.families {
 		p.queued()
 	}
@@ -193,9 +230,11 @@ func (g *syncGroup) resync() {
 // the runner retries.
 func (g *syncGroup) sync(ctx context.Context) error {
 	start := time.Now()
+	lost := g.lost.Swap(false)
 	ins := make([]*proxy.FamilyInput, len(g.families))
 	for i, p := range g.families {
 		ins[i] = p.update()
+		ins[i].Full = ins[i].Full || lost
 	}
 	outs, err := g.backend.Sync(ctx, ins)
 	took := time.Since(start)
@@ -205,8 +244,11 @@ func (g *syncGroup) sync(ctx context.Context) error {
 		// reports the families behind) and the next one is asked to be
 		// full, in case the backend applied part of it.
 		err = errors.Join(err, fmt.Errorf("proxier: a Backend's Sync returned %d results for %d inputs", len(outs), len(ins)))
-		g.backend.RequestFullSync()
 		outs = make([]proxy.SyncResult, len(ins))
+	} else {
+		for _, p := range g.families {
+			p.needFull = false
+		}
 	}
 	for i, p := range g.families {
 		p.synced(ctx, ins[i], outs[i], took, err)

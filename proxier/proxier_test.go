@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -39,19 +40,18 @@ type recordingBackend struct {
 	mu sync.Mutex
 	// state is as of the last good sync.
 	state state
-	// syncs counts calls to Sync, good or not; fullRequests calls to
-	// RequestFullSync.
-	syncs, fullRequests int
+	// syncs counts calls to Sync, good or not.
+	syncs int
 	// failures is how many of the next syncs fail.
 	failures int
 	// shortResults is how many of the next syncs return no results and
 	// no error, as a broken Backend might.
 	shortResults int
-	// fullNext is set by RequestFullSync and reported by the next Sync.
-	fullNext bool
-	// full counts the syncs that reported Full.
+	// full counts the good syncs whose inputs said Full.
 	full int
-	lost chan func()
+	// inputs are those of the last good sync.
+	inputs []*proxy.FamilyInput
+	lost   chan func()
 }
 
 func newRecordingBackend() *recordingBackend {
@@ -82,20 +82,13 @@ func (b *recordingBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]
 			st[name.String()+" "+svc.String()] = eps
 		}
 		b.state[in.Family] = st
-		results[i] = proxy.SyncResult{Full: b.fullNext, ServicePorts: len(st)}
+		results[i] = proxy.SyncResult{Full: in.Full, ServicePorts: len(st)}
 	}
-	if b.fullNext {
+	if len(ins) > 0 && ins[0].Full {
 		b.full++
 	}
-	b.fullNext = false
+	b.inputs = ins
 	return results, nil
-}
-
-func (b *recordingBackend) RequestFullSync() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.fullRequests++
-	b.fullNext = true
 }
 
 func (b *recordingBackend) Run(ctx context.Context, lost func()) {
@@ -387,28 +380,87 @@ func TestProxierFullResyncOnLost(t *testing.T) {
 		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour))
 	lost := <-b.lost
-	var before int
+	var before, fullBefore int
 	eventually(t, "the first sync", func() error {
 		var st state
-		st, before, _ = b.snapshot()
+		st, before, fullBefore = b.snapshot()
 		if len(st[v1.IPv4Protocol]) != 1 {
 			return fmt.Errorf("state %v", st)
 		}
 		return nil
 	})
+	if fullBefore != 1 {
+		t.Errorf("%d of the first syncs were full, want the first alone", fullBefore)
+	}
 	lost()
 	eventually(t, "a full sync after lost", func() error {
 		_, syncs, full := b.snapshot()
-		if syncs <= before || full != 1 {
-			return fmt.Errorf("%d syncs (%d before lost), %d full", syncs, before, full)
+		if syncs <= before || full != fullBefore+1 {
+			return fmt.Errorf("%d syncs (%d before lost), %d full (%d before)", syncs, before, full, fullBefore)
 		}
 		return nil
 	})
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.fullRequests != 1 {
-		t.Errorf("RequestFullSync called %d times, want 1", b.fullRequests)
+}
+
+// TestProxierInputSaysWhatChanged checks the inputs a Backend gets after
+// the first: one whose Service's endpoints alone changed names it in
+// ChangedServices with its ports and is not Full; a change of the node's
+// labels makes the next input Full.
+func TestProxierInputSaysWhatChanged(t *testing.T) {
+	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"), testService("db", 5432, "10.96.0.11"),
+		testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, "10.244.0.1"))
+	b := newRecordingBackend()
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour))
+	lastInput := func() *proxy.FamilyInput {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.inputs) == 0 {
+			return nil
+		}
+		return b.inputs[0]
 	}
+	eventually(t, "the first sync", func() error {
+		if in := lastInput(); in == nil || len(in.Endpoints) != 1 {
+			return fmt.Errorf("input %+v", in)
+		}
+		return nil
+	})
+	if in := lastInput(); !in.Full {
+		t.Error("the first input is not Full")
+	}
+	ctx := context.Background()
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, "10.244.0.1", "10.244.0.2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	web := types.NamespacedName{Namespace: "ns", Name: "web"}
+	webPort := changetracker.ServicePortName{NamespacedName: web, Port: "p", Protocol: v1.ProtocolTCP}
+	eventually(t, "the sync of the endpoint change", func() error {
+		in := lastInput()
+		if len(in.Endpoints[webPort]) != 2 {
+			return fmt.Errorf("endpoints %v", in.Endpoints)
+		}
+		if diff := cmp.Diff(map[types.NamespacedName][]changetracker.ServicePortName{web: {webPort}}, in.ChangedServices); diff != "" {
+			return fmt.Errorf("ChangedServices (-want +got):\n%s", diff)
+		}
+		if in.Full {
+			return errors.New("the input of an endpoint change is Full")
+		}
+		return nil
+	})
+	node := testNode("192.168.0.1")
+	node.Labels = map[string]string{v1.LabelTopologyZone: "zone-b"}
+	if _, err := client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a Full input after the node's labels changed", func() error {
+		in := lastInput()
+		if in.NodeLabels[v1.LabelTopologyZone] != "zone-b" || !in.Full {
+			return fmt.Errorf("labels %v, Full %v", in.NodeLabels, in.Full)
+		}
+		return nil
+	})
 }
 
 // TestNewRefuses checks New's argument checks, and that a registry that

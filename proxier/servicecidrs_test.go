@@ -54,7 +54,6 @@ func (b *cidrBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy
 	return make([]proxy.SyncResult, len(ins)), nil
 }
 
-func (b *cidrBackend) RequestFullSync()                     {}
 func (b *cidrBackend) Run(ctx context.Context, lost func()) { <-ctx.Done() }
 func (b *cidrBackend) state() (map[v1.IPFamily][]string, map[v1.IPFamily]int) {
 	b.mu.Lock()

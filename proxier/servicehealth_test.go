@@ -216,7 +216,6 @@ func (b *switchBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]pro
 	}
 	return outs, nil
 }
-func (b *switchBackend) RequestFullSync()            {}
 func (b *switchBackend) Run(context.Context, func()) {}
 
 // TestServiceHealthFollowsTheMaps drives a dual-stack node, each family

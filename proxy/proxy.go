@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/proxykit/proxykit/changetracker"
 )
 
@@ -51,14 +53,10 @@ type Backend interface {
 	// composition does not clean conntrack or report health after a
 	// failed Sync.
 	Sync(ctx context.Context, ins []*FamilyInput) ([]SyncResult, error)
-	// RequestFullSync makes the next Sync rewrite everything the backend
-	// owns, for when another program may have removed it. It is called
-	// from any goroutine, concurrently with Sync, and must not block.
-	RequestFullSync()
 	// Run does the backend's work between syncs until ctx is done:
 	// watching for other programs removing its state, and calling lost
-	// when they do (the composition then calls RequestFullSync and asks
-	// for a Sync), or finishing what a sync started. lost is safe to call
+	// when they do (the composition then asks for a Sync whose inputs
+	// have Full set), or finishing what a sync started. lost is safe to call
 	// from any goroutine. A backend with nothing to do returns at once.
 	// proxier.RunOnce never calls it.
 	Run(ctx context.Context, lost func())
@@ -81,6 +79,24 @@ type FamilyInput struct {
 	// itself, as a full sync does.
 	ServiceChanges  changetracker.UpdateServiceMapResult
 	EndpointChanges changetracker.UpdateEndpointsMapResult
+	// ChangedServices holds every Service in either change result's
+	// UpdatedServices, with the names of its ports in Services now, sorted
+	// by changetracker.CompareServicePortNames (none when it was removed
+	// or has no ports), so that a backend that syncs only what changed
+	// finds the ports of a Service whose endpoints alone changed at the
+	// cost of the change. The composition keeps the index it is read
+	// from; nil means the composition does not fill it, and then a
+	// backend must walk Services. Read-only, like the maps.
+	ChangedServices map[types.NamespacedName][]changetracker.ServicePortName
+	// Full says this sync must rewrite everything the backend owns: it is
+	// set on a backend's first sync, after it called lost, after a Sync
+	// that returned another number of results than inputs, and when
+	// NodeLabels or NodeIPs changed since the last Sync. A backend may
+	// also go full on its own (its last apply failed, a periodic resync
+	// came); it need not go full for a Full input it knows it does not
+	// need, as IPVS mode, whose every sync is whole, or a backend that
+	// asked for a repair through lost.
+	Full bool
 	// NodeLabels are the node's topology labels for
 	// changetracker.CategorizeEndpoints; empty (not nil) before the Node
 	// is seen or after it is deleted. When they change the composition asks

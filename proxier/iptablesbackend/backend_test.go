@@ -37,6 +37,9 @@ type fakeIPTablesFamily struct {
 	m          *proxier.BackendMetrics
 	// cidrs are the next syncs' FamilyInput.ServiceCIDRs.
 	cidrs []netip.Prefix
+	// fullNext is the next sync's FamilyInput.Full, set by lost as the
+	// Proxier sets it.
+	fullNext bool
 }
 
 func newFakeIPTablesFamily(t *testing.T, fake *iptablestest.Fake) *fakeIPTablesFamily {
@@ -83,7 +86,9 @@ func (f *fakeIPTablesFamily) sync(t *testing.T) bool {
 		EndpointChanges: f.epMap.Update(f.epTracker),
 		NodeLabels:      map[string]string{},
 		ServiceCIDRs:    f.cidrs,
+		Full:            f.fullNext,
 	}
+	f.fullNext = false
 	outs, err := f.b.Sync(ctx, []*proxy.FamilyInput{in})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +141,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 		t.Fatal("first sync partial")
 	}
 	losses := 0
-	lost := func() { losses++; f.b.RequestFullSync() }
+	lost := func() { losses++; f.fullNext = true }
 	f.b.checkDrift(ctx, lost)
 	if losses != 0 {
 		t.Fatalf("lost called %d times with nothing changed", losses)
@@ -198,7 +203,7 @@ func TestIPTablesBackendDriftCheckServiceChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	losses := 0
-	lost := func() { losses++; f.b.RequestFullSync() }
+	lost := func() { losses++; f.fullNext = true }
 	f.b.checkDrift(ctx, lost)
 	if losses != 1 {
 		t.Fatalf("lost called %d times after %s was flushed, want 1", losses, sep)
@@ -220,7 +225,7 @@ func TestIPTablesBackendDriftCheckServiceChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	losses = 0
-	lost = func() { losses++; g.b.RequestFullSync() }
+	lost = func() { losses++; g.fullNext = true }
 	g.b.checkDrift(ctx, lost)
 	if losses != 1 {
 		t.Errorf("lost called %d times after a jump was deleted and the save of nat failed, want 1", losses)

@@ -64,7 +64,8 @@ type Backend struct {
 	// changed the table (WithDriftCheckPeriod); zero: never.
 	driftCheckPeriod time.Duration
 	// repairPending is set when a drift check asked for a repair, until
-	// a sync has run; repairOnly while it calls lost (requestRepair).
+	// a sync has run; repairOnly from requestRepair until the sync with
+	// Full set that its lost asked for.
 	repairPending, repairOnly atomic.Bool
 }
 
@@ -308,6 +309,14 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := ins[0]
+	if in.Full && b.repairOnly.Swap(false) {
+		// The Full that the lost of a drift check asked for: the writer
+		// compares the table and mends what differs (RequestResync)
+		// instead of rewriting it.
+		withoutFull := *in
+		withoutFull.Full = false
+		in = &withoutFull
+	}
 	res := b.w.Sync(ctx, in)
 	if b.nft == nil {
 		var err error
@@ -391,16 +400,9 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 	return err
 }
 
-// RequestFullSync is part of proxy.Backend. Called by the lost that Run
-// calls for drift (see WithDriftCheckPeriod), it asks for a repair
-// instead: a sync that compares the table and mends what differs.
-func (b *Backend) RequestFullSync() {
-	if b.repairOnly.Swap(false) {
-		b.w.RequestResync()
-		return
-	}
-	b.w.RequestFullSync()
-}
+// RequestFullSync makes the next Sync rewrite the table, as an input with
+// Full set does. It is safe to call from any goroutine.
+func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
 
 // Run is part of proxy.Backend. Every check interval it asks the kernel
 // whether the table still exists, and calls lost when it does not: nft
@@ -446,6 +448,8 @@ func (b *Backend) checkTable(ctx context.Context, lost func()) {
 	// still to come (or is being retried by the Proxier).
 	if !ok && !b.tableLost.Swap(true) {
 		logger.Info("The nftables table was deleted by another program; syncing everything", "ipFamily", b.family, "family", b.w.Family(), "table", b.w.Table())
+		// A full sync, even if a repair was asked for before.
+		b.repairOnly.Store(false)
 		lost()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,9 @@ type kernelFamily struct {
 	family v1.IPFamily
 	svcs   changetracker.ServicePortMap
 	eps    changetracker.EndpointsMap
+	// fullNext is the next sync's FamilyInput.Full, set by the tests'
+	// lost as the Proxier sets it.
+	fullNext atomic.Bool
 }
 
 // newKernelFamily makes a Backend of family in ns, its table check's
@@ -105,7 +109,7 @@ func (k *kernelFamily) sync(t testing.TB, sc changetracker.UpdateServiceMapResul
 	var outs []proxy.SyncResult
 	if err := k.ns.Do(func() (err error) {
 		outs, err = k.b.Sync(context.Background(), []*proxy.FamilyInput{{Family: k.family, Services: k.svcs, Endpoints: k.eps,
-			ServiceChanges: sc, EndpointChanges: ec, NodeLabels: map[string]string{}}})
+			ServiceChanges: sc, EndpointChanges: ec, NodeLabels: map[string]string{}, Full: k.fullNext.Swap(false)}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -152,7 +156,7 @@ func TestKernelTableDeleted(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("lost not called within 10s of the table's deletion")
 			}
-			k.b.RequestFullSync()
+			k.fullNext.Store(true)
 			if !k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{}) {
 				t.Error("the sync after the loss was partial")
 			}

@@ -35,6 +35,9 @@ type fakeFamily struct {
 	svcMap     changetracker.ServicePortMap
 	epMap      changetracker.EndpointsMap
 	m          *proxier.BackendMetrics
+	// fullNext is the next sync's FamilyInput.Full, set by lost as the
+	// Proxier sets it.
+	fullNext bool
 }
 
 func newMetrics() *proxier.BackendMetrics {
@@ -128,7 +131,9 @@ func (f *fakeFamily) sync(t *testing.T) (bool, error) {
 		ServiceChanges:  f.svcMap.Update(f.svcTracker),
 		EndpointChanges: f.epMap.Update(f.epTracker),
 		NodeLabels:      map[string]string{},
+		Full:            f.fullNext,
 	}
+	f.fullNext = false
 	outs, err := f.b.Sync(ctx, []*proxy.FamilyInput{in})
 	if len(outs) != 1 {
 		t.Fatalf("Sync returned %d results, want 1", len(outs))
@@ -337,7 +342,7 @@ func TestTableLostRepairedInOneSync(t *testing.T) {
 	}
 	f.deleteTable(t)
 	losses := 0
-	lost := func() { losses++; f.b.RequestFullSync() }
+	lost := func() { losses++; f.fullNext = true }
 	f.b.checkTable(ctx, lost)
 	f.b.checkTable(ctx, lost)
 	if losses != 1 {

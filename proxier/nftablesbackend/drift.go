@@ -97,15 +97,11 @@ func (b *Backend) checkDrift(ctx context.Context, lost func()) {
 
 // requestRepair asks, through lost, for a sync that compares the table
 // and repairs it (RequestResync) instead of rewriting it. lost is how a
-// Backend asks the Proxier for a sync: it calls RequestFullSync, then
-// queues the sync. RequestFullSync, while repairOnly is set, takes the
-// request for a repair; if lost did not call it, the repair is asked for
-// here. A RequestFullSync of another caller's that comes in between
-// takes the repair and leaves lost's to be full: both are done.
+// Backend asks the composition for a sync, which then comes with Full
+// set: while repairOnly is set, Sync takes that Full for the repair it
+// asked for.
 func (b *Backend) requestRepair(lost func()) {
+	b.w.RequestResync()
 	b.repairOnly.Store(true)
 	lost()
-	if b.repairOnly.Swap(false) {
-		b.w.RequestResync()
-	}
 }

@@ -103,7 +103,7 @@ var driftCases = []driftCase{
 }
 
 // driftRig runs a Backend's Run with a lost that, as the Proxier's, asks
-// for a sync (RequestFullSync), which the rig then runs, at once.
+// for a sync (the next input Full), which the rig then runs, at once.
 type driftRig struct {
 	k *kernelFamily
 	// lost counts the calls of lost.
@@ -117,7 +117,7 @@ func startDriftRig(t *testing.T, k *kernelFamily) *driftRig {
 	done := make(chan struct{})
 	go func() {
 		k.b.Run(ctx, func() {
-			k.b.RequestFullSync()
+			k.fullNext.Store(true)
 			r.lost <- struct{}{}
 		})
 		close(done)
@@ -192,11 +192,11 @@ func TestKernelDriftRepaired(t *testing.T) {
 				t.Error("lost called after the repairs with nothing changed by hand")
 			default:
 			}
-			// A RequestFullSync of the Proxier's own still brings a
-			// full sync.
-			k.b.RequestFullSync()
+			// A Full input of the Proxier's own still brings a full
+			// sync.
+			k.fullNext.Store(true)
 			if !k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{}) {
-				t.Error("the sync after RequestFullSync was not full")
+				t.Error("the sync of a Full input was not full")
 			}
 		})
 	}

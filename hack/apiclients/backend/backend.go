@@ -50,7 +50,8 @@ func (b *Backend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]proxy.Syn
 	return results, nil
 }
 
-// RequestFullSync is part of proxy.Backend: every Sync is full already.
+// RequestFullSync was part of proxy.Backend before FamilyInput.Full took
+// its place; a Backend that keeps it still satisfies the interface.
 func (*Backend) RequestFullSync() {}
 
 // Run is part of proxy.Backend: no other program touches a Table.
