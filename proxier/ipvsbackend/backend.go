@@ -293,7 +293,7 @@ func TuneKernel(ctx context.Context, k *kernel.Kernel) error {
 	if err != nil {
 		return fmt.Errorf("IPVS mode: %w", err)
 	}
-	if v.AtLeast(4, 1, 0) && !v.AtLeast(5, 9, 0) {
+	if v.AtLeast(kernel.Version{Major: 4, Minor: 1}) && !v.AtLeast(kernel.Version{Major: 5, Minor: 9}) {
 		settings = append(settings, sysctl{sysctlVSConnReuseMode, 0})
 	}
 	for _, s := range settings {
