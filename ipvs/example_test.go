@@ -88,7 +88,7 @@ func ExampleNew() {
 	ctx := context.Background()
 	lb, err := ipvs.New(ctx, ipvs.WithSchedulers("rr", "sh"))
 	if err != nil {
-		// On a kernel without IPVS: "ipvs: IPVS is not supported: kernel
+		// On a kernel without IPVS: "ipvs: not supported: kernel
 		// 6.1.0 cannot run IPVS mode: missing IPVS modules ip_vs, ..."
 		fmt.Println(err)
 		return
@@ -120,7 +120,7 @@ func ExampleTranslator() {
 	tr, err := ipvs.NewTranslator(ipvs.TranslatorConfig{
 		IPFamily:    v1.IPv4Protocol,
 		NodeName:    "node-a",
-		NodeIPs:     []netip.Addr{netip.MustParseAddr("192.168.0.10")}, // DummyBinder.NodeAddresses on a node
+		NodeIPs:     []netip.Addr{netip.MustParseAddr("192.168.0.10")}, // DummyBinder.HostAddresses on a node
 		ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16"),
 	})
 	if err != nil {

@@ -31,7 +31,7 @@ type TranslatorConfig struct {
 	NodeName string
 
 	// NodeIPs are the node's own addresses, on its real interfaces (not
-	// the dummy interface; see DummyBinder.NodeAddresses); those of the
+	// the dummy interface; see DummyBinder.HostAddresses); those of the
 	// other family are ignored, so both translators of a dual-stack node
 	// can take the same list. Translator.SetNodeIPs replaces them. Node
 	// ports get a virtual server on each of them inside
@@ -275,7 +275,7 @@ func NewTranslator(cfg TranslatorConfig) (*Translator, error) {
 }
 
 // SetNodeIPs replaces TranslatorConfig.NodeIPs, for the next Translate:
-// call it when the node's addresses change (DummyBinder.NodeAddresses is
+// call it when the node's addresses change (DummyBinder.HostAddresses is
 // cheap enough to read on every sync). Addresses of the other family are
 // ignored; an invalid one is an error, and then nothing changes.
 func (t *Translator) SetNodeIPs(ips []netip.Addr) error {

@@ -35,7 +35,7 @@ func vmNS(t *testing.T) (*kerneltest.NS, *ipvs.Netlink, *ipvs.DummyBinder) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	b, err := ipvs.NewDummyBinder(path)
+	b, err := ipvs.NewDummyBinder(ipvs.WithNetNSPath(path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestVMRestartRestoresWeight(t *testing.T) {
 // TestVMScale applies 10,000 virtual servers with 10 real servers each,
 // their addresses bound to the dummy interface, over real netlink, then
 // resyncs with no change: once trusting what was applied
-// (WithFullResyncPeriod) and once listing every virtual server's real
+// (WithFullSyncPeriod) and once listing every virtual server's real
 // servers (the default). Neither resync may write. The same apply without
 // the addresses runs in a second namespace, to tell the two costs apart.
 // Times are printed as "VMSCALE" lines for BENCHMARKS.md.
@@ -487,7 +487,7 @@ func TestVMScale(t *testing.T) {
 	want := scaleServices(services, reals)
 
 	_, n, b := vmNS(t)
-	r := ipvs.NewReconciler(n, b, ipvs.WithFullResyncPeriod(time.Hour))
+	r := ipvs.NewReconciler(n, b, ipvs.WithFullSyncPeriod(time.Hour))
 	start := time.Now()
 	res, err := r.Reconcile(ctx, want)
 	apply := time.Since(start)

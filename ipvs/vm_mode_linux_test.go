@@ -127,7 +127,7 @@ func TestVMMode(t *testing.T) {
 	kerneltest.StartBackend(t, m.backends[0], "b1", 8080)
 	kerneltest.StartBackend(t, m.backends[1], "b2", 8080)
 
-	nodeIPs, err := m.binder.NodeAddresses(ctx, "")
+	nodeIPs, err := m.binder.HostAddresses(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,13 +196,13 @@ func TestVMMode(t *testing.T) {
 		}
 	})
 
-	t.Run("NodeAddresses leaves out the dummy interface", func(t *testing.T) {
-		got, err := m.binder.NodeAddresses(ctx, "")
+	t.Run("HostAddresses leaves out the dummy interface", func(t *testing.T) {
+		got, err := m.binder.HostAddresses(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff([]string{"10.1.0.1", "10.2.0.1", "10.2.1.1", "127.0.0.1", "::1"}, addrStrings(got)); diff != "" {
-			t.Errorf("NodeAddresses (-want +got):\n%s", diff)
+			t.Errorf("HostAddresses (-want +got):\n%s", diff)
 		}
 	})
 

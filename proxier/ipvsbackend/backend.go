@@ -72,7 +72,7 @@ func (k *Kernel) Close() {
 // node's own addresses, as ipvs.DummyBinder does.
 type NodeBinder interface {
 	ipvs.AddressBinder
-	NodeAddresses(ctx context.Context, dummy string) ([]netip.Addr, error)
+	HostAddresses(ctx context.Context, dummy string) ([]netip.Addr, error)
 }
 
 // OpenKernel opens IPVS mode's kernel side in the caller's network
@@ -96,7 +96,7 @@ func OpenKernel(ctx context.Context, table bool) (*Kernel, error) {
 		n.IPVS = lb
 		closers = append(closers, lb.Close)
 	}
-	binder, err := ipvs.NewDummyBinder("")
+	binder, err := ipvs.NewDummyBinder()
 	if err != nil {
 		n.Close()
 		return nil, fmt.Errorf("dummy interface %s: %w", ipvs.DummyDevice, err)
@@ -197,7 +197,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxier.FamilyInput) ([]proxi
 		}
 	}
 	if b.node != nil {
-		addrs, err := b.node.Binder.NodeAddresses(ctx, "")
+		addrs, err := b.node.Binder.HostAddresses(ctx, "")
 		if err != nil {
 			return outs, fmt.Errorf("IPVS mode: the node's addresses: %w", err)
 		}
@@ -248,7 +248,7 @@ func (b *Backend) RequestFullSync() {}
 // everything, jump rules included, so it never calls lost.
 func (b *Backend) Run(ctx context.Context, lost func()) {
 	if b.terminator != nil {
-		b.terminator.Run(ctx, 0)
+		b.terminator.Run(ctx)
 	}
 }
 
