@@ -51,8 +51,8 @@ type EndpointsChangeTracker struct {
 // "" no endpoint is local. makeEndpoint may be nil, to store *BaseEndpoint
 // values; it only sees endpoints that passed validation (see
 // EndpointSliceUpdate).
-func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string, makeEndpoint MakeEndpointFunc, opts ...TrackerOption) *EndpointsChangeTracker {
-	o := newTrackerOptions(opts)
+func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string, makeEndpoint MakeEndpointFunc, opts ...Option) *EndpointsChangeTracker {
+	o := newOptions(opts)
 	t := &EndpointsChangeTracker{
 		ipFamily:     ipFamily,
 		nodeName:     nodeName,

@@ -26,39 +26,33 @@ type NodeTopology struct {
 	deleted bool
 }
 
-// NodeTopologyOption configures a NodeTopology.
-type NodeTopologyOption func(*NodeTopology)
-
 // OnTopologyChange sets a function called, on the informer's goroutine, with
 // the new topology labels whenever they change (including the first time the
-// node is seen with any). The map is the caller's to keep.
-func OnTopologyChange(f func(labels map[string]string)) NodeTopologyOption {
-	return func(n *NodeTopology) { n.onChange = f }
+// node is seen with any). The map is the caller's to keep. Read by
+// NewNodeTopology only.
+func OnTopologyChange(f func(labels map[string]string)) Option {
+	return func(o *options) { o.onTopologyChange = f }
 }
 
 // OnNodeDeleted sets a function called, on the informer's goroutine, when the
 // node is deleted. kube-proxy keeps running in that case; what to do (exit,
-// report unhealthy) is the caller's decision.
-func OnNodeDeleted(f func()) NodeTopologyOption {
-	return func(n *NodeTopology) { n.onDelete = f }
-}
-
-// WithNodeLogger makes the NodeTopology log through logger; the default is
-// klog.Background().
-func WithNodeLogger(logger klog.Logger) NodeTopologyOption {
-	return func(n *NodeTopology) { n.logger = logger }
+// report unhealthy) is the caller's decision. Read by NewNodeTopology only.
+func OnNodeDeleted(f func()) Option {
+	return func(o *options) { o.onNodeDeleted = f }
 }
 
 // NewNodeTopology returns a NodeTopology for the node named nodeName. Events
-// about other nodes are ignored.
-func NewNodeTopology(nodeName string, opts ...NodeTopologyOption) *NodeTopology {
-	n := &NodeTopology{nodeName: nodeName, logger: klog.Background(), labels: map[string]string{}}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(n)
-		}
+// about other nodes are ignored. It reads WithLogger, OnTopologyChange and
+// OnNodeDeleted, and ignores the trackers' options.
+func NewNodeTopology(nodeName string, opts ...Option) *NodeTopology {
+	o := newOptions(opts)
+	return &NodeTopology{
+		nodeName: nodeName,
+		logger:   o.logger,
+		onChange: o.onTopologyChange,
+		onDelete: o.onNodeDeleted,
+		labels:   map[string]string{},
 	}
-	return n
 }
 
 // Labels returns a copy of the node's topology labels; empty (not nil) before

@@ -7,19 +7,23 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// TrackerOption configures a ServiceChangeTracker or an
-// EndpointsChangeTracker. Options that do not apply to a tracker are ignored
-// by it.
-type TrackerOption func(*trackerOptions)
+// Option configures a ServiceChangeTracker, an EndpointsChangeTracker or a
+// NodeTopology; one type serves the three constructors so that a logger or a
+// clock is passed the same way to each. Each option says which constructors
+// read it; the others ignore it.
+type Option func(*options)
 
-type trackerOptions struct {
+type options struct {
 	logger  klog.Logger
 	clock   clock.PassiveClock
 	nodeIPs []netip.Addr
+
+	onTopologyChange func(labels map[string]string)
+	onNodeDeleted    func()
 }
 
-func newTrackerOptions(opts []TrackerOption) trackerOptions {
-	o := trackerOptions{
+func newOptions(opts []Option) options {
+	o := options{
 		logger: klog.Background(),
 		clock:  clock.RealClock{},
 	}
@@ -31,19 +35,21 @@ func newTrackerOptions(opts []TrackerOption) trackerOptions {
 	return o
 }
 
-// WithLogger makes the tracker log through logger (typically
-// klog.FromContext(ctx) of the proxier). The default is klog.Background().
-func WithLogger(logger klog.Logger) TrackerOption {
-	return func(o *trackerOptions) { o.logger = logger }
+// WithLogger makes the tracker or the NodeTopology log through logger
+// (typically klog.FromContext(ctx) of the proxier). The default is
+// klog.Background(). Read by NewServiceChangeTracker,
+// NewEndpointsChangeTracker and NewNodeTopology.
+func WithLogger(logger klog.Logger) Option {
+	return func(o *options) { o.logger = logger }
 }
 
 // WithClock sets the clock the EndpointsChangeTracker reads its start time
 // from: last-change-trigger times from before the tracker started are not
 // reported, since they would measure the proxy's own start-up, not
 // network-programming latency. A nil clock is ignored. The default is the real
-// clock.
-func WithClock(c clock.PassiveClock) TrackerOption {
-	return func(o *trackerOptions) {
+// clock. Read by NewEndpointsChangeTracker only.
+func WithClock(c clock.PassiveClock) Option {
+	return func(o *options) {
 		if c != nil {
 			o.clock = c
 		}
@@ -59,13 +65,14 @@ func WithClock(c clock.PassiveClock) TrackerOption {
 // node addresses). IPv4-mapped addresses count as IPv4 and invalid ones
 // are ignored. The addresses are read when the Service is updated: a
 // Service already tracked is not checked again when they change. Without
-// the option no address counts as the node's.
-func WithNodeIPs(ips ...netip.Addr) TrackerOption {
+// the option no address counts as the node's. Read by
+// NewServiceChangeTracker only.
+func WithNodeIPs(ips ...netip.Addr) Option {
 	var own []netip.Addr
 	for _, ip := range ips {
 		if ip.IsValid() {
 			own = append(own, ip.Unmap().WithZone(""))
 		}
 	}
-	return func(o *trackerOptions) { o.nodeIPs = append(o.nodeIPs, own...) }
+	return func(o *options) { o.nodeIPs = append(o.nodeIPs, own...) }
 }

@@ -52,8 +52,8 @@ type namedServicePort struct {
 // (v1.IPv4Protocol or v1.IPv6Protocol; with any other value every Service is
 // skipped). makeServicePort may be nil, to store *BaseServicePort values; it
 // is only called for ports that passed validation (see Update).
-func NewServiceChangeTracker(ipFamily v1.IPFamily, makeServicePort MakeServicePortFunc, opts ...TrackerOption) *ServiceChangeTracker {
-	o := newTrackerOptions(opts)
+func NewServiceChangeTracker(ipFamily v1.IPFamily, makeServicePort MakeServicePortFunc, opts ...Option) *ServiceChangeTracker {
+	o := newOptions(opts)
 	if ipFamily != v1.IPv4Protocol && ipFamily != v1.IPv6Protocol {
 		o.logger.Error(nil, "Service change tracker created for an unknown IP family; it will track nothing", "ipFamily", ipFamily)
 	}

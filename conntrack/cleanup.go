@@ -14,18 +14,18 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 )
 
-// CleanupOption changes what [CleanStaleEntries] looks at.
+// CleanupOption changes what a [Cleaner] looks at; [NewCleaner] reads it.
 type CleanupOption func(*cleanupOptions)
 
 type cleanupOptions struct {
-	protocols  []Protocol
-	deletedIPs sets.Set[netip.Addr]
+	protocols []Protocol
 }
 
-// WithProtocols sets the protocols whose flows are cleaned; the default is
-// UDP only. UDP and SCTP are accepted; any other protocol makes
-// CleanStaleEntries fail, since for TCP the endpoint's reset already ends
-// the flow and deleting entries only breaks connections.
+// WithProtocols sets the protocols whose flows a [Cleaner] cleans; the
+// default is UDP only. Read by [NewCleaner]. UDP and SCTP are accepted;
+// any other protocol makes every [Cleaner.CleanStaleEntries] fail, since
+// for TCP the endpoint's reset already ends the flow and deleting entries
+// only breaks connections.
 func WithProtocols(protocols ...v1.Protocol) CleanupOption {
 	return func(o *cleanupOptions) {
 		o.protocols = o.protocols[:0]
@@ -39,15 +39,25 @@ func WithProtocols(protocols ...v1.Protocol) CleanupOption {
 	}
 }
 
-// WithDeletedClusterIPs adds the cluster IPs of UDP service ports removed
-// since the last cleanup (changetracker's
-// UpdateServiceMapResult.DeletedUDPClusterIPs): their services are gone
-// from the ServicePortMap, but one-way UDP senders keep their entries alive
-// and DNATed to the old endpoint (kubernetes PR 141371). Flows to these
-// addresses are deleted unless they match a port of a service that still
-// exists.
-func WithDeletedClusterIPs(ips sets.Set[netip.Addr]) CleanupOption {
-	return func(o *cleanupOptions) { o.deletedIPs = ips }
+// Cleaner deletes the conntrack flows that a proxy's rules no longer stand
+// behind. Its CleanStaleEntries method is a proxier.ConntrackCleaner, so
+// that proxier.WithConntrack(conntrack.NewCleaner(ct)) wires it without an
+// adapter. A Cleaner keeps no state between calls and is safe for
+// concurrent use if its Interface is.
+type Cleaner struct {
+	ct        Interface
+	protocols []Protocol
+}
+
+// NewCleaner returns a Cleaner that lists and deletes flows through ct. It
+// reads [WithProtocols]; a protocol it cannot clean is reported by each
+// CleanStaleEntries, not here.
+func NewCleaner(ct Interface, opts ...CleanupOption) *Cleaner {
+	o := cleanupOptions{protocols: []Protocol{ProtocolUDP}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Cleaner{ct: ct, protocols: o.protocols}
 }
 
 // frontend is a service address as a flow's original destination shows it.
@@ -84,6 +94,14 @@ type backend struct {
 //     flows, so that the REJECT rule applies instead of conntrack sending
 //     packets to an endpoint that is gone.
 //
+// deletedClusterIPs holds the cluster IPs of UDP service ports removed
+// since the last cleanup (changetracker's
+// UpdateServiceMapResult.DeletedUDPClusterIPs); it may be nil. Their
+// services are gone from the ServicePortMap, but one-way UDP senders keep
+// their entries alive and DNATed to the old endpoint (kubernetes PR
+// 141371). Flows to these addresses are deleted unless they match a port
+// of a service that still exists.
+//
 // Everything else is kept: flows to serving endpoints (which is why a
 // proxy restart does not disturb healthy flows, kubernetes#122740), flows
 // of other protocols, and flows to addresses that are no service's.
@@ -94,37 +112,33 @@ type backend struct {
 // It lists the table once and deletes through [Interface.DeleteFlows]. An
 // error from listing means nothing was deleted; an error from deleting
 // comes with the number deleted so far.
-func CleanStaleEntries(ctx context.Context, ct Interface, family v1.IPFamily,
-	svcPortMap changetracker.ServicePortMap, endpointsMap changetracker.EndpointsMap, opts ...CleanupOption) (int, error) {
+func (c *Cleaner) CleanStaleEntries(ctx context.Context, family v1.IPFamily,
+	svcPortMap changetracker.ServicePortMap, endpointsMap changetracker.EndpointsMap, deletedClusterIPs sets.Set[netip.Addr]) (int, error) {
 	logger := klog.FromContext(ctx)
 	if err := checkFamily(family); err != nil {
 		return 0, err
 	}
-	o := cleanupOptions{protocols: []Protocol{ProtocolUDP}}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if slices.Contains(o.protocols, 0) {
+	if slices.Contains(c.protocols, 0) {
 		return 0, fmt.Errorf("conntrack cleanup: only UDP and SCTP flows can be cleaned")
 	}
 	start := time.Now()
 
-	serving := frontends(family, o.protocols, svcPortMap, endpointsMap)
-	flows, err := ct.ListFlows(ctx, family)
+	serving := frontends(family, c.protocols, svcPortMap, endpointsMap)
+	flows, err := c.ct.ListFlows(ctx, family)
 	if err != nil {
 		return 0, fmt.Errorf("conntrack cleanup: %w", err)
 	}
 	var stale []Flow
 	for _, f := range flows {
-		if !slices.Contains(o.protocols, f.Protocol) {
+		if !slices.Contains(c.protocols, f.Protocol) {
 			continue
 		}
-		if isStale(f, serving, o.deletedIPs) {
+		if isStale(f, serving, deletedClusterIPs) {
 			logger.V(6).Info("Stale conntrack flow", "flow", f)
 			stale = append(stale, f)
 		}
 	}
-	n, err := ct.DeleteFlows(ctx, family, stale)
+	n, err := c.ct.DeleteFlows(ctx, family, stale)
 	logger.V(4).Info("Cleaned stale conntrack flows", "ipFamily", family, "flows", len(flows), "stale", len(stale), "deleted", n, "took", time.Since(start))
 	if err != nil {
 		return n, fmt.Errorf("conntrack cleanup: %w", err)

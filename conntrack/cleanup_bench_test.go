@@ -51,7 +51,7 @@ func BenchmarkCleanStaleEntries(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				n, err := conntrack.CleanStaleEntries(ctx, fake, v1.IPv4Protocol, svcs, eps)
+				n, err := conntrack.NewCleaner(fake).CleanStaleEntries(ctx, v1.IPv4Protocol, svcs, eps, nil)
 				if err != nil || n != size.services {
 					b.Fatalf("deleted %d, %v; want %d", n, err, size.services)
 				}

@@ -42,16 +42,17 @@ var web = svc{name: "web", port: "http", proto: v1.ProtocolTCP, clusterIP: "10.9
 
 func c(port string) string { return client + ":" + port }
 
-// runCleanup loads flows into a fake, cleans it for family and returns what
-// is left, what was deleted and the count CleanStaleEntries returned.
-func runCleanup(t *testing.T, family v1.IPFamily, flows []conntrack.Flow, svcs changetracker.ServicePortMap, eps changetracker.EndpointsMap, opts ...conntrack.CleanupOption) (left, deleted []conntrack.Flow, n int) {
+// runCleanup loads flows into a fake, cleans it for family with the cluster
+// IPs in deletedIPs and returns what is left, what was deleted and the count
+// CleanStaleEntries returned.
+func runCleanup(t *testing.T, family v1.IPFamily, flows []conntrack.Flow, svcs changetracker.ServicePortMap, eps changetracker.EndpointsMap, deletedIPs sets.Set[netip.Addr], opts ...conntrack.CleanupOption) (left, deleted []conntrack.Flow, n int) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	fake := conntracktest.NewFake()
 	if err := fake.AddFlows(flows...); err != nil {
 		t.Fatal(err)
 	}
-	n, err := conntrack.CleanStaleEntries(ctx, fake, family, svcs, eps, opts...)
+	n, err := conntrack.NewCleaner(fake, opts...).CleanStaleEntries(ctx, family, svcs, eps, deletedIPs)
 	if err != nil {
 		t.Fatalf("CleanStaleEntries: %v", err)
 	}
@@ -68,6 +69,7 @@ func TestCleanStaleEntries(t *testing.T) {
 		svcs        []svc
 		eps         []backends
 		opts        []conntrack.CleanupOption
+		deletedIPs  sets.Set[netip.Addr]
 		flows       []conntrack.Flow
 		wantDeleted []conntrack.Flow
 	}{{
@@ -166,10 +168,10 @@ func TestCleanStaleEntries(t *testing.T) {
 		},
 		wantDeleted: []conntrack.Flow{udp(c("40003"), extIP, "10.0.3.2:5353")},
 	}, {
-		name: "deleted cluster IPs: flows to a removed service are stale",
-		svcs: []svc{other},
-		eps:  []backends{{other, []ep{{addr: ep1}}}},
-		opts: []conntrack.CleanupOption{conntrack.WithDeletedClusterIPs(sets.New(netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11")))},
+		name:       "deleted cluster IPs: flows to a removed service are stale",
+		svcs:       []svc{other},
+		eps:        []backends{{other, []ep{{addr: ep1}}}},
+		deletedIPs: sets.New(netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11")),
 		flows: []conntrack.Flow{
 			udp(c("40001"), vip, ep1), udp(c("40002"), "10.96.0.10:99", ep2),
 			// 10.96.0.11 is listed but still the cluster IP of "other":
@@ -199,7 +201,7 @@ func TestCleanStaleEntries(t *testing.T) {
 			if family == "" {
 				family = v1.IPv4Protocol
 			}
-			_, deleted, n := runCleanup(t, family, tc.flows, servicePortMap(t, family, tc.svcs...), endpointsMap(tc.eps...), tc.opts...)
+			_, deleted, n := runCleanup(t, family, tc.flows, servicePortMap(t, family, tc.svcs...), endpointsMap(tc.eps...), tc.deletedIPs, tc.opts...)
 			if diff := cmp.Diff(lines(tc.wantDeleted), lines(deleted)); diff != "" {
 				t.Errorf("deleted flows (-want +got):\n%s", diff)
 			}
@@ -225,7 +227,7 @@ func TestCleanup_Issue48370_ZeroToSomeEndpoints(t *testing.T) {
 	left, deleted, n := runCleanup(t, v1.IPv4Protocol,
 		[]conntrack.Flow{blackhole, blackholeNodePort, healthy, unrelated},
 		servicePortMap(t, v1.IPv4Protocol, dns),
-		endpointsMap(backends{dns, []ep{{addr: ep1}}}))
+		endpointsMap(backends{dns, []ep{{addr: ep1}}}), nil)
 	if diff := cmp.Diff(lines([]conntrack.Flow{blackhole, blackholeNodePort}), lines(deleted)); diff != "" || n != 2 {
 		t.Errorf("deleted %d flows (-want +got):\n%s", n, diff)
 	}
@@ -256,7 +258,7 @@ func TestCleanup_Issue139628_ScaledToZero(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			left, deleted, _ := runCleanup(t, v1.IPv4Protocol,
 				[]conntrack.Flow{toEp1, toEp2ViaNodePort, notNATed, otherSvc},
-				servicePortMap(t, v1.IPv4Protocol, dns, other), tc.eps)
+				servicePortMap(t, v1.IPv4Protocol, dns, other), tc.eps, nil)
 			if diff := cmp.Diff(lines([]conntrack.Flow{toEp1, toEp2ViaNodePort, notNATed}), lines(deleted)); diff != "" {
 				t.Errorf("deleted (-want +got):\n%s", diff)
 			}
@@ -289,7 +291,7 @@ func TestCleanup_Issue122740_RestartKeepsHealthyFlows(t *testing.T) {
 		// A new proxy process: new maps built from the same API objects.
 		svcs := servicePortMap(t, v1.IPv4Protocol, dns, other)
 		eps := endpointsMap(backends{dns, []ep{{addr: ep1}, {addr: ep2}}}, backends{other, []ep{{addr: ep2}}})
-		n, err := conntrack.CleanStaleEntries(ctx, fake, v1.IPv4Protocol, svcs, eps)
+		n, err := conntrack.NewCleaner(fake).CleanStaleEntries(ctx, v1.IPv4Protocol, svcs, eps, nil)
 		if err != nil || n != 0 {
 			t.Fatalf("start %d: CleanStaleEntries = %d, %v; want 0, nil", restart, n, err)
 		}
@@ -308,20 +310,21 @@ func TestCleanStaleEntriesErrors(t *testing.T) {
 	fake := conntracktest.NewFake()
 	_ = fake.AddFlows(stale)
 	fake.ListError = errors.New("netlink: no buffer space")
-	if n, err := conntrack.CleanStaleEntries(ctx, fake, v1.IPv4Protocol, svcs, eps); err == nil || n != 0 || fake.DeleteCalls != 0 {
+	cleaner := conntrack.NewCleaner(fake)
+	if n, err := cleaner.CleanStaleEntries(ctx, v1.IPv4Protocol, svcs, eps, nil); err == nil || n != 0 || fake.DeleteCalls != 0 {
 		t.Errorf("list error: n=%d err=%v deleteCalls=%d; want an error and no delete", n, err, fake.DeleteCalls)
 	}
 
 	fake.ListError = nil
 	fake.DeleteError = errors.New("netlink: permission denied")
-	if _, err := conntrack.CleanStaleEntries(ctx, fake, v1.IPv4Protocol, svcs, eps); !errors.Is(err, fake.DeleteError) {
+	if _, err := cleaner.CleanStaleEntries(ctx, v1.IPv4Protocol, svcs, eps, nil); !errors.Is(err, fake.DeleteError) {
 		t.Errorf("delete error: %v, want it wrapped", err)
 	}
 
-	if _, err := conntrack.CleanStaleEntries(ctx, fake, "IPv5", svcs, eps); err == nil {
+	if _, err := cleaner.CleanStaleEntries(ctx, "IPv5", svcs, eps, nil); err == nil {
 		t.Error("unknown family: no error")
 	}
-	_, err := conntrack.CleanStaleEntries(ctx, fake, v1.IPv4Protocol, svcs, eps, conntrack.WithProtocols(v1.ProtocolTCP))
+	_, err := conntrack.NewCleaner(fake, conntrack.WithProtocols(v1.ProtocolTCP)).CleanStaleEntries(ctx, v1.IPv4Protocol, svcs, eps, nil)
 	if err == nil || !strings.Contains(err.Error(), "UDP and SCTP") {
 		t.Errorf("TCP cleanup: %v, want a refusal", err)
 	}

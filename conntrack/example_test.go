@@ -15,7 +15,7 @@ import (
 	"github.com/proxykit/proxykit/conntrack/conntracktest"
 )
 
-func ExampleCleanStaleEntries() {
+func ExampleCleaner_CleanStaleEntries() {
 	ctx := context.Background()
 	// A UDP DNS service whose endpoint 10.0.1.2 has just gone away; the
 	// proxier has already synced its rules to send new flows to 10.0.2.2.
@@ -47,7 +47,7 @@ func ExampleCleanStaleEntries() {
 		conntracktest.NewFlow(conntrack.ProtocolUDP, ap("10.0.0.5:40002"), ap("10.96.0.10:53"), ap("10.0.2.2:53")),
 	)
 
-	n, err := conntrack.CleanStaleEntries(ctx, ct, v1.IPv4Protocol, svcPortMap, endpointsMap)
+	n, err := conntrack.NewCleaner(ct).CleanStaleEntries(ctx, v1.IPv4Protocol, svcPortMap, endpointsMap, nil)
 	fmt.Println("deleted:", n, err)
 	fmt.Print(ct.Dump())
 	// Output:

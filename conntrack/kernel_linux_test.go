@@ -69,7 +69,7 @@ func newTestbed(t *testing.T) *testbed {
 	kerneltest.StartBackend(t, tb.b2, "b2", kEpPort)
 	// Conntrack entries are per namespace: only a netlink socket in the
 	// node namespace sees the node's flows.
-	tb.ct = conntrack.NewForHandle(tb.node.Netlink(t))
+	tb.ct = conntrack.New(conntrack.WithNetNSPath(nsPath(tb.node)))
 	return tb
 }
 
@@ -279,8 +279,8 @@ func (tb *testbed) cleanup(endpoints ...string) int {
 	for _, ip := range endpoints {
 		eps = append(eps, ep{addr: ip + ":" + strconv.Itoa(kEpPort)})
 	}
-	n, err := conntrack.CleanStaleEntries(ctx, tb.ct, v1.IPv4Protocol,
-		servicePortMap(tb.t, v1.IPv4Protocol, kDNS), endpointsMap(backends{kDNS, eps}))
+	n, err := conntrack.NewCleaner(tb.ct).CleanStaleEntries(ctx, v1.IPv4Protocol,
+		servicePortMap(tb.t, v1.IPv4Protocol, kDNS), endpointsMap(backends{kDNS, eps}), nil)
 	if err != nil {
 		tb.t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestKernel_Issue122740_RestartKeepsHealthyFlows(t *testing.T) {
 	tb.checkTable("before", want)
 
 	// A new process: a new netlink handle, new maps, the same rules.
-	tb.ct = conntrack.NewForHandle(tb.node.Netlink(t))
+	tb.ct = conntrack.New(conntrack.WithNetNSPath(nsPath(tb.node)))
 	tb.sync([]string{kB1, kB2})
 	if n := tb.cleanup(kB1, kB2); n != 0 {
 		t.Errorf("CleanStaleEntries after a restart deleted %d flows, want 0", n)
@@ -492,7 +492,7 @@ func TestKernel_IPv6FlowsByFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ct := conntrack.NewForHandle(node.Netlink(t))
+	ct := conntrack.New(conntrack.WithNetNSPath(nsPath(node)))
 	v6, err := ct.ListFlows(ctx, v1.IPv6Protocol)
 	if err != nil {
 		t.Fatal(err)
@@ -522,3 +522,6 @@ func TestKernel_IPv6FlowsByFamily(t *testing.T) {
 		t.Error("ListFlows with an unknown family did not fail")
 	}
 }
+
+// nsPath is where kerneltest bind-mounts ns, as WithNetNSPath takes it.
+func nsPath(ns *kerneltest.NS) string { return "/run/netns/" + ns.Name }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -19,23 +20,41 @@ const dumpAttempts = 3
 
 // netlinkConntrack is Interface over netlink.
 type netlinkConntrack struct {
-	h *netlink.Handle
+	netnsPath string
 }
 
 var _ Interface = (*netlinkConntrack)(nil)
 
 // New returns an Interface for the network namespace of the calling thread
-// at the time of each call (the process's namespace, normally).
-func New() Interface {
-	return &netlinkConntrack{h: &netlink.Handle{}}
+// at the time of each call (the process's namespace, normally), or for the
+// one [WithNetNSPath] names. It opens nothing itself, so there is nothing
+// to close: each call opens its netlink socket and closes it before
+// returning.
+func New(opts ...Option) Interface {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &netlinkConntrack{netnsPath: o.netnsPath}
 }
 
-// NewForHandle returns an Interface that works through h, for example a
-// handle from netlink.NewHandleAt for another network namespace: conntrack
-// entries are per namespace and only visible through a netlink socket in
-// it. The caller keeps ownership of h and closes it after use.
-func NewForHandle(h *netlink.Handle) Interface {
-	return &netlinkConntrack{h: h}
+// handle returns a netlink handle for one call, in the namespace of
+// WithNetNSPath, and the function that closes it. The zero Handle opens a
+// socket per request in the calling thread's namespace.
+func (ct *netlinkConntrack) handle() (*netlink.Handle, func(), error) {
+	if ct.netnsPath == "" {
+		return &netlink.Handle{}, func() {}, nil
+	}
+	ns, err := netns.GetFromPath(ct.netnsPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("conntrack: opening network namespace %q: %w", ct.netnsPath, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, nil, fmt.Errorf("conntrack: netlink socket in %q: %w", ct.netnsPath, err)
+	}
+	return h, h.Close, nil
 }
 
 func inetFamily(family v1.IPFamily) (netlink.InetFamily, error) {
@@ -56,9 +75,14 @@ func (ct *netlinkConntrack) ListFlows(ctx context.Context, family v1.IPFamily) (
 	if err != nil {
 		return nil, err
 	}
+	h, done, err := ct.handle()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var raw []*netlink.ConntrackFlow
 	for attempt := 1; ; attempt++ {
-		raw, err = ct.h.ConntrackTableList(netlink.ConntrackTable, af)
+		raw, err = h.ConntrackTableList(netlink.ConntrackTable, af)
 		if err == nil {
 			break
 		}
@@ -92,7 +116,12 @@ func (ct *netlinkConntrack) DeleteFlows(ctx context.Context, family v1.IPFamily,
 	if len(filter) == 0 {
 		return 0, nil
 	}
-	n, err := ct.h.ConntrackDeleteFilters(netlink.ConntrackTable, af, filter)
+	h, done, err := ct.handle()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	n, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, af, filter)
 	if err != nil {
 		return int(n), fmt.Errorf("deleting %d %s conntrack flows (%d deleted): %w", len(filter), family, n, err)
 	}

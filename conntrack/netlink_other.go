@@ -4,8 +4,9 @@ package conntrack
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 
-	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -14,19 +15,20 @@ type unsupported struct{}
 
 var _ Interface = unsupported{}
 
-// New returns an Interface whose methods all return ErrNotSupported.
-func New() Interface { return unsupported{} }
+func errNotSupported() error { return fmt.Errorf("%w on %s", ErrNotSupported, runtime.GOOS) }
 
-// NewForHandle returns an Interface whose methods all return
+// New returns an Interface whose methods all return an error wrapping
+// ErrNotSupported; its options are ignored.
+func New(...Option) Interface { return unsupported{} }
+
+// ListFlows is part of Interface; it returns an error wrapping
 // ErrNotSupported.
-func NewForHandle(*netlink.Handle) Interface { return unsupported{} }
-
-// ListFlows is part of Interface; it returns ErrNotSupported.
 func (unsupported) ListFlows(context.Context, v1.IPFamily) ([]Flow, error) {
-	return nil, ErrNotSupported
+	return nil, errNotSupported()
 }
 
-// DeleteFlows is part of Interface; it returns ErrNotSupported.
+// DeleteFlows is part of Interface; it returns an error wrapping
+// ErrNotSupported.
 func (unsupported) DeleteFlows(context.Context, v1.IPFamily, []Flow) (int, error) {
-	return 0, ErrNotSupported
+	return 0, errNotSupported()
 }

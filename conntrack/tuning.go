@@ -13,12 +13,6 @@ import (
 	"github.com/proxykit/proxykit/kernel"
 )
 
-// ErrReadOnlySysFS is wrapped by the error [Tune] returns when the
-// conntrack hash table needs to grow but /sys is mounted read-only (as
-// container runtimes mount it unless told otherwise). The rest of the
-// tuning is still applied; a caller may treat this one as a warning.
-var ErrReadOnlySysFS = errors.New("/sys is read-only: cannot raise the conntrack hash size")
-
 // The sysctls and module parameter Tune sets.
 const (
 	sysctlMax              = "net/netfilter/nf_conntrack_max"
@@ -59,8 +53,11 @@ type Tuning struct {
 // When nf_conntrack_max is set, the hash size
 // (/sys/module/nf_conntrack/parameters/hashsize) is raised to a quarter of
 // it if it is smaller, as the kernel's own default ratio; it is never
-// lowered. If /sys is read-only the error wraps [ErrReadOnlySysFS]
-// (test with errors.Is).
+// lowered. If /sys is read-only (as container runtimes mount it unless told
+// otherwise), or /proc/sys is, the error wraps kernel.ErrReadOnly: test it
+// with kernel.IsReadOnly, and read the message for which mount refused.
+// The rest of the tuning is still applied; a caller may treat a read-only
+// /sys as a warning.
 //
 // Every setting is tried even if another fails; the errors are joined.
 // Note that in a network namespace other than the host's, nf_conntrack_max
@@ -127,9 +124,7 @@ func setMax(ctx context.Context, k *kernel.Kernel, maxEntries int) error {
 	}
 	klog.FromContext(ctx).Info("Raising conntrack hash size", "from", size, "to", want)
 	err = k.WriteModuleParameter(ctx, "nf_conntrack", "hashsize", strconv.Itoa(want))
-	if errors.Is(err, kernel.ErrReadOnly) {
-		err = fmt.Errorf("conntrack hash size %d: %w: %w", want, ErrReadOnlySysFS, err)
-	} else if err != nil {
+	if err != nil {
 		err = fmt.Errorf("conntrack hash size %d: %w", want, err)
 	}
 	return errors.Join(append(errs, err)...)

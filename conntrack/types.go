@@ -10,9 +10,16 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// ErrNotSupported is returned by every method of the Interface New returns
-// on an operating system other than Linux.
-var ErrNotSupported = errors.New("conntrack: not supported on this operating system")
+// ErrNotSupported is wrapped by the errors of every method of the Interface
+// New returns on an operating system other than Linux; the error names the
+// operating system. Callers test for it with [IsNotSupported].
+var ErrNotSupported = errors.New("conntrack: not supported")
+
+// IsNotSupported reports whether err, or an error it wraps, is
+// [ErrNotSupported].
+func IsNotSupported(err error) bool {
+	return errors.Is(err, ErrNotSupported)
+}
 
 // Interface lists and deletes flows of the kernel's connection tracking
 // table, one IP family at a time. Implementations are safe for concurrent

@@ -15,7 +15,7 @@ type Netlink struct{}
 
 var _ Interface = (*Netlink)(nil)
 
-func errNotSupported() error { return fmt.Errorf("ipset on %s: %w", runtime.GOOS, ErrNotSupported) }
+func errNotSupported() error { return fmt.Errorf("%w on %s", ErrNotSupported, runtime.GOOS) }
 
 // New returns an error wrapping [ErrNotSupported]: ipsets need Linux.
 func New(opts ...Option) (*Netlink, error) { return nil, errNotSupported() }

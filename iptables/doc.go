@@ -10,7 +10,7 @@
 // xtables lock, --random-fully) and degrades with clear errors on old ones.
 // Failed commands return an *[Error] carrying the command line, exit
 // status, standard error and the restore input line blamed; test them with
-// [IsNotFoundError] and [IsLockTimeout]. [Interface.Monitor] notices when
+// [IsNotFound] and [IsLockTimeout]. [Interface.Monitor] notices when
 // another program (firewalld, "iptables -F") wipes rules, through canary
 // chains, and calls back so the caller can resync.
 //

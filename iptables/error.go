@@ -7,8 +7,20 @@ import (
 	"time"
 )
 
-// ErrNotSupported is returned by [New] on platforms other than Linux.
-var ErrNotSupported = errors.New("iptables is only supported on Linux")
+// ErrNotSupported is wrapped by the error [New] returns on platforms other
+// than Linux; the error names the operating system. Test for it with
+// [IsNotSupported].
+var ErrNotSupported = errors.New("iptables: not supported")
+
+// IsNotSupported reports whether err, or an error it wraps, is
+// [ErrNotSupported].
+func IsNotSupported(err error) bool { return errors.Is(err, ErrNotSupported) }
+
+// ErrNotFound is matched by errors.Is in an [*Error] whose command said
+// that a chain, a rule or a table does not exist; the command's error is
+// an *Error, not a wrapper of ErrNotFound, since the binaries say so only
+// in their standard error. Test for it with [IsNotFound].
+var ErrNotFound = errors.New("iptables: not found")
 
 // errLockTimeout is wrapped by the error of a restore that gave up waiting
 // for the xtables lock that proxykit takes itself for old iptables-restore
@@ -35,7 +47,7 @@ func IsCommandTimeout(err error) bool {
 // Error is a failed iptables, iptables-save or iptables-restore command. All
 // errors from [Interface] methods that ran a command are an *Error or wrap
 // one; the Fake in iptables/iptablestest returns the same type with the
-// messages the real binaries print, so [IsNotFoundError] and
+// messages the real binaries print, so [IsNotFound] and
 // [IsLockTimeout] work the same against both.
 type Error struct {
 	// Command is the binary that ran, such as "iptables-nft-restore".
@@ -86,6 +98,11 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is reports whether target is [ErrNotFound] and the command said that
+// something does not exist, so that errors.Is(err, ErrNotFound) agrees
+// with [IsNotFound].
+func (e *Error) Is(target error) bool { return target == ErrNotFound && e.notFound() }
+
 // missingJumpTarget reports whether err is iptables refusing rule args
 // because the chain it jumps to (-j or -g) does not exist. Legacy prints
 // "Couldn't load target `NAME':No such file or directory", nft "Chain 'NAME'
@@ -120,12 +137,19 @@ func stderrSummary(stderr string) string {
 	return strings.Join(parts, "; ")
 }
 
-// IsNotFoundError reports whether err says that a chain, a rule or a table
+// IsNotFound reports whether err says that a chain, a rule or a table
 // does not exist (for example FlushChain of a missing chain, or a restore
-// that appends to an undeclared chain).
-func IsNotFoundError(err error) bool {
+// that appends to an undeclared chain): the first [*Error] in err's chain
+// exited with a status and printed one of the binaries' "missing" phrases.
+func IsNotFound(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) || e.ExitStatus < 0 {
+	return errors.As(err, &e) && e.notFound()
+}
+
+// notFound reports whether the command exited saying that something is
+// missing.
+func (e *Error) notFound() bool {
+	if e.ExitStatus < 0 {
 		return false
 	}
 	for _, s := range notFoundMessages {

@@ -76,8 +76,14 @@ func TestErrorHelpers(t *testing.T) {
 		{name: "nil", err: nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := IsNotFoundError(tc.err); got != tc.notFound {
-				t.Errorf("IsNotFoundError = %v, want %v", got, tc.notFound)
+			if got := IsNotFound(tc.err); got != tc.notFound {
+				t.Errorf("IsNotFound = %v, want %v", got, tc.notFound)
+			}
+			if got := errors.Is(tc.err, ErrNotFound); got != tc.notFound {
+				t.Errorf("errors.Is(err, ErrNotFound) = %v, want %v", got, tc.notFound)
+			}
+			if IsNotSupported(tc.err) {
+				t.Error("IsNotSupported = true for a command's error")
 			}
 			if got := IsLockTimeout(tc.err); got != tc.lockTimeout {
 				t.Errorf("IsLockTimeout = %v, want %v", got, tc.lockTimeout)
@@ -86,5 +92,26 @@ func TestErrorHelpers(t *testing.T) {
 				t.Errorf("Error() = %q, want %q", tc.err.Error(), tc.wantErrString)
 			}
 		})
+	}
+}
+
+func TestIsNotSupported(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "nil"},
+		{name: "the sentinel", err: ErrNotSupported, want: true},
+		{name: "wrapped with the OS", err: fmt.Errorf("%w on darwin", ErrNotSupported), want: true},
+		{name: "a command's error", err: &Error{Command: "iptables", ExitStatus: 1, Stderr: "iptables: not supported"}},
+		{name: "same text, other error", err: errors.New(ErrNotSupported.Error())},
+	} {
+		if got := IsNotSupported(tc.err); got != tc.want {
+			t.Errorf("%s: IsNotSupported(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+	if got, want := ErrNotSupported.Error(), "iptables: not supported"; got != want {
+		t.Errorf("ErrNotSupported = %q, want %q", got, want)
 	}
 }

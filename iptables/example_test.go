@@ -77,10 +77,10 @@ func ExampleInterface() {
 }
 
 // Errors are tested with helpers, not by their text.
-func ExampleIsNotFoundError() {
+func ExampleIsNotFound() {
 	ipt := iptablestest.NewFake()
 	err := ipt.FlushChain(context.Background(), iptables.TableFilter, "KUBE-GONE")
-	fmt.Println(iptables.IsNotFoundError(err), iptables.IsLockTimeout(err))
+	fmt.Println(iptables.IsNotFound(err), iptables.IsLockTimeout(err))
 	fmt.Println(err)
 	// Output:
 	// true false

@@ -295,7 +295,7 @@ func (r *runner) ChainExists(ctx context.Context, table Table, chain Chain) (boo
 	if err == nil {
 		return true, nil
 	}
-	if IsNotFoundError(err) {
+	if IsNotFound(err) {
 		return false, nil
 	}
 	var e *Error

@@ -298,13 +298,13 @@ func TestRunnerResults(t *testing.T) {
 			reply:   result{stderr: "iptables: Permission denied\n", status: 4},
 			do:      func(r *runner) (any, error) { return r.EnsureChain(ctx, TableNAT, "C") },
 			want:    false,
-			wantErr: func(err error) bool { return err != nil && !IsNotFoundError(err) },
+			wantErr: func(err error) bool { return err != nil && !IsNotFound(err) },
 		},
 		{
 			name:    "FlushChain of a missing chain",
 			reply:   result{stderr: noChain, status: 1},
 			do:      func(r *runner) (any, error) { return nil, r.FlushChain(ctx, TableNAT, "C") },
-			wantErr: IsNotFoundError,
+			wantErr: IsNotFound,
 		},
 		{
 			name:  "ChainExists of a missing chain (legacy message)",
@@ -429,7 +429,7 @@ func TestCommandTimeout(t *testing.T) {
 			if want := "timed out after " + timeout.String(); !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not say %q", err, want)
 			}
-			if IsNotFoundError(err) || IsLockTimeout(err) {
+			if IsNotFound(err) || IsLockTimeout(err) {
 				t.Errorf("error %v: taken for a missing object or a lock timeout", err)
 			}
 

@@ -21,12 +21,12 @@ type Interface interface {
 	EnsureChain(ctx context.Context, table Table, chain Chain) (existed bool, err error)
 
 	// FlushChain removes every rule of chain. A chain that does not exist
-	// is an error for which [IsNotFoundError] is true.
+	// is an error for which [IsNotFound] is true.
 	FlushChain(ctx context.Context, table Table, chain Chain) error
 
 	// DeleteChain deletes chain, which must be empty and not referenced by
 	// any rule. A chain that does not exist is an error for which
-	// [IsNotFoundError] is true; built-in chains cannot be deleted.
+	// [IsNotFound] is true; built-in chains cannot be deleted.
 	DeleteChain(ctx context.Context, table Table, chain Chain) error
 
 	// ChainExists reports whether chain exists in table. A missing chain

@@ -288,10 +288,10 @@ func TestKernelEnsureAndDelete(t *testing.T) {
 			{"ChainExists before", func(ipt iptables.Interface) (any, error) { return ipt.ChainExists(ctx, iptables.TableFilter, chain) }, false, nil},
 			{"FlushChain of a missing chain", func(ipt iptables.Interface) (any, error) {
 				return nil, ipt.FlushChain(ctx, iptables.TableFilter, chain)
-			}, nil, iptables.IsNotFoundError},
+			}, nil, iptables.IsNotFound},
 			{"DeleteChain of a missing chain", func(ipt iptables.Interface) (any, error) {
 				return nil, ipt.DeleteChain(ctx, iptables.TableFilter, chain)
-			}, nil, iptables.IsNotFoundError},
+			}, nil, iptables.IsNotFound},
 			{"EnsureChain", func(ipt iptables.Interface) (any, error) { return ipt.EnsureChain(ctx, iptables.TableFilter, chain) }, false, nil},
 			{"EnsureChain again", func(ipt iptables.Interface) (any, error) { return ipt.EnsureChain(ctx, iptables.TableFilter, chain) }, true, nil},
 			{"ChainExists", func(ipt iptables.Interface) (any, error) { return ipt.ChainExists(ctx, iptables.TableFilter, chain) }, true, nil},
@@ -309,7 +309,7 @@ func TestKernelEnsureAndDelete(t *testing.T) {
 			}, false, nil},
 			{"DeleteChain of a referenced chain", func(ipt iptables.Interface) (any, error) {
 				return nil, ipt.DeleteChain(ctx, iptables.TableFilter, chain)
-			}, nil, func(err error) bool { return err != nil && !iptables.IsNotFoundError(err) }},
+			}, nil, func(err error) bool { return err != nil && !iptables.IsNotFound(err) }},
 			{"DeleteRule", func(ipt iptables.Interface) (any, error) {
 				return nil, ipt.DeleteRule(ctx, iptables.TableFilter, chain, rule...)
 			}, nil, nil},

@@ -8,5 +8,5 @@ import (
 )
 
 func platformSupported() error {
-	return fmt.Errorf("%w, not on %s", ErrNotSupported, runtime.GOOS)
+	return fmt.Errorf("%w on %s", ErrNotSupported, runtime.GOOS)
 }

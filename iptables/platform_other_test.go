@@ -4,13 +4,12 @@ package iptables
 
 import (
 	"context"
-	"errors"
 	"testing"
 )
 
 func TestNewNotSupported(t *testing.T) {
 	ipt, err := New(context.Background(), ProtocolIPv4)
-	if ipt != nil || !errors.Is(err, ErrNotSupported) {
+	if ipt != nil || !IsNotSupported(err) {
 		t.Fatalf("New = %v, %v; want nil and ErrNotSupported", ipt, err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // BenchmarkIPVSReconcile measures reconciles of n virtual servers with m
 // real servers each against the fakes: creating everything, a no-change
 // resync that lists every virtual server's real servers (the default), one
-// that trusts what it applied (WithFullResyncPeriod), and a resync where 1%
+// that trusts what it applied (WithFullSyncPeriod), and a resync where 1%
 // of the services swapped a real server. writes/op and lists/op are the
 // kernel operations each needed.
 func BenchmarkIPVSReconcile(b *testing.B) {
@@ -45,8 +45,8 @@ func BenchmarkIPVSReconcile(b *testing.B) {
 		})
 		for _, mode := range []struct {
 			name string
-			opts []ipvs.ReconcilerOption
-		}{{"unchanged-full", nil}, {"unchanged-cached", []ipvs.ReconcilerOption{ipvs.WithFullResyncPeriod(time.Hour)}}} {
+			opts []ipvs.Option
+		}{{"unchanged-full", nil}, {"unchanged-cached", []ipvs.Option{ipvs.WithFullSyncPeriod(time.Hour)}}} {
 			b.Run(name+"/"+mode.name, func(b *testing.B) {
 				r := ipvs.NewReconciler(ipvstest.NewFake(), ipvstest.NewBinder(), mode.opts...)
 				if _, err := r.Reconcile(ctx, want); err != nil {

@@ -26,8 +26,9 @@ type DummyBinder struct {
 var _ AddressBinder = (*DummyBinder)(nil)
 
 // NewDummyBinder opens an rtnetlink socket in the caller's network
-// namespace, or in the one bind-mounted at netnsPath if that is not empty.
-func NewDummyBinder(netnsPath string) (*DummyBinder, error) {
+// namespace, or in the one [WithNetNSPath] names; it reads no other option.
+func NewDummyBinder(opts ...Option) (*DummyBinder, error) {
+	netnsPath := newOptions(opts).netnsPath
 	ns := netns.None()
 	if netnsPath != "" {
 		var err error

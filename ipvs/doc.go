@@ -29,13 +29,13 @@
 // Translator's example for IPVS mode):
 //
 //	lb, err := ipvs.New(ctx) // checks the kernel first
-//	if err != nil { ... }    // errors.Is(err, ipvs.ErrNotSupported) on a kernel without IPVS
+//	if err != nil { ... }    // ipvs.IsNotSupported(err) on a kernel without IPVS
 //	defer lb.Close()
-//	addrs, err := ipvs.NewDummyBinder("")
+//	addrs, err := ipvs.NewDummyBinder()
 //	if err != nil { ... }
 //	defer addrs.Close()
 //	r := ipvs.NewReconciler(lb, addrs)
-//	go r.Terminator().Run(ctx, 0) // deletes drained real servers
+//	go r.Terminator().Run(ctx) // deletes drained real servers
 //	_, err = r.Reconcile(ctx, []ipvs.Service{{
 //		VirtualServer: ipvs.VirtualServer{Address: clusterIP, Protocol: v1.ProtocolTCP, Port: 443},
 //		RealServers:   []ipvs.RealServer{{Address: podIP, Port: 6443, Weight: 1}},

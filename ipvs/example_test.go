@@ -80,7 +80,7 @@ func ExampleNew() {
 	ctx := context.Background()
 	lb, err := ipvs.New(ctx, ipvs.WithSchedulers("rr", "sh"))
 	if err != nil {
-		// On a kernel without IPVS: "ipvs: IPVS is not supported: kernel
+		// On a kernel without IPVS: "ipvs: not supported: kernel
 		// 6.1.0 cannot run IPVS mode: missing IPVS modules ip_vs, ..."
 		fmt.Println(err)
 		return

@@ -38,9 +38,9 @@ func (t Termination) String() string {
 	return fmt.Sprintf("Termination(%d)", int(t))
 }
 
-// DefaultSweepInterval is how often [GracefulTerminator.Run] sweeps when
-// given no interval, as kube-proxy does.
-const DefaultSweepInterval = time.Minute
+// DefaultSweepPeriod is how often [GracefulTerminator.Run] sweeps without
+// [WithSweepPeriod], as kube-proxy does.
+const DefaultSweepPeriod = time.Minute
 
 // GracefulTerminator removes real servers without cutting their open
 // connections: a real server being removed gets weight 0, so it receives no
@@ -57,8 +57,9 @@ const DefaultSweepInterval = time.Minute
 //
 // It is safe for concurrent use.
 type GracefulTerminator struct {
-	iface Interface
-	clock clock.WithTicker
+	iface       Interface
+	clock       clock.WithTicker
+	sweepPeriod time.Duration
 
 	mu      sync.Mutex
 	pending map[key]map[rsKey]Draining // by virtual server, so that a reconcile asks once per virtual server
@@ -83,23 +84,18 @@ type Draining struct {
 	Since time.Time
 }
 
-// TerminatorOption configures [NewGracefulTerminator].
-type TerminatorOption func(*GracefulTerminator)
-
-// WithTerminatorClock sets the clock that times [GracefulTerminator.Run]
-// and the Since of draining servers; the default is the real clock.
-func WithTerminatorClock(c clock.WithTicker) TerminatorOption {
-	return func(g *GracefulTerminator) { g.clock = c }
+// WithSweepPeriod sets how often [GracefulTerminator.Run] sweeps; zero or
+// less means [DefaultSweepPeriod]. Read by [NewGracefulTerminator], and by
+// [NewReconciler] for the terminator it makes.
+func WithSweepPeriod(d time.Duration) Option {
+	return func(o *options) { o.sweepPeriod = d }
 }
 
 // NewGracefulTerminator returns a terminator of iface's real servers with
-// nothing draining.
-func NewGracefulTerminator(iface Interface, opts ...TerminatorOption) *GracefulTerminator {
-	g := &GracefulTerminator{iface: iface, clock: clock.RealClock{}, pending: map[key]map[rsKey]Draining{}}
-	for _, opt := range opts {
-		opt(g)
-	}
-	return g
+// nothing draining. It reads [WithClock] and [WithSweepPeriod].
+func NewGracefulTerminator(iface Interface, opts ...Option) *GracefulTerminator {
+	o := newOptions(opts)
+	return &GracefulTerminator{iface: iface, clock: o.clock, sweepPeriod: o.sweepPeriod, pending: map[key]map[rsKey]Draining{}}
 }
 
 // immediate reports whether real servers of vs are deleted without
@@ -266,11 +262,12 @@ func (g *GracefulTerminator) Sweep(ctx context.Context) (int, error) {
 	return deleted, errors.Join(errs...)
 }
 
-// Run sweeps every interval (zero means [DefaultSweepInterval]) until ctx
-// is done, logging errors.
-func (g *GracefulTerminator) Run(ctx context.Context, interval time.Duration) {
+// Run sweeps every [WithSweepPeriod] (by default [DefaultSweepPeriod])
+// until ctx is done, logging errors.
+func (g *GracefulTerminator) Run(ctx context.Context) {
+	interval := g.sweepPeriod
 	if interval <= 0 {
-		interval = DefaultSweepInterval
+		interval = DefaultSweepPeriod
 	}
 	t := g.clock.NewTicker(interval)
 	defer t.Stop()

@@ -134,7 +134,7 @@ func TestSweepDeletesOnceIdle(t *testing.T) {
 	ctx := context.Background()
 	f, listed := setup(t, web, 1, 0)
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	g := ipvs.NewGracefulTerminator(f, ipvs.WithTerminatorClock(clk))
+	g := ipvs.NewGracefulTerminator(f, ipvs.WithClock(clk))
 	if _, err := g.Terminate(ctx, web, listed); err != nil {
 		t.Fatal(err)
 	}
@@ -200,36 +200,65 @@ func TestSweepDropsVanishedAndCancelAndForget(t *testing.T) {
 	}
 }
 
+// TestRunSweepsOnTicks checks that Run sweeps when its period has passed on
+// its clock: the default one, the one WithSweepPeriod gives, and the one a
+// Reconciler hands to the terminator it makes.
 func TestRunSweepsOnTicks(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f, listed := setup(t, web, 1, 0)
-	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
-	g := ipvs.NewGracefulTerminator(f, ipvs.WithTerminatorClock(clk))
-	if _, err := g.Terminate(ctx, web, listed); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SetConnections(web, rs1, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		g.Run(ctx, 0)
-		close(done)
-	}()
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond) // until Run has made its ticker
-	}
-	if g.InProgress(web, rs1) == false {
-		t.Fatal("swept before the first tick")
-	}
-	clk.Step(ipvs.DefaultSweepInterval)
-	for g.InProgress(web, rs1) {
-		time.Sleep(time.Millisecond) // until the sweep of that tick is done
-	}
-	cancel()
-	<-done
-	if got, want := f.Dump(), "TCP 10.96.0.1:80 rr\n  -> 10.244.2.1:8080 weight 1\n"; got != want {
-		t.Errorf("state:\n%s", got)
+	for _, tc := range []struct {
+		name string
+		make func(ipvs.Interface, ...ipvs.Option) *ipvs.GracefulTerminator
+		opts []ipvs.Option
+		step time.Duration
+	}{
+		{name: "default period", make: ipvs.NewGracefulTerminator, step: ipvs.DefaultSweepPeriod},
+		{name: "WithSweepPeriod", make: ipvs.NewGracefulTerminator, opts: []ipvs.Option{ipvs.WithSweepPeriod(10 * time.Second)}, step: 10 * time.Second},
+		{name: "zero period means the default", make: ipvs.NewGracefulTerminator, opts: []ipvs.Option{ipvs.WithSweepPeriod(0)}, step: ipvs.DefaultSweepPeriod},
+		{
+			name: "the reconciler's own terminator",
+			make: func(i ipvs.Interface, opts ...ipvs.Option) *ipvs.GracefulTerminator {
+				return ipvs.NewReconciler(i, nil, opts...).Terminator()
+			},
+			opts: []ipvs.Option{ipvs.WithSweepPeriod(10 * time.Second)},
+			step: 10 * time.Second,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			f, listed := setup(t, web, 1, 0)
+			clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+			g := tc.make(f, append([]ipvs.Option{ipvs.WithClock(clk)}, tc.opts...)...)
+			if _, err := g.Terminate(ctx, web, listed); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.SetConnections(web, rs1, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				g.Run(ctx)
+				close(done)
+			}()
+			for !clk.HasWaiters() {
+				time.Sleep(time.Millisecond) // until Run has made its ticker
+			}
+			if g.InProgress(web, rs1) == false {
+				t.Fatal("swept before the first tick")
+			}
+			clk.Step(tc.step)
+			// A bound on waiting, not a timing assertion: a ticker of
+			// another period never fires, and the test must end.
+			for deadline := time.Now().Add(10 * time.Second); g.InProgress(web, rs1); {
+				if time.Now().After(deadline) {
+					t.Fatalf("no sweep after %v on the clock", tc.step)
+				}
+				time.Sleep(time.Millisecond) // until the sweep of that tick is done
+			}
+			cancel()
+			<-done
+			if got, want := f.Dump(), "TCP 10.96.0.1:80 rr\n  -> 10.244.2.1:8080 weight 1\n"; got != want {
+				t.Errorf("state:\n%s", got)
+			}
+		})
 	}
 }

@@ -57,12 +57,12 @@ func New(ctx context.Context, opts ...Option) (*Netlink, error) {
 	}
 	if checker != nil {
 		if err := checker.CanUseIPVS(ctx, o.schedulers...); err != nil {
-			return nil, fmt.Errorf("ipvs: %w: %w", ErrNotSupported, err)
+			return nil, fmt.Errorf("%w: %w", ErrNotSupported, err)
 		}
 	}
 	fam, err := netlink.GenlFamilyGet("IPVS")
 	if err != nil {
-		return nil, fmt.Errorf("ipvs: %w: the kernel has no IPVS generic netlink family (is ip_vs loaded?): %w", ErrNotSupported, err)
+		return nil, fmt.Errorf("%w: the kernel has no IPVS generic netlink family (is ip_vs loaded?): %w", ErrNotSupported, err)
 	}
 	h, err := mobyipvs.New(o.netnsPath)
 	if err != nil {

@@ -18,7 +18,7 @@ func (c failingChecker) CanUseIPVS(context.Context, ...string) error { return c.
 func TestNewRefusesWhenThePrerequisiteCheckFails(t *testing.T) {
 	missing := errors.New("missing IPVS modules ip_vs, ip_vs_rr")
 	n, err := ipvs.New(context.Background(), ipvs.WithPrerequisites(failingChecker{missing}))
-	if n != nil || !errors.Is(err, ipvs.ErrNotSupported) || !errors.Is(err, missing) {
+	if n != nil || !ipvs.IsNotSupported(err) || !errors.Is(err, missing) {
 		t.Errorf("New = %v, %v; want an error wrapping ErrNotSupported and the checker's", n, err)
 	}
 }
@@ -39,7 +39,7 @@ func TestNewRefusesWithoutIPVS(t *testing.T) {
 		{"netlink check", []ipvs.Option{ipvs.WithPrerequisites(nil)}, "no IPVS generic netlink family"},
 	} {
 		n, err := ipvs.New(context.Background(), tc.opts...)
-		if n != nil || !errors.Is(err, ipvs.ErrNotSupported) || !strings.Contains(err.Error(), tc.want) {
+		if n != nil || !ipvs.IsNotSupported(err) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: New = %v, %v; want ErrNotSupported mentioning %q", tc.name, n, err, tc.want)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"runtime"
 )
 
-func errNotSupported() error { return fmt.Errorf("IPVS on %s: %w", runtime.GOOS, ErrNotSupported) }
+func errNotSupported() error { return fmt.Errorf("%w on %s", ErrNotSupported, runtime.GOOS) }
 
 // Netlink is the kernel implementation of [Interface] and [Batcher]. On
 // this platform it cannot be made: [New] returns an error wrapping
@@ -95,7 +95,7 @@ var _ AddressBinder = (*DummyBinder)(nil)
 
 // NewDummyBinder returns an error wrapping [ErrNotSupported]: dummy
 // interfaces need Linux.
-func NewDummyBinder(netnsPath string) (*DummyBinder, error) { return nil, errNotSupported() }
+func NewDummyBinder(opts ...Option) (*DummyBinder, error) { return nil, errNotSupported() }
 
 // Close does nothing.
 func (d *DummyBinder) Close() {}
@@ -123,7 +123,7 @@ func (d *DummyBinder) Unbind(ctx context.Context, name string, addrs ...netip.Ad
 	return errNotSupported()
 }
 
-// NodeAddresses returns an error wrapping [ErrNotSupported].
-func (d *DummyBinder) NodeAddresses(ctx context.Context, dummy string) ([]netip.Addr, error) {
+// HostAddresses returns an error wrapping [ErrNotSupported].
+func (d *DummyBinder) HostAddresses(ctx context.Context, dummy string) ([]netip.Addr, error) {
 	return nil, errNotSupported()
 }

@@ -9,14 +9,14 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// NodeAddresses returns the addresses of every interface of the binder's
+// HostAddresses returns the addresses of every interface of the binder's
 // network namespace except the dummy interface dummy ("" means
 // [DummyDevice]): the node's own addresses, which TranslatorConfig.NodeIPs
 // wants (split by family). It leaves out IPv6 link-local addresses, which
 // need a zone, and keeps loopback ones, which the Translator never serves
 // node ports on. The list is sorted, IPv4 first, without repeats; a missing
 // dummy interface is not an error.
-func (d *DummyBinder) NodeAddresses(ctx context.Context, dummy string) ([]netip.Addr, error) {
+func (d *DummyBinder) HostAddresses(ctx context.Context, dummy string) ([]netip.Addr, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ type Result struct {
 	DeviceCreated bool
 	// RealServerLists counts the virtual servers whose real servers were
 	// read from the kernel (the others were known from the previous call;
-	// see [WithFullResyncPeriod]).
+	// see [WithFullSyncPeriod]).
 	RealServerLists int
 	// Writes is the number of calls that changed, or tried to change, the
 	// kernel's state.
@@ -60,7 +60,7 @@ type Result struct {
 // its [GracefulTerminator]; deleted virtual servers drop theirs at once.
 //
 // Calls must not run concurrently with each other. It remembers what it
-// applied, for [WithFullResyncPeriod]; nothing else carries over between
+// applied, for [WithFullSyncPeriod]; nothing else carries over between
 // calls, so a restarted proxier resumes from the kernel's state.
 type Reconciler struct {
 	iface      Interface
@@ -85,30 +85,29 @@ type appliedService struct {
 	rs []RealServer
 }
 
-// ReconcilerOption configures [NewReconciler].
-type ReconcilerOption func(*Reconciler)
-
 // WithDummyDevice sets the name of the dummy interface; the default is
-// [DummyDevice], kube-ipvs0.
-func WithDummyDevice(name string) ReconcilerOption {
-	return func(r *Reconciler) { r.device = name }
+// [DummyDevice], kube-ipvs0. Read by [NewReconciler] only.
+func WithDummyDevice(name string) Option {
+	return func(o *options) { o.device = name }
 }
 
 // WithExcludeCIDRs leaves alone the kernel's virtual servers whose
 // addresses are in cidrs, as kube-proxy's --ipvs-exclude-cidrs does: they
-// are never deleted, even if not desired.
-func WithExcludeCIDRs(cidrs ...netip.Prefix) ReconcilerOption {
-	return func(r *Reconciler) { r.exclude = append(r.exclude, cidrs...) }
+// are never deleted, even if not desired. Read by [NewReconciler] only.
+func WithExcludeCIDRs(cidrs ...netip.Prefix) Option {
+	return func(o *options) { o.exclude = append(o.exclude, cidrs...) }
 }
 
 // WithGracefulTerminator sets the terminator that removes real servers;
-// the default is a new one over the reconciler's Interface. Run its sweep
-// loop ([GracefulTerminator.Run]) beside the reconciler.
-func WithGracefulTerminator(g *GracefulTerminator) ReconcilerOption {
-	return func(r *Reconciler) { r.term = g }
+// the default is a new one over the reconciler's Interface, made with the
+// options given to NewReconciler. Run its sweep loop
+// ([GracefulTerminator.Run]) beside the reconciler. Read by
+// [NewReconciler] only.
+func WithGracefulTerminator(g *GracefulTerminator) Option {
+	return func(o *options) { o.term = g }
 }
 
-// WithFullResyncPeriod lets the reconciler trust what it applied itself for
+// WithFullSyncPeriod lets the reconciler trust what it applied itself for
 // up to d: a virtual server whose settings in the kernel are those it
 // applied, with no real server draining, is diffed against what it wrote
 // instead of against a fresh listing of its real servers. Every d, and on
@@ -116,26 +115,25 @@ func WithGracefulTerminator(g *GracefulTerminator) ReconcilerOption {
 // repairs changes made by others. Reading real servers costs one netlink
 // dump per virtual server, the bulk of a no-change resync at 10,000
 // services. The default, 0, reads them on every call, as kube-proxy does.
-func WithFullResyncPeriod(d time.Duration) ReconcilerOption {
-	return func(r *Reconciler) { r.fullPeriod = d }
-}
-
-// WithClock sets the clock that times [WithFullResyncPeriod]; the default is
-// the real clock.
-func WithClock(c clock.PassiveClock) ReconcilerOption {
-	return func(r *Reconciler) { r.clock = c }
+// Read by [NewReconciler] only.
+func WithFullSyncPeriod(d time.Duration) Option {
+	return func(o *options) { o.fullSyncPeriod = d }
 }
 
 // NewReconciler returns a reconciler of iface's virtual servers and of the
 // addresses binder holds on the dummy interface. A nil binder leaves
-// addresses alone.
-func NewReconciler(iface Interface, binder AddressBinder, opts ...ReconcilerOption) *Reconciler {
-	r := &Reconciler{iface: iface, binder: binder, device: DummyDevice, clock: clock.RealClock{}, applied: map[key]appliedService{}}
-	for _, opt := range opts {
-		opt(r)
+// addresses alone. It reads [WithDummyDevice], [WithExcludeCIDRs],
+// [WithGracefulTerminator], [WithFullSyncPeriod] and [WithClock]; without
+// WithGracefulTerminator it makes its terminator with all of opts, so that
+// [WithClock] and [WithSweepPeriod] reach it.
+func NewReconciler(iface Interface, binder AddressBinder, opts ...Option) *Reconciler {
+	o := newOptions(opts)
+	r := &Reconciler{
+		iface: iface, binder: binder, device: o.device, exclude: o.exclude, term: o.term,
+		fullPeriod: o.fullSyncPeriod, clock: o.clock, applied: map[key]appliedService{},
 	}
 	if r.term == nil {
-		r.term = NewGracefulTerminator(iface)
+		r.term = NewGracefulTerminator(iface, opts...)
 	}
 	return r
 }

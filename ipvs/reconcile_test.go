@@ -104,7 +104,7 @@ type reconcileCase struct {
 	start    string
 	bound    []string // addresses on the dummy interface before; nil: no interface
 	draining []ipvs.RealServer
-	opts     []ipvs.ReconcilerOption
+	opts     []ipvs.Option
 	services []ipvs.Service
 	want     string
 	wantAddr []string
@@ -194,7 +194,7 @@ var reconcileCases = []reconcileCase{{
 	name:     "stale virtual servers and addresses removed; excluded CIDRs left alone",
 	start:    "TCP 10.96.0.1:80 rr\n  -> 10.244.1.1:8080 weight 1\nTCP 10.96.0.99:80 rr\n  -> 10.244.9.9:80 weight 1 active 5 inactive 0\nTCP 172.16.0.5:22 rr\n",
 	bound:    []string{"10.96.0.1", "10.96.0.99", "fd00::99"},
-	opts:     []ipvs.ReconcilerOption{ipvs.WithExcludeCIDRs(netip.MustParsePrefix("172.16.0.0/12"))},
+	opts:     []ipvs.Option{ipvs.WithExcludeCIDRs(netip.MustParsePrefix("172.16.0.0/12"))},
 	services: withWeb(rs1),
 	want:     "TCP 10.96.0.1:80 rr\n  -> 10.244.1.1:8080 weight 1\nTCP 172.16.0.5:22 rr\n",
 	wantAddr: []string{"10.96.0.1"},
@@ -323,11 +323,11 @@ func TestReconcileDeviceConflict(t *testing.T) {
 	}
 }
 
-func TestReconcileFullResyncPeriod(t *testing.T) {
+func TestReconcileFullSyncPeriod(t *testing.T) {
 	ctx := context.Background()
 	f, b := ipvstest.NewFake(), ipvstest.NewBinder()
-	clk := clocktesting.NewFakePassiveClock(time.Unix(0, 0))
-	r := ipvs.NewReconciler(f, b, ipvs.WithFullResyncPeriod(time.Minute), ipvs.WithClock(clk))
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	r := ipvs.NewReconciler(f, b, ipvs.WithFullSyncPeriod(time.Minute), ipvs.WithClock(clk))
 	want := svcs()
 	if _, err := r.Reconcile(ctx, want); err != nil {
 		t.Fatal(err)

@@ -398,7 +398,7 @@ func TestVMRestartRestoresWeight(t *testing.T) {
 // TestVMScale applies 10,000 virtual servers with 10 real servers each,
 // their addresses bound to the dummy interface, over real netlink, then
 // resyncs with no change: once trusting what was applied
-// (WithFullResyncPeriod) and once listing every virtual server's real
+// (WithFullSyncPeriod) and once listing every virtual server's real
 // servers (the default). Neither resync may write. The same apply without
 // the addresses runs in a second namespace, to tell the two costs apart.
 // Times are printed as "VMSCALE" lines for BENCHMARKS.md.
@@ -408,7 +408,7 @@ func TestVMScale(t *testing.T) {
 	want := scaleServices(services, reals)
 
 	_, n, b := ipvsvm.NS(t)
-	r := ipvs.NewReconciler(n, b, ipvs.WithFullResyncPeriod(time.Hour))
+	r := ipvs.NewReconciler(n, b, ipvs.WithFullSyncPeriod(time.Hour))
 	start := time.Now()
 	res, err := r.Reconcile(ctx, want)
 	apply := time.Since(start)

@@ -53,7 +53,7 @@ func ExampleWriter() {
 	out := w.Sync(ctx, &proxy.FamilyInput{
 		Services:  changetracker.ServicePortMap{name: port},
 		Endpoints: changetracker.EndpointsMap{name: {pod}},
-		NodeIPs:   []netip.Addr{netip.MustParseAddr("192.168.0.10")}, // ipvs.DummyBinder.NodeAddresses on a node
+		NodeIPs:   []netip.Addr{netip.MustParseAddr("192.168.0.10")}, // ipvs.DummyBinder.HostAddresses on a node
 	})
 
 	// On a node: ipvs.New, ipvs.NewDummyBinder, ipset.New and iptables.New

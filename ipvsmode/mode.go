@@ -73,7 +73,7 @@ func (k *Handles) Close() {
 // node's own addresses, as ipvs.DummyBinder does.
 type NodeBinder interface {
 	ipvs.AddressBinder
-	NodeAddresses(ctx context.Context, dummy string) ([]netip.Addr, error)
+	HostAddresses(ctx context.Context, dummy string) ([]netip.Addr, error)
 }
 
 // OpenHandles opens IPVS mode's kernel side in the caller's network
@@ -97,7 +97,7 @@ func OpenHandles(ctx context.Context, table bool) (*Handles, error) {
 		n.IPVS = lb
 		closers = append(closers, lb.Close)
 	}
-	binder, err := ipvs.NewDummyBinder("")
+	binder, err := ipvs.NewDummyBinder()
 	if err != nil {
 		n.Close()
 		return nil, fmt.Errorf("dummy interface %s: %w", ipvs.DummyDevice, err)
@@ -205,7 +205,7 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 		// host's interfaces, read at every sync, rather than the Node
 		// object's.
 		var err error
-		if hostAddrs, err = b.node.Binder.NodeAddresses(ctx, ""); err != nil {
+		if hostAddrs, err = b.node.Binder.HostAddresses(ctx, ""); err != nil {
 			return outs, fmt.Errorf("IPVS mode: the node's addresses: %w", err)
 		}
 	}
@@ -252,7 +252,7 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 // everything, jump rules included, so it never calls lost.
 func (b *Mode) Run(ctx context.Context, lost func()) {
 	if b.terminator != nil {
-		b.terminator.Run(ctx, 0)
+		b.terminator.Run(ctx)
 	}
 }
 
@@ -297,7 +297,7 @@ func TuneKernel(ctx context.Context, k *kernel.Kernel) error {
 	if err != nil {
 		return fmt.Errorf("IPVS mode: %w", err)
 	}
-	if v.AtLeast(4, 1, 0) && !v.AtLeast(5, 9, 0) {
+	if v.AtLeast(kernel.Version{Major: 4, Minor: 1}) && !v.AtLeast(kernel.Version{Major: 5, Minor: 9}) {
 		settings = append(settings, sysctl{sysctlVSConnReuseMode, 0})
 	}
 	for _, s := range settings {

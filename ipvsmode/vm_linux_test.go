@@ -130,7 +130,7 @@ func TestVMMode(t *testing.T) {
 	kerneltest.StartBackend(t, m.Backends[0], "b1", 8080)
 	kerneltest.StartBackend(t, m.Backends[1], "b2", 8080)
 
-	nodeIPs, err := m.Binder.NodeAddresses(ctx, "")
+	nodeIPs, err := m.Binder.HostAddresses(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,13 +194,13 @@ func TestVMMode(t *testing.T) {
 		}
 	})
 
-	t.Run("NodeAddresses leaves out the dummy interface", func(t *testing.T) {
-		got, err := m.Binder.NodeAddresses(ctx, "")
+	t.Run("HostAddresses leaves out the dummy interface", func(t *testing.T) {
+		got, err := m.Binder.HostAddresses(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff([]string{"10.1.0.1", "10.2.0.1", "10.2.1.1", "127.0.0.1", "::1"}, ipvsvm.AddrStrings(got)); diff != "" {
-			t.Errorf("NodeAddresses (-want +got):\n%s", diff)
+			t.Errorf("HostAddresses (-want +got):\n%s", diff)
 		}
 	})
 

@@ -256,7 +256,7 @@ func (t *Writer) sameFamily(ip netip.Addr) bool {
 
 // Translate renders in. in.NodeIPs are the node's own addresses, on its
 // real interfaces (not the dummy interface; see
-// ipvs.DummyBinder.NodeAddresses): node ports get a virtual server on
+// ipvs.DummyBinder.HostAddresses): node ports get a virtual server on
 // each of them (see WriterConfig.Node), an external IP or load-balancer
 // VIP that is one of them is not bound to the dummy interface, since the
 // node has it already, and a load balancer whose source ranges contain

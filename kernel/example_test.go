@@ -67,7 +67,7 @@ func ExampleParseVersion() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(v.Major, v.Minor, v.Patch, v.AtLeast(4, 19, 0))
+	fmt.Println(v.Major, v.Minor, v.Patch, v.AtLeast(kernel.Version{Major: 4, Minor: 19}))
 	fmt.Println(kernel.RequiredIPVSModules(v))
 	// Output:
 	// 3 10 0 false

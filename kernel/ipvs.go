@@ -29,9 +29,10 @@ const (
 	ModuleXTSet = "xt_set"
 )
 
-// DefaultIPVSScheduler is the scheduler [Kernel.CanUseIPVS] checks when
-// given none, as kube-proxy's default.
-const DefaultIPVSScheduler = "rr"
+// defaultIPVSScheduler is the scheduler [Kernel.CanUseIPVS] checks when
+// given none: kube-proxy's default, the value of ipvs.DefaultScheduler,
+// which this package cannot import.
+const defaultIPVSScheduler = "rr"
 
 // RequiredIPVSModules returns the modules IPVS mode cannot run without on
 // kernel v: ip_vs, the rr, wrr and sh schedulers, and connection tracking,
@@ -40,7 +41,7 @@ const DefaultIPVSScheduler = "rr"
 // call.
 func RequiredIPVSModules(v Version) []string {
 	conntrack := ModuleNFConntrack
-	if !v.AtLeast(4, 19, 0) {
+	if !v.AtLeast(Version{Major: 4, Minor: 19}) {
 		conntrack = ModuleNFConntrackIPv4
 	}
 	return []string{ModuleIPVS, ModuleIPVSRR, ModuleIPVSWRR, ModuleIPVSSH, conntrack}
@@ -109,7 +110,7 @@ func (e *IPVSUnavailableError) Missing() []string {
 }
 
 // CanUseIPVS checks that this node can run IPVS mode with the given
-// schedulers (none means [DefaultIPVSScheduler]): the modules of
+// schedulers (none means "rr", ipvs.DefaultScheduler): the modules of
 // [RequiredIPVSModules], each scheduler's module and the [IPSetModules]
 // must be loaded or built in. Where the kernel supports loadable modules
 // and k.Exec is set it tries modprobe for each missing one first and logs
@@ -118,7 +119,7 @@ func (e *IPVSUnavailableError) Missing() []string {
 // for an unknown scheduler or unreadable files.
 func (k *Kernel) CanUseIPVS(ctx context.Context, schedulers ...string) error {
 	if len(schedulers) == 0 {
-		schedulers = []string{DefaultIPVSScheduler}
+		schedulers = []string{defaultIPVSScheduler}
 	}
 	var schedMods []string
 	for _, s := range schedulers {

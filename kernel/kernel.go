@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -14,10 +15,17 @@ import (
 	"github.com/proxykit/proxykit/internal/boundedexec"
 )
 
-// ErrNotSupported is returned when the real root ("/") is read on an
-// operating system that is not Linux. A Kernel with another Root works on
-// every platform, which is what tests use.
-var ErrNotSupported = errors.New("kernel: reading the host kernel is only supported on Linux")
+// ErrNotSupported is wrapped by the error returned when the real root ("/")
+// is read on an operating system that is not Linux; the error names the
+// operating system. A Kernel with another Root works on every platform,
+// which is what tests use. Callers test for it with [IsNotSupported].
+var ErrNotSupported = errors.New("kernel: not supported")
+
+// IsNotSupported reports whether err, or an error it wraps, is
+// [ErrNotSupported].
+func IsNotSupported(err error) bool {
+	return errors.Is(err, ErrNotSupported)
+}
 
 // Kernel reads facts about the kernel from files under Root and loads
 // modules by running modprobe through Exec.
@@ -52,14 +60,15 @@ func New() *Kernel {
 }
 
 // path returns the path of the absolute path p under k.Root, or
-// ErrNotSupported for the host root on a platform that is not Linux.
+// an error wrapping ErrNotSupported for the host root on a platform that is
+// not Linux.
 func (k *Kernel) path(p string) (string, error) {
 	root := k.Root
 	if root == "" {
 		root = "/"
 	}
 	if !hostIsLinux && filepath.Clean(root) == string(filepath.Separator) {
-		return "", ErrNotSupported
+		return "", fmt.Errorf("%w on %s: the host kernel can only be read on Linux", ErrNotSupported, runtime.GOOS)
 	}
 	return filepath.Join(root, filepath.FromSlash(p)), nil
 }

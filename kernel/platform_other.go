@@ -3,5 +3,5 @@
 package kernel
 
 // hostIsLinux is false: the real root has no Linux /proc or /sys, and
-// reading it returns ErrNotSupported.
+// reading it returns an error wrapping ErrNotSupported.
 const hostIsLinux = false

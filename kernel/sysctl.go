@@ -44,9 +44,16 @@ const (
 
 // ErrReadOnly is wrapped by errors from writes to a sysctl or a module
 // parameter on a file system mounted read-only, as /proc/sys and /sys often
-// are in containers. Test for it with errors.Is; it means "this process may
-// not change that here", not that the value is wrong.
+// are in containers. Callers test for it with [IsReadOnly]; it means "this
+// process may not change that here", not that the value is wrong. Other
+// packages (conntrack's tuning) wrap it too.
 var ErrReadOnly = errors.New("read-only file system")
+
+// IsReadOnly reports whether err, or an error it wraps, is [ErrReadOnly]:
+// the write was refused because the file system is mounted read-only.
+func IsReadOnly(err error) bool {
+	return errors.Is(err, ErrReadOnly)
+}
 
 // sysctlPath returns the path under /proc/sys of name, given either in slash
 // form ("net/ipv4/ip_forward") or in dotted form ("net.ipv4.ip_forward").

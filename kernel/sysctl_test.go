@@ -101,7 +101,7 @@ func TestWriteReadOnlyMounts(t *testing.T) {
 			k := &Kernel{Root: writeTree(t, files)}
 
 			err := k.WriteSysctl(ctx, SysctlRouteLocalnet, "1")
-			if got := errors.Is(err, ErrReadOnly); got != tc.sysctlRO || (err != nil && !tc.sysctlRO) {
+			if got := IsReadOnly(err); got != tc.sysctlRO || (err != nil && !tc.sysctlRO) {
 				t.Errorf("WriteSysctl: %v, want read-only %v", err, tc.sysctlRO)
 			}
 			want := "1"
@@ -113,7 +113,7 @@ func TestWriteReadOnlyMounts(t *testing.T) {
 			}
 
 			err = k.WriteModuleParameter(ctx, "nf_conntrack", "hashsize", "300000")
-			if got := errors.Is(err, ErrReadOnly); got != tc.moduleRO || (err != nil && !tc.moduleRO) {
+			if got := IsReadOnly(err); got != tc.moduleRO || (err != nil && !tc.moduleRO) {
 				t.Errorf("WriteModuleParameter: %v, want read-only %v", err, tc.moduleRO)
 			}
 			want = "300000"

@@ -91,9 +91,11 @@ func (v Version) Compare(o Version) int {
 	return 0
 }
 
-// AtLeast reports whether v is major.minor.patch or newer.
-func (v Version) AtLeast(major, minor, patch int) bool {
-	return v.Compare(Version{Major: major, Minor: minor, Patch: patch}) >= 0
+// AtLeast reports whether v is o or newer, comparing the numeric parts only
+// as [Version.Compare] does: AtLeast(Version{Major: 4, Minor: 19}) holds for
+// every 4.19 release.
+func (v Version) AtLeast(o Version) bool {
+	return v.Compare(o) >= 0
 }
 
 // Version returns the running kernel's release, read from

@@ -67,11 +67,34 @@ func TestVersionCompare(t *testing.T) {
 			t.Errorf("%s.Compare(%s) = %d, want %d", tc.b, tc.a, got, -tc.want)
 		}
 	}
-	if !v("4.19.0").AtLeast(4, 19, 0) || v("4.18.99").AtLeast(4, 19, 0) {
-		t.Error("AtLeast(4, 19, 0) is wrong around 4.19")
-	}
 	if got := (Version{Major: 5, Minor: 4}).String(); got != "5.4.0" {
 		t.Errorf("String of a hand-made Version = %q, want 5.4.0", got)
+	}
+}
+
+func TestVersionAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		v, o string
+		want bool
+	}{
+		{"4.19.0", "4.19", true},
+		{"4.19.0-56-cloud-amd64", "4.19.0", true},
+		{"4.18.99", "4.19", false},
+		{"5.9.0", "5.9.1", false},
+		{"6.1.0", "5.9", true},
+		{"3.10.0-957.1.3.el7.x86_64", "4.1", false},
+	} {
+		v, err := ParseVersion(tc.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := ParseVersion(tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := v.AtLeast(o); got != tc.want {
+			t.Errorf("%s.AtLeast(%s) = %v, want %v", tc.v, tc.o, got, tc.want)
+		}
 	}
 }
 

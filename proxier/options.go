@@ -63,11 +63,9 @@ func WithRetryPeriod(d time.Duration) Option {
 // deletedClusterIPs, whose UDP service ports were deleted. It returns how
 // many it deleted; after an error the Proxier calls it again after the
 // next good sync, with the deleted cluster IPs of both. The maps are the
-// Proxier's and read-only. With package conntrack it is
+// Proxier's and read-only. Package conntrack's Cleaner is one:
 //
-//	proxier.ConntrackCleanerFunc(func(ctx context.Context, family v1.IPFamily, svcs changetracker.ServicePortMap, eps changetracker.EndpointsMap, deleted sets.Set[netip.Addr]) (int, error) {
-//		return conntrack.CleanStaleEntries(ctx, ct, family, svcs, eps, conntrack.WithDeletedClusterIPs(deleted))
-//	})
+//	proxier.WithConntrack(conntrack.NewCleaner(conntrack.New()))
 //
 // which this package leaves to the caller so that importing it does not
 // compile netlink.

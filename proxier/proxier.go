@@ -140,7 +140,7 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 	// This node: its topology labels (for CategorizeEndpoints), its
 	// deletion (for /healthz), and its addresses (which IP families to
 	// proxy, and the node IPs the backends need).
-	topology := changetracker.NewNodeTopology(p.nodeName, changetracker.WithNodeLogger(logger),
+	topology := changetracker.NewNodeTopology(p.nodeName, changetracker.WithLogger(logger),
 		changetracker.OnTopologyChange(func(map[string]string) { p.requestSyncAll() }))
 	nodeFactory := config.NewNodeInformerFactory(p.client, p.nodeName, 0)
 	nodeConfig, err := config.NewNodeConfig(ctx, nodeFactory.Core().V1().Nodes(), 0)

@@ -8,6 +8,6 @@
 //		netip.MustParseAddrPort("10.0.0.2:40000"),  // client
 //		netip.MustParseAddrPort("10.96.0.10:53"),   // service
 //		netip.MustParseAddrPort("10.0.1.2:5353")))  // endpoint
-//	n, err := conntrack.CleanStaleEntries(ctx, fake, v1.IPv4Protocol, svcPortMap, endpointsMap)
+//	n, err := conntrack.NewCleaner(fake).CleanStaleEntries(ctx, v1.IPv4Protocol, svcPortMap, endpointsMap, nil)
 //	// fake.Dump() shows what is left
 package conntracktest

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"context"
 	"net/netip"
-
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/proxier"
 )
@@ -27,11 +22,7 @@ func proxierOptions(o *options, env *environment, reg prometheus.Registerer) []p
 		proxier.WithHostAddresses(env.hostAddresses),
 	}
 	if !o.dryRun && env.conntrack != nil {
-		ct := env.conntrack
-		opts = append(opts, proxier.WithConntrack(proxier.ConntrackCleanerFunc(
-			func(ctx context.Context, family v1.IPFamily, svcs changetracker.ServicePortMap, eps changetracker.EndpointsMap, deleted sets.Set[netip.Addr]) (int, error) {
-				return conntrack.CleanStaleEntries(ctx, ct, family, svcs, eps, conntrack.WithDeletedClusterIPs(deleted))
-			})))
+		opts = append(opts, proxier.WithConntrack(conntrack.NewCleaner(env.conntrack)))
 	}
 	return opts
 }

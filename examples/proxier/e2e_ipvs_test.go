@@ -90,7 +90,7 @@ func TestVMIPVSModeSwitchAndCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(lb.Close)
-	binder, err := ipvs.NewDummyBinder(path)
+	binder, err := ipvs.NewDummyBinder(ipvs.WithNetNSPath(path))
 	if err != nil {
 		t.Fatal(err)
 	}

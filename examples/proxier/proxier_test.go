@@ -195,7 +195,7 @@ type fakeBinder struct {
 	addrs []netip.Addr
 }
 
-func (b *fakeBinder) NodeAddresses(context.Context, string) ([]netip.Addr, error) {
+func (b *fakeBinder) HostAddresses(context.Context, string) ([]netip.Addr, error) {
 	return b.nodeAddrs(), nil
 }
 

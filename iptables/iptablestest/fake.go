@@ -368,7 +368,7 @@ func (f *Fake) SaveInto(ctx context.Context, t iptables.Table, buffer *bytes.Buf
 
 // ListRules is part of Interface. The rules are printed as the Fake
 // holds them, which is how iptables-save prints them. A missing chain is
-// the legacy binary's error, for which iptables.IsNotFoundError is true.
+// the legacy binary's error, for which iptables.IsNotFound is true.
 func (f *Fake) ListRules(ctx context.Context, t iptables.Table, c iptables.Chain, buffer *bytes.Buffer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

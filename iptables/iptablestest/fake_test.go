@@ -58,7 +58,7 @@ func TestFakeChains(t *testing.T) {
 		{name: "EnsureRule in a missing chain", do: func() (any, error) {
 			return f.EnsureRule(ctx, iptables.Append, iptables.TableNAT, "NOPE", "-j", "RETURN")
 		}, want: false,
-			check: iptables.IsNotFoundError},
+			check: iptables.IsNotFound},
 		{name: "EnsureRule with a bad position", do: func() (any, error) {
 			return f.EnsureRule(ctx, "-Z", iptables.TableNAT, "KUBE-A", "-j", "RETURN")
 		}, want: false, check: func(err error) bool { return err != nil }},
@@ -80,9 +80,9 @@ func TestFakeChains(t *testing.T) {
 		{name: "DeleteChain of a non-empty chain", do: func() (any, error) { return nil, f.DeleteChain(ctx, iptables.TableNAT, "KUBE-A") },
 			check: func(err error) bool { return err != nil && strings.Contains(err.Error(), "Directory not empty") }},
 		{name: "FlushChain", do: func() (any, error) { return nil, f.FlushChain(ctx, iptables.TableNAT, "KUBE-A") }},
-		{name: "FlushChain of a missing chain", do: func() (any, error) { return nil, f.FlushChain(ctx, iptables.TableNAT, "NOPE") }, check: iptables.IsNotFoundError},
+		{name: "FlushChain of a missing chain", do: func() (any, error) { return nil, f.FlushChain(ctx, iptables.TableNAT, "NOPE") }, check: iptables.IsNotFound},
 		{name: "DeleteChain", do: func() (any, error) { return nil, f.DeleteChain(ctx, iptables.TableNAT, "KUBE-A") }},
-		{name: "DeleteChain of a missing chain", do: func() (any, error) { return nil, f.DeleteChain(ctx, iptables.TableNAT, "KUBE-A") }, check: iptables.IsNotFoundError},
+		{name: "DeleteChain of a missing chain", do: func() (any, error) { return nil, f.DeleteChain(ctx, iptables.TableNAT, "KUBE-A") }, check: iptables.IsNotFound},
 		{name: "DeleteChain of a built-in chain", do: func() (any, error) { return nil, f.DeleteChain(ctx, iptables.TableNAT, "OUTPUT") },
 			check: func(err error) bool { return err != nil }},
 	} {

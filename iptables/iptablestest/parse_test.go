@@ -463,7 +463,7 @@ func TestParseDumpIsAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := f.ParseDump("*filter\n:X - [0:0]\nCOMMIT\n*nat\n-A NOPE -j ACCEPT\nCOMMIT\n")
-	if !iptables.IsNotFoundError(err) {
+	if !iptables.IsNotFound(err) {
 		t.Errorf("ParseDump of a bad dump: got %v, want a not-found error", err)
 	}
 	if diff := cmp.Diff(before, f.Dump()); diff != "" {

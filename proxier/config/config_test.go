@@ -338,7 +338,7 @@ func TestNodeTopology(t *testing.T) {
 	var mu sync.Mutex
 	var changes []map[string]string
 	deleted := 0
-	topo := changetracker.NewNodeTopology("node-a", changetracker.WithNodeLogger(logger),
+	topo := changetracker.NewNodeTopology("node-a", changetracker.WithLogger(logger),
 		changetracker.OnTopologyChange(func(l map[string]string) { mu.Lock(); changes = append(changes, l); mu.Unlock() }),
 		changetracker.OnNodeDeleted(func() { mu.Lock(); deleted++; mu.Unlock() }))
 

@@ -25,7 +25,7 @@ func NS(t *testing.T) (*kerneltest.NS, *ipvs.Netlink, *ipvs.DummyBinder) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	b, err := ipvs.NewDummyBinder(path)
+	b, err := ipvs.NewDummyBinder(ipvs.WithNetNSPath(path))
 	if err != nil {
 		t.Fatal(err)
 	}
