@@ -84,11 +84,7 @@ var depRules = []struct {
 // test, so that none outlives its reason. An exception covers every file and
 // every rule of its arrow, the -deps checks included; to is "" for a package
 // that the layout has no place for.
-var boundaryExceptions = []boundaryException{
-	{from: "proxier/iptablesbackend", step: "7: iptables mode becomes iptables.Mode"},
-	{from: "proxier/nftablesbackend", step: "7: nftables mode becomes nftables.Mode"},
-	{from: "ipvsmode", to: "proxier", step: "6: the Backends register their own metrics through proxy.Metrics"},
-}
+var boundaryExceptions = []boundaryException{}
 
 type boundaryException struct {
 	from, to, step string

@@ -31,7 +31,7 @@
 //   - [github.com/proxykit/proxykit/proxier]: the composition of the blocks
 //     into a whole proxy around a Backend, with kube-proxy's iptables, IPVS
 //     and nftables modes as ready Backends in proxier/iptablesbackend,
-//     proxier/ipvsbackend and proxier/nftablesbackend.
+//     proxier/ipvsbackend and proxier/nftables.
 //
 // # The data path
 //

@@ -53,4 +53,23 @@
 //	b.Write("-A", "KUBE-FORWARD", "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP")
 //	b.Write("COMMIT")
 //	err = ipt.RestoreAll(ctx, b.Bytes(), iptables.NoFlushTables, iptables.NoRestoreCounters)
+//
+// # iptables mode
+//
+// [Mode] is kube-proxy's iptables mode as a proxy.Backend: one Mode per IP
+// family, in a BackendGroup of its own, renders the family's rules with
+// the [Writer] (full or partial syncs, as kube-proxy's) and applies them
+// with iptables-restore. Between syncs its Run watches a canary chain, and
+// optionally compares the rules with what it applied (the top-level chains,
+// and the per-service and per-endpoint chains), and asks for a full resync
+// when another program removed or changed them. Made without an
+// [Interface] it is a dry run that prints what it would apply. What the
+// mode needs of the node beyond the rules (conntrack tuning,
+// route_localnet for localhost node ports, removing another mode's rules)
+// is package kubeproxy's, or the caller's:
+//
+//	node := proxy.NodeConfig{Name: nodeName, ClusterCIDRs: podCIDRs}
+//	m, err := iptables.NewMode(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: node}, ipt,
+//		iptables.WithMetrics(metrics))
+//	groups := []proxier.BackendGroup{{Backend: m, Families: []v1.IPFamily{v1.IPv4Protocol}}}
 package iptables

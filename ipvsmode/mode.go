@@ -9,11 +9,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/proxykit/proxykit/ipset"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/kernel"
-	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -38,8 +39,10 @@ type Mode struct {
 	// node is the kernel side (nil in a dry run). Its binder also tells
 	// the node's addresses, read before every sync so that node ports
 	// follow addresses that come and go.
-	node    *Handles
-	metrics *proxier.BackendMetrics
+	node *Handles
+	// reg is where NewMode registers metrics.
+	reg             *proxy.Metrics
+	restoreFailures *prometheus.CounterVec
 	// families are those of the translators, in order.
 	families []v1.IPFamily
 }
@@ -128,10 +131,12 @@ func WithDryRun(out io.Writer) ModeOption {
 	}
 }
 
-// WithMetrics makes the Mode count the iptables-restore runs that fail
-// on m.RestoreFailures (nil: on nothing).
-func WithMetrics(m *proxier.BackendMetrics) ModeOption {
-	return func(b *Mode) { b.metrics = m }
+// WithMetrics makes NewMode register the metric IPVS mode reports on m,
+// under kube-proxy's name: kubeproxy_sync_proxy_rules_iptables_restore_failures_total
+// by ip_family, the iptables-restore runs of its rules that failed.
+// Without it they are counted nowhere.
+func WithMetrics(m *proxy.Metrics) ModeOption {
+	return func(b *Mode) { b.reg = m }
 }
 
 // NewMode makes the Mode of the families of cfgs, one config each, in the
@@ -142,7 +147,7 @@ func WithMetrics(m *proxier.BackendMetrics) ModeOption {
 // Mode owns k from then on: its Close releases it. NewMode fails, having
 // released nothing, when a translator refuses its config, when ipts has
 // another length than cfgs, or when the configs' chain prefixes differ.
-func NewMode(cfgs []WriterConfig, k *Handles, ipts []iptables.Interface, opts ...ModeOption) (*Mode, error) {
+func NewMode(_ context.Context, cfgs []WriterConfig, k *Handles, ipts []iptables.Interface, opts ...ModeOption) (*Mode, error) {
 	if ipts != nil && len(ipts) != len(cfgs) {
 		return nil, fmt.Errorf("IPVS mode: %d iptables for %d families", len(ipts), len(cfgs))
 	}
@@ -151,6 +156,10 @@ func NewMode(cfgs []WriterConfig, k *Handles, ipts []iptables.Interface, opts ..
 		if opt != nil {
 			opt(b)
 		}
+	}
+	var err error
+	if b.restoreFailures, err = iptables.RestoreFailuresMetric(b.reg); err != nil {
+		return nil, fmt.Errorf("IPVS mode: %w", err)
 	}
 	for i, cfg := range cfgs {
 		if ipts != nil {
@@ -237,10 +246,8 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 		return outs, nil
 	}
 	res, err := b.applier.Apply(ctx, b.translations...)
-	if b.metrics != nil && b.metrics.RestoreFailures != nil {
-		for _, family := range res.RestoreFailed {
-			b.metrics.RestoreFailures.WithLabelValues(string(family)).Inc()
-		}
+	for _, family := range res.RestoreFailed {
+		b.restoreFailures.WithLabelValues(string(family)).Inc()
 	}
 	klog.FromContext(ctx).V(4).Info("Applied IPVS mode", "ipsets", res.IPSets, "ipvs", res.IPVS)
 	return outs, err

@@ -32,7 +32,7 @@ func TestNewRefuses(t *testing.T) {
 			nil, "chain prefixes"},
 		{"no family", []ipvsmode.WriterConfig{{Node: proxy.NodeConfig{Name: "node-a"}}}, nil, "IPVS translator"},
 	} {
-		if _, err := ipvsmode.NewMode(tc.cfgs, nil, tc.ipts); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := ipvsmode.NewMode(context.Background(), tc.cfgs, nil, tc.ipts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewMode returned %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
@@ -44,7 +44,7 @@ func TestNewRefuses(t *testing.T) {
 func TestSyncRefusesOtherInputs(t *testing.T) {
 	ctx := context.Background()
 	var out strings.Builder
-	b, err := ipvsmode.NewMode([]ipvsmode.WriterConfig{translatorConfig(v1.IPv4Protocol, "KUBE"), translatorConfig(v1.IPv6Protocol, "KUBE")}, nil, nil, ipvsmode.WithDryRun(&out))
+	b, err := ipvsmode.NewMode(context.Background(), []ipvsmode.WriterConfig{translatorConfig(v1.IPv4Protocol, "KUBE"), translatorConfig(v1.IPv6Protocol, "KUBE")}, nil, nil, ipvsmode.WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}

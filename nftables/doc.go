@@ -295,4 +295,38 @@
 //
 // The measurements behind these choices (layout, transport, resync) are
 // in the repository's BENCHMARKS.md and docs/benchmarks-history.md.
+//
+// # nftables mode
+//
+// [Mode] is kube-proxy's nftables mode as a proxy.Backend: one Mode per IP
+// family, in a BackendGroup of its own, renders the family's table with
+// the [Writer] (full syncs, and partial ones holding only what changed)
+// and runs each transaction with nft -f through knftables; nft applies it
+// whole or not at all, and after a failure the next sync is full. Over a
+// real knftables Interface the Mode sends a partial sync that changes only
+// elements of the big maps and sets (endpoints coming and going: the
+// common case) as one nf_tables netlink batch instead, just as atomic, and
+// a load into a missing table sends its elements that way after nft has
+// made the rest; over a knftables.Fake, and in a dry run (a nil
+// Interface, which prints the transactions as nft -f takes them), every
+// sync is one transaction and nothing goes through netlink. The netlink
+// requests, like nft, reach the network namespace of the thread that
+// syncs.
+//
+// Between syncs its Run asks the kernel, over netlink, whether the table
+// still exists, and calls lost when another program deleted it (nft flush
+// ruleset, nft delete table); the full sync that follows repairs it in one
+// transaction, whatever the writer remembers of the lost table. Run also
+// asks the writer whether others changed the table ([Writer.Drifted])
+// whenever a watcher of nf_tables' commits sees one, and every drift check
+// period ([WithDriftCheckPeriod]); when they may have, the sync that
+// follows compares and repairs in a partial sync instead of rewriting the
+// table, and the table converges to exactly the writer's. The periodic
+// full resync (WriterConfig.FullSyncPeriod; zero means an hour, as
+// kube-proxy's) reads the kernel's generation first and is skipped when
+// nothing was committed since the Mode's own last transaction.
+//
+//	nft, err := knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
+//	m, err := nftables.NewMode(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: node}, nft,
+//		nftables.WithMetrics(metrics))
 package nftables

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/proxy"
@@ -38,32 +37,10 @@ type Node struct {
 // must serve each family at most once, and only families of node. A
 // family no group serves is not proxied (iptables mode drops a secondary
 // family whose ip6tables does not work, as kube-proxy falls back to single
-// stack). metrics are kube-proxy's backend counters, registered where the
-// Proxier's are. An error stops Proxier.Run. A Backend that implements
+// stack). metrics registers the Backends' own metrics where the Proxier's
+// are (the ready modes' WithMetrics); it is the same at every Run of one
+// Proxier, so that a metric is registered once. An error stops
+// Proxier.Run. A Backend that implements
 // io.Closer is closed when Run returns, once for each group it is in,
 // even when the factory also returned an error.
-type NewBackendsFunc func(ctx context.Context, node Node, metrics *BackendMetrics) ([]BackendGroup, error)
-
-// BackendMetrics are the counters a Backend reports its own failures to,
-// under kube-proxy's names, each labelled by ip_family. A Backend that has
-// no such failures leaves them at zero.
-type BackendMetrics struct {
-	// RestoreFailures counts the applies that failed
-	// (kubeproxy_sync_proxy_rules_iptables_restore_failures_total).
-	RestoreFailures *prometheus.CounterVec
-	// PartialRestoreFailures counts those of partial syncs
-	// (kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total).
-	PartialRestoreFailures *prometheus.CounterVec
-	// DriftRepairs counts the times Run found rules changed by another
-	// program and called lost
-	// (kubeproxy_sync_proxy_rules_iptables_drift_repairs_total, a
-	// proxykit metric).
-	DriftRepairs *prometheus.CounterVec
-	// NFTablesSyncFailures counts the nftables transactions that failed
-	// (kubeproxy_sync_proxy_rules_nftables_sync_failures_total).
-	NFTablesSyncFailures *prometheus.CounterVec
-	// NFTablesCleanupFailures counts the failures to delete stale
-	// nftables chains
-	// (kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total).
-	NFTablesCleanupFailures *prometheus.CounterVec
-}
+type NewBackendsFunc func(ctx context.Context, node Node, metrics *proxy.Metrics) ([]BackendGroup, error)

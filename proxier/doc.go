@@ -23,7 +23,7 @@
 // a proxy of one's own; see the Example.
 //
 //	p, err := proxier.New(client, nodeName,
-//		func(ctx context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+//		func(ctx context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 //			return []proxier.BackendGroup{{Backend: myBackend{}, Families: node.Families}}, nil
 //		},
 //		proxier.WithMetricsRegisterer(registry))

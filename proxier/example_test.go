@@ -67,7 +67,7 @@ func Example() {
 		exampleSlice("web-v6", discoveryv1.AddressTypeIPv6, "fd00:244::5"),
 	)
 	p, err := proxier.New(client, "node-a",
-		func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 			// One backend for both families; a backend per family, each
 			// with a group of its own, fits as well.
 			return []proxier.BackendGroup{{Backend: printBackend{node.Name}, Families: node.Families}}, nil

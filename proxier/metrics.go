@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // The metrics kube-proxy exports, under its names, so that dashboards and
@@ -24,7 +26,7 @@ var programmingBuckets = slices.Concat(
 	prometheus.LinearBuckets(120, 30, 7),
 )
 
-// metrics are the Proxier's metrics and its backends' (backend).
+// metrics are the Proxier's metrics, and where its backends register theirs.
 type metrics struct {
 	syncDuration        *prometheus.HistogramVec
 	syncFullDuration    *prometheus.HistogramVec
@@ -34,9 +36,10 @@ type metrics struct {
 	lastQueued          *prometheus.GaugeVec
 	serviceChanges      prometheus.Counter
 	endpointChanges     prometheus.Counter
-	backend             BackendMetrics
-	noLocalEndpoints    *prometheus.GaugeVec
-	conntrackDeleted    *prometheus.CounterVec
+	// backend registers the Backends' own metrics on the same registry.
+	backend          *proxy.Metrics
+	noLocalEndpoints *prometheus.GaugeVec
+	conntrackDeleted *prometheus.CounterVec
 }
 
 // newMetrics makes the proxier's metrics and registers them on reg, or on
@@ -77,18 +80,7 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 			Subsystem: subsystem, Name: "sync_proxy_rules_endpoint_changes_total",
 			Help: "EndpointSlice events received.",
 		}),
-		backend: BackendMetrics{
-			RestoreFailures: counter("sync_proxy_rules_iptables_restore_failures_total",
-				"iptables-restore runs that failed."),
-			PartialRestoreFailures: counter("sync_proxy_rules_iptables_partial_restore_failures_total",
-				"iptables-restore runs of partial syncs that failed (the next sync is full)."),
-			DriftRepairs: counter("sync_proxy_rules_iptables_drift_repairs_total",
-				"Checks that found the top-level iptables chains different from what was applied, each followed by a full sync (a proxykit metric; kube-proxy has none)."),
-			NFTablesSyncFailures: counter("sync_proxy_rules_nftables_sync_failures_total",
-				"nftables transactions that failed (the next sync is full)."),
-			NFTablesCleanupFailures: counter("sync_proxy_rules_nftables_cleanup_failures_total",
-				"Failed nftables transactions that were deleting stale chains, which therefore stay until a later sync deletes them."),
-		},
+		backend: proxy.NewMetrics(reg),
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_no_local_endpoints_total",
 			Help: "Service ports with a Local traffic policy whose traffic is dropped because this node has no endpoint for them.",
@@ -102,8 +94,6 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 	collectors := []prometheus.Collector{
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.networkProgramming,
 		m.lastSync, m.lastQueued, m.serviceChanges, m.endpointChanges,
-		m.backend.RestoreFailures, m.backend.PartialRestoreFailures, m.backend.DriftRepairs,
-		m.backend.NFTablesSyncFailures, m.backend.NFTablesCleanupFailures,
 		m.noLocalEndpoints, m.conntrackDeleted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_pending",

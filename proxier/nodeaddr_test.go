@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestProxierRefusesNodeAddressAsClusterIP checks that the Proxier's
@@ -22,7 +23,7 @@ func TestProxierRefusesNodeAddressAsClusterIP(t *testing.T) {
 		testService("own4", 22, "192.168.0.1"),
 		testService("own6", 22, "10.96.0.11", "fd00::1"))
 	b := newRecordingBackend()
-	oneGroup := func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	oneGroup := func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
 	}
 	startProxier(t, client, oneGroup, proxier.WithSyncPeriods(0, time.Hour))

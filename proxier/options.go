@@ -124,11 +124,13 @@ func WithListenFunc(f healthz.ListenFunc) Option {
 	}
 }
 
-// WithMetricsRegisterer registers the Proxier's metrics, and its
-// backends' (BackendMetrics), under kube-proxy's names on reg. Without it
-// (or with a nil reg) they are kept but registered nowhere. New fails if
-// reg already has a metric of one of those names, as it has when another
-// Proxier registered there; the Proxier never unregisters them.
+// WithMetricsRegisterer registers the Proxier's metrics under kube-proxy's
+// names on reg, and its backends' where their NewBackendsFunc registers
+// them (the proxy.Metrics it is given). Without it (or with a nil reg)
+// they are kept but registered nowhere. New fails if reg already has a
+// metric of one of the Proxier's names, as it has when another Proxier
+// registered there, and Run fails if it refuses a backend's; the Proxier
+// never unregisters them.
 func WithMetricsRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.registerer = reg }
 }

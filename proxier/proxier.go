@@ -161,7 +161,7 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 		return err
 	}
 
-	groups, err := p.newBackends(ctx, node, &p.metrics.backend)
+	groups, err := p.newBackends(ctx, node, p.metrics.backend)
 	for _, g := range groups {
 		if c, ok := g.Backend.(io.Closer); ok {
 			defer func() {

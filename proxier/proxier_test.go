@@ -202,7 +202,7 @@ func TestProxierFollowsTheCluster(t *testing.T) {
 			// The factory runs in Run's goroutine; made hands its backends
 			// to the test.
 			made := make(chan map[v1.IPFamily]*recordingBackend, 1)
-			newBackends := func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+			newBackends := func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 				backends := map[v1.IPFamily]*recordingBackend{}
 				defer func() { made <- backends }()
 				if diff := cmp.Diff([]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, node.Families); diff != "" {
@@ -309,7 +309,7 @@ func TestProxierRetriesAFailedSync(t *testing.T) {
 	b := newRecordingBackend()
 	b.failures = 2
 	reg := prometheus.NewRegistry()
-	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithRetryPeriod(10*time.Millisecond), proxier.WithMetricsRegisterer(reg))
 	want := state{v1.IPv4Protocol: {"ns/web:p 10.96.0.10:80/TCP": {"10.244.0.1:8080"}}}
@@ -357,7 +357,7 @@ func TestProxierSurvivesShortResults(t *testing.T) {
 		testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, "10.244.0.1"))
 	b := newRecordingBackend()
 	b.shortResults = 1
-	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithRetryPeriod(10*time.Millisecond))
 	eventually(t, "a full sync after the short one", func() error {
@@ -376,7 +376,7 @@ func TestProxierSurvivesShortResults(t *testing.T) {
 func TestProxierFullResyncOnLost(t *testing.T) {
 	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"))
 	b := newRecordingBackend()
-	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour))
 	lost := <-b.lost
@@ -410,7 +410,7 @@ func TestProxierInputSaysWhatChanged(t *testing.T) {
 	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"), testService("db", 5432, "10.96.0.11"),
 		testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, "10.244.0.1"))
 	b := newRecordingBackend()
-	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour))
 	lastInput := func() *proxy.FamilyInput {
@@ -467,7 +467,7 @@ func TestProxierInputSaysWhatChanged(t *testing.T) {
 // already holds a Proxier's metrics refuses a second one's, whole.
 func TestNewRefuses(t *testing.T) {
 	client := fake.NewClientset()
-	factory := func(context.Context, proxier.Node, *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	factory := func(context.Context, proxier.Node, *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return nil, nil
 	}
 	taken := prometheus.NewRegistry()
@@ -524,7 +524,7 @@ func TestRunRefusesBadGroups(t *testing.T) {
 	} {
 		_, ctx := ktesting.NewTestContext(t)
 		p, err := proxier.New(fake.NewClientset(testNode("192.168.0.1")), "node-a",
-			func(context.Context, proxier.Node, *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+			func(context.Context, proxier.Node, *proxy.Metrics) ([]proxier.BackendGroup, error) {
 				return tc.groups, nil
 			})
 		if err != nil {
@@ -555,7 +555,7 @@ func TestProxierNodeEligibility(t *testing.T) {
 		return l, err
 	}
 	b := newRecordingBackend()
-	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: n.Families}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithProxyHealthServer("127.0.0.1:10256"), proxier.WithListenFunc(listen))
 	addr := <-listening
@@ -633,7 +633,7 @@ func TestProxierCleansConntrack(t *testing.T) {
 	client := fake.NewClientset(testNode("192.168.0.1"), dns)
 	cleaner := &recordingCleaner{fail: true}
 	b := newRecordingBackend()
-	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: n.Families}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithConntrack(cleaner))
 	eventually(t, "the first sync", func() error {

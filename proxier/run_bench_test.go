@@ -17,7 +17,6 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/clustertest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxier"
-	"github.com/proxykit/proxykit/proxier/iptablesbackend"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -53,11 +52,11 @@ func benchRun(b *testing.B, services, endpoints int) {
 	client := fake.NewSimpleClientset(objs...)
 	sb := &signallingBackend{synced: make(chan bool, 1)}
 	p, err := proxier.New(client, "node-a",
-		func(ctx context.Context, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
-			ib, err := iptablesbackend.New(ctx, iptables.WriterConfig{
+		func(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
+			ib, err := iptables.NewMode(ctx, iptables.WriterConfig{
 				Family: v1.IPv4Protocol,
 				Node:   proxy.NodeConfig{Name: node.Name, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/10")}},
-			}, nil, iptablesbackend.WithMetrics(m))
+			}, nil, iptables.WithMetrics(m))
 			sb.Backend = ib
 			return []proxier.BackendGroup{{Backend: sb, Families: []v1.IPFamily{v1.IPv4Protocol}}}, err
 		}, proxier.WithSyncPeriods(0, time.Hour))

@@ -72,7 +72,7 @@ func (b *cidrBackend) state() (map[v1.IPFamily][]string, map[v1.IPFamily]int) {
 // perFamily makes one group, and one runner, per family of the node, all
 // on b, so that a family synced is one that was asked for.
 func perFamily(b proxy.Backend) proxier.NewBackendsFunc {
-	return func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	return func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		var gs []proxier.BackendGroup
 		for _, f := range node.Families {
 			gs = append(gs, proxier.BackendGroup{Backend: b, Families: []v1.IPFamily{f}})

@@ -25,6 +25,11 @@ const (
 	// DefaultMasqueradeBit is the bit of the packet mark that flags
 	// traffic for masquerading (kube-proxy's --iptables-masquerade-bit).
 	DefaultMasqueradeBit = 14
+	// DefaultFullSyncPeriod bounds the time between full syncs of the
+	// ready modes, as in kube-proxy: a partial sync trusts that the kernel
+	// still holds what the last sync wrote, and once an hour that trust
+	// is renewed.
+	DefaultFullSyncPeriod = time.Hour
 )
 
 // Backend is a proxy mode: what turns the service and endpoint maps of the

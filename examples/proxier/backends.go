@@ -15,8 +15,6 @@ import (
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
-	"github.com/proxykit/proxykit/proxier/iptablesbackend"
-	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -26,7 +24,7 @@ import (
 // A family whose iptables cannot be used here is dropped unless it is the
 // node's primary one, as kube-proxy falls back to single stack.
 func newBackends(o *options, env *environment) proxier.NewBackendsFunc {
-	return func(ctx context.Context, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+	return func(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		logger := klog.FromContext(ctx)
 		for _, p := range o.clusterCIDRs {
 			if _, ok := node.IPs[familyOf(p.Addr())]; !ok {
@@ -46,7 +44,7 @@ func newBackends(o *options, env *environment) proxier.NewBackendsFunc {
 // newIPTablesBackends makes iptables mode's backends, one per family of
 // node. Unless in a dry run, it tunes conntrack, removes what IPVS mode
 // left, and sets route_localnet for localhost node ports.
-func newIPTablesBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+func newIPTablesBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 	var ipts []iptables.Interface
 	families := node.Families
 	acceptInvalid := false
@@ -75,8 +73,8 @@ func newIPTablesBackends(ctx context.Context, o *options, env *environment, node
 		if ipts != nil {
 			ipt = ipts[i]
 		}
-		b, err := iptablesbackend.New(ctx, cfg, ipt, iptablesbackend.WithDryRun(env.stdout), iptablesbackend.WithMetrics(m),
-			iptablesbackend.WithCanaryInterval(o.syncPeriod), iptablesbackend.WithDriftCheckPeriod(o.driftCheckPeriod))
+		b, err := iptables.NewMode(ctx, cfg, ipt, iptables.WithDryRun(env.stdout), iptables.WithMetrics(m),
+			iptables.WithCheckPeriod(o.syncPeriod), iptables.WithDriftCheckPeriod(o.driftCheckPeriod))
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +95,7 @@ func newIPTablesBackends(ctx context.Context, o *options, env *environment, node
 // kernel that cannot run IPVS mode (after trying to load what is
 // missing), sets the sysctls IPVS mode needs, and removes what iptables
 // mode left.
-func newIPVSBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+func newIPVSBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 	var ipts []iptables.Interface
 	var k *ipvsmode.Handles
 	families := node.Families
@@ -124,7 +122,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 	for _, family := range families {
 		cfgs = append(cfgs, ipvsTranslatorConfig(o, node, family))
 	}
-	b, err := ipvsmode.NewMode(cfgs, k, ipts, ipvsmode.WithDryRun(env.stdout), ipvsmode.WithMetrics(m))
+	b, err := ipvsmode.NewMode(ctx, cfgs, k, ipts, ipvsmode.WithDryRun(env.stdout), ipvsmode.WithMetrics(m))
 	if err != nil {
 		k.Close()
 		return nil, err
@@ -137,7 +135,7 @@ func newIPVSBackends(ctx context.Context, o *options, env *environment, node pro
 // run, it tunes conntrack and removes what iptables and IPVS mode left. A
 // family other than the primary whose nft cannot be used here is dropped,
 // with a log, as iptables mode drops one whose iptables does not work.
-func newNFTablesBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+func newNFTablesBackends(ctx context.Context, o *options, env *environment, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 	logger := klog.FromContext(ctx)
 	if !o.dryRun {
 		tuneConntrack(ctx, env.kernel, o.conntrack)
@@ -151,8 +149,8 @@ func newNFTablesBackends(ctx context.Context, o *options, env *environment, node
 			Node:      proxy.NodeConfig{Name: node.Name, NodePortAddresses: nodePortPrefixes(o, family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{o.clusterCIDR(family)}, MasqueradeAll: o.masqueradeAll, MasqueradeBit: o.masqueradeBit},
 		}
 		var nft knftables.Interface
-		opts := []nftablesbackend.Option{nftablesbackend.WithDryRun(env.stdout), nftablesbackend.WithMetrics(m),
-			nftablesbackend.WithCheckInterval(o.syncPeriod)}
+		opts := []nftables.ModeOption{nftables.WithDryRun(env.stdout), nftables.WithMetrics(m),
+			nftables.WithCheckPeriod(o.syncPeriod)}
 		if !o.dryRun {
 			var err error
 			nft, err = env.newNFTables(ctx, nftFamily(family), o.nftTable)
@@ -163,17 +161,11 @@ func newNFTablesBackends(ctx context.Context, o *options, env *environment, node
 				logger.Error(err, "Not proxying this IP family", "ipFamily", family)
 				continue
 			}
-			if env.nftApplyElements != nil {
-				opts = append(opts, nftablesbackend.WithSplitFirstLoad(env.nftApplyElements))
-			}
-			if env.nftApplyBatch != nil {
-				opts = append(opts, nftablesbackend.WithNetlinkElementSyncs(env.nftApplyBatch))
-			}
 			if env.nftTableLookup != nil {
-				opts = append(opts, nftablesbackend.WithTableLookup(env.nftTableLookup(nftFamily(family), o.nftTable)))
+				opts = append(opts, nftables.WithTableLookup(env.nftTableLookup(nftFamily(family), o.nftTable)))
 			}
 		}
-		b, err := nftablesbackend.New(ctx, cfg, nft, opts...)
+		b, err := nftables.NewMode(ctx, cfg, nft, opts...)
 		if err != nil {
 			return nil, err
 		}

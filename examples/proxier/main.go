@@ -23,7 +23,6 @@ import (
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxier"
-	"github.com/proxykit/proxykit/proxier/nftablesbackend"
 )
 
 func main() {
@@ -73,15 +72,7 @@ type environment struct {
 	// nftTableLookup, when set, is how nftables mode checks that its
 	// table of one family still exists, instead of asking the kernel
 	// over netlink.
-	nftTableLookup func(family knftables.Family, table string) nftablesbackend.TableLookup
-	// nftApplyElements, when set, sends the elements of nftables mode's
-	// first load into a missing table through netlink (the real kernel
-	// only: nil where newNFTables makes fakes).
-	nftApplyElements func([]*knftables.Element) error
-	// nftApplyBatch, when set, sends nftables mode's partial syncs that
-	// change only elements as one netlink batch (the real kernel only,
-	// like nftApplyElements).
-	nftApplyBatch func(nftables.ElementBatch) error
+	nftTableLookup func(family knftables.Family, table string) nftables.TableLookup
 	// hostAddresses lists the node's addresses when no Node object gives
 	// them.
 	hostAddresses func() ([]netip.Addr, error)
@@ -109,9 +100,7 @@ func realEnvironment(stdout io.Writer) *environment {
 		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			return knftables.New(family, table)
 		},
-		nftApplyElements: nftables.ApplyElements,
-		nftApplyBatch:    nftables.ApplyElementBatch,
-		hostAddresses:    proxier.HostAddresses,
+		hostAddresses: proxier.HostAddresses,
 		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig
 			return lc.Listen(ctx, network, address)

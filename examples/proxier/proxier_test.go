@@ -30,8 +30,7 @@ import (
 	"github.com/proxykit/proxykit/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
-	"github.com/proxykit/proxykit/proxier/iptablesbackend"
-	"github.com/proxykit/proxykit/proxier/nftablesbackend"
+	"github.com/proxykit/proxykit/nftables"
 )
 
 // eventually polls check every 50ms until it returns nil, and fails t with
@@ -239,7 +238,7 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			return n.nft(family, table), nil
 		},
-		nftTableLookup: func(family knftables.Family, table string) nftablesbackend.TableLookup {
+		nftTableLookup: func(family knftables.Family, table string) nftables.TableLookup {
 			return func(context.Context) (bool, error) {
 				fake := n.nft(family, table)
 				fake.RLock()
@@ -436,7 +435,7 @@ func TestProxierWithFakes(t *testing.T) {
 		t.Errorf("nat PREROUTING holds %q, want the jump to KUBE-SERVICES", got)
 	}
 	eventually(t, 5*time.Second, "canary", func() error {
-		for _, table := range iptablesbackend.CanaryTables() {
+		for _, table := range iptables.CanaryTables() {
 			if node.ipt4.Rules(table, iptables.ProxyCanaryChain) == nil {
 				return fmt.Errorf("no canary in %s", table)
 			}
@@ -482,7 +481,7 @@ func TestProxierWithFakes(t *testing.T) {
 
 	// Another program flushes the tables: the canary is gone, and a full
 	// sync puts everything back.
-	for _, table := range iptablesbackend.CanaryTables() {
+	for _, table := range iptables.CanaryTables() {
 		for _, c := range node.ipt4.Chains(table) {
 			if !c.IsBuiltin(table) {
 				_ = node.ipt4.FlushChain(ctx, table, c)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/hack/apiclients/backend"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // TestBackendWithProxier runs the out-of-tree Backend under a proxier,
@@ -41,7 +42,7 @@ func TestBackendWithProxier(t *testing.T) {
 	)
 	b := &backend.Backend{NodeName: "node-a"}
 	p, err := proxier.New(client, "node-a",
-		func(_ context.Context, node proxier.Node, _ *proxier.BackendMetrics) ([]proxier.BackendGroup, error) {
+		func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 			return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
 		})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // CounterValue returns the value of v's one series, or 0 if it has none
@@ -27,4 +29,37 @@ func CounterValue(t testing.TB, v *prometheus.CounterVec) float64 {
 		}
 	}
 	return 0
+}
+
+// Registry is a proxy.Metrics on a registry of its own, whose values a
+// test reads by name.
+type Registry struct {
+	*proxy.Metrics
+	reg *prometheus.Registry
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry() *Registry {
+	reg := prometheus.NewRegistry()
+	return &Registry{Metrics: proxy.NewMetrics(reg), reg: reg}
+}
+
+// Value returns the sum of the counter or gauge series of the metric
+// named name (its full name, kubeproxy_...), or 0 when it has none.
+func (r *Registry) Value(t testing.TB, name string) float64 {
+	t.Helper()
+	families, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }

@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"bytes"
@@ -20,14 +20,13 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
-	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxy"
 )
 
-// kernelFamily is a Backend over the real nft in a throwaway namespace.
+// kernelFamily is a Mode over the real nft in a throwaway namespace.
 type kernelFamily struct {
 	ns     *kerneltest.NS
-	b      *Backend
+	b      *Mode
 	family v1.IPFamily
 	svcs   changetracker.ServicePortMap
 	eps    changetracker.EndpointsMap
@@ -36,17 +35,17 @@ type kernelFamily struct {
 	fullNext atomic.Bool
 }
 
-// newKernelFamily makes a Backend of family in ns, its table check's
+// newKernelFamily makes a Mode of family in ns, its table check's
 // socket opened there, with services ns/svc-0 .. svc-<n-1>, each with
 // endpoints endpoints.
-func newKernelFamily(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, n, endpoints int, opts ...Option) *kernelFamily {
+func newKernelFamily(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, n, endpoints int, opts ...ModeOption) *kernelFamily {
 	t.Helper()
-	return newKernelFamilyConfig(t, ns, nftables.WriterConfig{Family: family, Node: proxy.NodeConfig{Name: "node-a"}}, n, endpoints, opts...)
+	return newKernelFamilyConfig(t, ns, WriterConfig{Family: family, Node: proxy.NodeConfig{Name: "node-a"}}, n, endpoints, opts...)
 }
 
 // newKernelFamilyConfig is newKernelFamily with the writer's
-// configuration (its family, and whatever else New does not set).
-func newKernelFamilyConfig(t testing.TB, ns *kerneltest.NS, cfg nftables.WriterConfig, n, endpoints int, opts ...Option) *kernelFamily {
+// configuration (its family, and whatever else NewMode does not set).
+func newKernelFamilyConfig(t testing.TB, ns *kerneltest.NS, cfg WriterConfig, n, endpoints int, opts ...ModeOption) *kernelFamily {
 	t.Helper()
 	family := cfg.Family
 	nftFamily := knftables.IPv4Family
@@ -56,11 +55,11 @@ func newKernelFamilyConfig(t testing.TB, ns *kerneltest.NS, cfg nftables.WriterC
 	k := &kernelFamily{ns: ns, family: family, svcs: changetracker.ServicePortMap{}, eps: changetracker.EndpointsMap{}}
 	ctx := klog.NewContext(context.Background(), klog.Background().V(10))
 	if err := ns.Do(func() error {
-		nft, err := knftables.New(nftFamily, nftables.DefaultTableName)
+		nft, err := knftables.New(nftFamily, DefaultTableName)
 		if err != nil {
 			return err
 		}
-		k.b, err = New(ctx, cfg, nft, opts...)
+		k.b, err = NewMode(ctx, cfg, nft, opts...)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -127,7 +126,7 @@ func TestKernelTableDeleted(t *testing.T) {
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		t.Run(string(family), func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			k := newKernelFamily(t, ns, family, 3, 2, WithCheckInterval(10*time.Millisecond))
+			k := newKernelFamily(t, ns, family, 3, 2, WithCheckPeriod(10*time.Millisecond))
 			if ok, err := k.b.lookup(ctx); err != nil || !ok {
 				t.Fatalf("table lookup after a sync: %v, %v; want it found", ok, err)
 			}
@@ -179,7 +178,7 @@ func TestKernelDryRunChecks(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		b, err := New(ctx, nftables.WriterConfig{Family: family, Node: proxy.NodeConfig{Name: "node-a", MasqueradeAll: true}}, nil, WithDryRun(&out))
+		b, err := NewMode(ctx, WriterConfig{Family: family, Node: proxy.NodeConfig{Name: "node-a", MasqueradeAll: true}}, nil, WithDryRun(&out))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +244,7 @@ func BenchmarkTableCheck(b *testing.B) {
 }
 
 // TestKernelPeriodicResync checks, with the real nft and kernel and for
-// each family, that the Backend's periodic resync follows nf_tables'
+// each family, that the Mode's periodic resync follows nf_tables'
 // commits and reads the kernel instead of rewriting the table: with
 // nothing committed since its own sync, or only another program's commit
 // to another table, it is partial, and an element deleted by hand is put
@@ -256,12 +255,12 @@ func TestKernelPeriodicResync(t *testing.T) {
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		t.Run(string(family), func(t *testing.T) {
 			// Every sync is due for a resync.
-			k := newKernelFamily(t, ns, family, 3, 2, WithFullSyncPeriod(time.Nanosecond))
+			k := newKernelFamily(t, ns, family, 3, 2, withFullSyncPeriod(time.Nanosecond))
 			none := func() bool {
 				return k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{})
 			}
 			if k.b.watcher == nil {
-				t.Error("the Backend does not follow nf_tables' commits; want a KernelWatcher")
+				t.Error("the Mode does not follow nf_tables' commits; want a KernelWatcher")
 			}
 			if none() {
 				t.Error("the resync with nothing changed was a full sync; want it skipped")
@@ -303,9 +302,9 @@ func TestKernelSplitFirstLoad(t *testing.T) {
 			var sent int
 			apply := func(els []*knftables.Element) error {
 				sent += len(els)
-				return nftables.ApplyElements(els)
+				return ApplyElements(els)
 			}
-			k := newKernelFamily(t, ns, family, 3, 2, WithSplitFirstLoad(apply))
+			k := newKernelFamily(t, ns, family, 3, 2, withSplitFirstLoad(apply))
 			if sent == 0 {
 				t.Fatal("the first load sent no element through netlink")
 			}

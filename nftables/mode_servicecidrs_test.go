@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -21,7 +20,7 @@ import (
 func TestSyncPassesServiceCIDRs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv6Protocol}, nil, WithDryRun(&out))
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv6Protocol}, nil, WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}

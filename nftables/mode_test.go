@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,8 +18,6 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/metricstest"
-	"github.com/proxykit/proxykit/nftables"
-	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxy"
 	"github.com/proxykit/proxykit/proxy/proxytest"
 )
@@ -28,24 +25,25 @@ import (
 // fakeFamily is an nftables backend over a Fake with the trackers and
 // maps that feed it.
 type fakeFamily struct {
-	b          *Backend
+	b          *Mode
 	fake       *knftables.Fake
 	svcTracker *changetracker.ServiceChangeTracker
 	epTracker  *changetracker.EndpointsChangeTracker
 	svcMap     changetracker.ServicePortMap
 	epMap      changetracker.EndpointsMap
-	m          *proxier.BackendMetrics
+	m          *metricstest.Registry
 	// fullNext is the next sync's FamilyInput.Full, set by lost as the
 	// Proxier sets it.
 	fullNext bool
 }
 
-func newMetrics() *proxier.BackendMetrics {
-	return &proxier.BackendMetrics{
-		NFTablesSyncFailures:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sync_failures"}, []string{"ip_family"}),
-		NFTablesCleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cleanup_failures"}, []string{"ip_family"}),
-	}
-}
+func newMetrics() *metricstest.Registry { return metricstest.NewRegistry() }
+
+// The full names of the metrics nftables mode registers.
+const (
+	syncFailuresMetric    = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+	cleanupFailuresMetric = "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"
+)
 
 // tableExists is a TableLookup over a Fake.
 func tableExists(fake *knftables.Fake) TableLookup {
@@ -59,9 +57,9 @@ func tableExists(fake *knftables.Fake) TableLookup {
 func newFakeFamily(t *testing.T) *fakeFamily {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTableName)
 	m := newMetrics()
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake, WithMetrics(m), WithTableLookup(tableExists(fake)))
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake, WithMetrics(m.Metrics), WithTableLookup(tableExists(fake)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +70,7 @@ func newFakeFamily(t *testing.T) *fakeFamily {
 
 // familyOf is a fakeFamily of b, which writes to fake (nil in a dry run)
 // and counts on m, with empty trackers and maps.
-func familyOf(b *Backend, fake *knftables.Fake, m *proxier.BackendMetrics) *fakeFamily {
+func familyOf(b *Mode, fake *knftables.Fake, m *metricstest.Registry) *fakeFamily {
 	return &fakeFamily{b: b, fake: fake, m: m,
 		svcTracker: changetracker.NewServiceChangeTracker(v1.IPv4Protocol, nil),
 		epTracker:  changetracker.NewEndpointsChangeTracker(v1.IPv4Protocol, "node-a", nil),
@@ -192,10 +190,10 @@ func TestSyncAppliesAndRecovers(t *testing.T) {
 			if full, err := f.sync(t); err == nil || full {
 				t.Fatalf("partial sync with the table gone: full=%v, %v; want a partial one that fails", full, err)
 			}
-			if got := metricstest.CounterValue(t, f.m.NFTablesSyncFailures); got != tc.wantSync {
+			if got := f.m.Value(t, syncFailuresMetric); got != tc.wantSync {
 				t.Errorf("sync failures %v, want %v", got, tc.wantSync)
 			}
-			if got := metricstest.CounterValue(t, f.m.NFTablesCleanupFailures); got != tc.wantCleanup {
+			if got := f.m.Value(t, cleanupFailuresMetric); got != tc.wantCleanup {
 				t.Errorf("cleanup failures %v, want %v", got, tc.wantCleanup)
 			}
 			if full, err := f.sync(t); err != nil || !full {
@@ -221,7 +219,7 @@ func TestRunDetectsDeletedTable(t *testing.T) {
 	exists.Store(true)
 	var checks atomic.Int32
 	_, ctx := ktesting.NewTestContext(t)
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol}, f.fake, WithCheckInterval(time.Millisecond),
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol}, f.fake, WithCheckPeriod(time.Millisecond),
 		WithTableLookup(func(context.Context) (bool, error) { checks.Add(1); return exists.Load(), nil }))
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +265,7 @@ func TestRunDetectsDeletedTable(t *testing.T) {
 func TestDryRun(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv6Protocol, TableName: "proxy-b"}, nil, WithDryRun(&out))
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv6Protocol, TableName: "proxy-b"}, nil, WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,28 +293,28 @@ func TestDryRun(t *testing.T) {
 	}
 }
 
-// TestSyncRefusesOtherInputs checks that a Backend fails a sync given
+// TestSyncRefusesOtherInputs checks that a Mode fails a sync given
 // another family's input or more than one, and still returns one result
-// per input; and that New refuses what the writer refuses.
+// per input; and that NewMode refuses what the writer refuses.
 func TestSyncRefusesOtherInputs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol}, nil)
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v4, v6 := proxytest.Input(v1.IPv4Protocol), proxytest.Input(v1.IPv6Protocol)
 	proxytest.SyncRefuses(ctx, t, b, [][]*proxy.FamilyInput{{v6}, {v4, v6}, {}})
-	for _, cfg := range []nftables.WriterConfig{
+	for _, cfg := range []WriterConfig{
 		{Family: "IPv5"},
 		{Family: v1.IPv4Protocol, TableName: "bad name"},
 	} {
-		if _, err := New(ctx, cfg, nil); err == nil {
+		if _, err := NewMode(ctx, cfg, nil); err == nil {
 			t.Errorf("New(%+v) succeeded, want an error", cfg)
 		}
 	}
 	// An Interface for another table than cfg's.
-	if _, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, TableName: "other"},
-		knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName), WithTableLookup(func(context.Context) (bool, error) { return true, nil })); err == nil {
+	if _, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol, TableName: "other"},
+		knftables.NewFake(knftables.IPv4Family, DefaultTableName), WithTableLookup(func(context.Context) (bool, error) { return true, nil })); err == nil {
 		t.Error("New with an Interface for another table succeeded")
 	}
 }
@@ -354,7 +352,7 @@ func TestTableLostRepairedInOneSync(t *testing.T) {
 	if !f.serves("10.96.0.10") {
 		t.Errorf("the table was not repaired:\n%s", f.fake.Dump())
 	}
-	if got := metricstest.CounterValue(t, f.m.NFTablesSyncFailures); got != 0 {
+	if got := f.m.Value(t, syncFailuresMetric); got != 0 {
 		t.Errorf("sync failures %v, want 0", got)
 	}
 	// The loss is over: a new deletion is a new loss.
@@ -383,11 +381,11 @@ func (c *countingFake) Run(ctx context.Context, tx *knftables.Transaction) error
 // failure, and makes the next sync full.
 func TestNetlinkElementSyncs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	fake := &countingFake{Fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)}
+	fake := &countingFake{Fake: knftables.NewFake(knftables.IPv4Family, DefaultTableName)}
 	m := newMetrics()
 	var batches int
 	var refuse error
-	apply := func(b nftables.ElementBatch) error {
+	apply := func(b ElementBatch) error {
 		batches++
 		if refuse != nil {
 			return refuse
@@ -398,8 +396,8 @@ func TestNetlinkElementSyncs(t *testing.T) {
 		b.AddTo(tx)
 		return fake.Fake.Run(context.Background(), tx)
 	}
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake,
-		WithMetrics(m), WithTableLookup(tableExists(fake.Fake)), WithNetlinkElementSyncs(apply))
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake,
+		WithMetrics(m.Metrics), WithTableLookup(tableExists(fake.Fake)), withNetlinkElementSyncs(apply))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +425,7 @@ func TestNetlinkElementSyncs(t *testing.T) {
 	refuse = errors.New("netlink: no such file or directory")
 	step("batch refused", func() { f.addService("cache", "10.96.0.13", "10.244.0.14") }, false, true, 0, 1)
 	refuse = nil
-	if got := metricstest.CounterValue(t, m.NFTablesSyncFailures); got != 1 {
+	if got := m.Value(t, syncFailuresMetric); got != 1 {
 		t.Errorf("sync failures %v, want 1", got)
 	}
 	if f.serves("10.96.0.13") {
@@ -445,8 +443,8 @@ func TestNetlinkElementSyncs(t *testing.T) {
 func TestDryRunPrintsElementSyncs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var out bytes.Buffer
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil, WithDryRun(&out),
-		WithNetlinkElementSyncs(func(nftables.ElementBatch) error { t.Error("a dry run sent a netlink batch"); return nil }))
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil, WithDryRun(&out),
+		withNetlinkElementSyncs(func(ElementBatch) error { t.Error("a dry run sent a netlink batch"); return nil }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"context"
@@ -15,11 +15,10 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
-	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxy"
 )
 
-// driftCase is a change another program makes to the Backend's table by
+// driftCase is a change another program makes to the Mode's table by
 // hand, with nft in the namespace.
 type driftCase struct {
 	name string
@@ -43,7 +42,7 @@ func ruleHandle(t testing.TB, ns *kerneltest.NS, fam, table, chain, match string
 
 // sharedChain returns the name of a shared load-balancing chain of the
 // table (lb-N, N the endpoint count of services that use it).
-func sharedChain(t testing.TB, ns *kerneltest.NS, fam, table string) string {
+func firstSharedChain(t testing.TB, ns *kerneltest.NS, fam, table string) string {
 	t.Helper()
 	m := regexp.MustCompile(`chain (lb-\d+) `).FindStringSubmatch(ns.MustExec(t, "nft", "list", "chains", fam))
 	if m == nil {
@@ -76,10 +75,10 @@ var driftCases = []driftCase{
 		return [][]string{{"delete", "rule", fam, table, "services", "handle", ruleHandle(t, ns, fam, table, "services", "@service-ips")}}
 	}},
 	{"a chain flushed", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
-		return [][]string{{"flush", "chain", fam, table, sharedChain(t, ns, fam, table)}}
+		return [][]string{{"flush", "chain", fam, table, firstSharedChain(t, ns, fam, table)}}
 	}},
 	{"a service element added", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
-		return [][]string{{"add", "element", fam, table, "service-ips", "{ " + ipOf(family, 0x61_00_00) + " . tcp . 80 : goto " + sharedChain(t, ns, fam, table) + " }"}}
+		return [][]string{{"add", "element", fam, table, "service-ips", "{ " + ipOf(family, 0x61_00_00) + " . tcp . 80 : goto " + firstSharedChain(t, ns, fam, table) + " }"}}
 	}},
 	{"an endpoints element added", func(t testing.TB, ns *kerneltest.NS, family v1.IPFamily, fam, table string) [][]string {
 		return [][]string{{"add", "element", fam, table, "endpoints", "{ " + ipOf(family, 0x60_00_00) + " . tcp . 80 . 99 : " + ipOf(family, 0xf5_00_00) + " . 8080 }"}}
@@ -102,7 +101,7 @@ var driftCases = []driftCase{
 	}},
 }
 
-// driftRig runs a Backend's Run with a lost that, as the Proxier's, asks
+// driftRig runs a Mode's Run with a lost that, as the Proxier's, asks
 // for a sync (the next input Full), which the rig then runs, at once.
 type driftRig struct {
 	k *kernelFamily
@@ -141,14 +140,14 @@ func (r *driftRig) awaitRepair(t testing.TB, since time.Time) (bool, time.Durati
 
 // TestKernelDriftRepaired checks, with the real nft and kernel and for
 // each family, that a change another program makes by hand to the
-// Backend's table (an element or a rule deleted, a chain flushed; an
+// Mode's table (an element or a rule deleted, a chain flushed; an
 // element, a chain, a base chain, a rule in a chain of the writer's, a
 // set or a map added) makes Run call lost without waiting for a periodic
 // resync (the watcher's signal; the drift check period is left at its
 // default, far longer than the test), and that the sync lost asks for is
 // partial and leaves the table exactly as the writer's syncs had left it
 // (nft list table, element lists sorted). After each repair, the
-// Backend's own syncs are not taken for another's change: Drifted is
+// Mode's own syncs are not taken for another's change: Drifted is
 // false, and an ordinary partial sync brings no call of lost.
 func TestKernelDriftRepaired(t *testing.T) {
 	kerneltest.Require(t, "nft")
@@ -157,7 +156,7 @@ func TestKernelDriftRepaired(t *testing.T) {
 		t.Run(string(family), func(t *testing.T) {
 			k := newKernelFamily(t, ns, family, 3, 2)
 			if k.b.watcher == nil {
-				t.Fatal("the Backend does not follow nf_tables' commits")
+				t.Fatal("the Mode does not follow nf_tables' commits")
 			}
 			fam, table := string(k.b.Family()), k.b.Table()
 			want := kerneltest.ListTable(t, ns, fam, table)
@@ -179,13 +178,13 @@ func TestKernelDriftRepaired(t *testing.T) {
 					t.Errorf("%s: after the repair Drifted() = %v, %v; want false", tc.name, drifted, err)
 				}
 			}
-			// The Backend's own partial sync is no drift: the watcher
+			// The Mode's own partial sync is no drift: the watcher
 			// signals it, and the check finds the writer's generation.
 			// Run's check of that signal is waited for by taking the
 			// lock it holds, after the watcher has read the batch.
 			k.sync(t, changetracker.UpdateServiceMapResult{}, changetracker.UpdateEndpointsMapResult{})
 			if drifted, err := k.b.w.Drifted(); err != nil || drifted {
-				t.Errorf("after the Backend's own sync Drifted() = %v, %v; want false", drifted, err)
+				t.Errorf("after the Mode's own sync Drifted() = %v, %v; want false", drifted, err)
 			}
 			select {
 			case <-r.lost:
@@ -203,7 +202,7 @@ func TestKernelDriftRepaired(t *testing.T) {
 }
 
 // TestKernelDriftPeriodicCheck checks that a change the watcher missed
-// (made while it was out of the monitor group, as during the Backend's
+// (made while it was out of the monitor group, as during the Mode's
 // full syncs) is found by the periodic drift check and repaired by a
 // partial sync: a cluster IP element deleted and a chain added by the
 // check's listing; an endpoints element deleted by the thorough
@@ -224,7 +223,7 @@ func TestKernelDriftPeriodicCheck(t *testing.T) {
 			{"thorough", time.Nanosecond, []driftCase{driftCases[0]}},
 		} {
 			t.Run(string(family)+"/"+tc.name, func(t *testing.T) {
-				k := newKernelFamily(t, ns, family, 3, 2, WithDriftCheckPeriod(50*time.Millisecond), WithFullSyncPeriod(tc.period))
+				k := newKernelFamily(t, ns, family, 3, 2, WithDriftCheckPeriod(50*time.Millisecond), withFullSyncPeriod(tc.period))
 				fam, table := string(k.b.Family()), k.b.Table()
 				want := kerneltest.ListTable(t, ns, fam, table)
 				r := startDriftRig(t, k)
@@ -252,7 +251,7 @@ func TestKernelDriftPeriodicCheck(t *testing.T) {
 	}
 }
 
-// TestKernelDriftRepairTimes measures, through the Backend on a table of
+// TestKernelDriftRepairTimes measures, through the Mode on a table of
 // 10,000 services of 10 endpoints, how long each change by hand of
 // driftCases takes to be repaired with the default periods: from the end
 // of the nft command to lost (the watcher's signal and the check), and
@@ -268,7 +267,7 @@ func TestKernelDriftRepairTimes(t *testing.T) {
 	}
 	kerneltest.Require(t, "nft")
 	ns := kerneltest.NewNS(t)
-	k := newKernelFamily(t, ns, v1.IPv4Protocol, 10000, 10, WithSplitFirstLoad(nil), WithNetlinkElementSyncs(nil))
+	k := newKernelFamily(t, ns, v1.IPv4Protocol, 10000, 10, withSplitFirstLoad(nil), withNetlinkElementSyncs(nil))
 	fam, table := string(k.b.Family()), k.b.Table()
 	want := kerneltest.ListTable(t, ns, fam, table)
 	r := startDriftRig(t, k)
@@ -310,10 +309,10 @@ func TestKernelDriftRepairTimes(t *testing.T) {
 	}
 }
 
-// BenchmarkDriftCheck measures the Backend's drift check at 10,000
+// BenchmarkDriftCheck measures the Mode's drift check at 10,000
 // services of 10 endpoints: the periodic check with nothing committed
 // (one read of the nf_tables generation), with the watcher after another
-// program's commit to another table, and, for a Backend without the
+// program's commit to another table, and, for a Mode without the
 // watcher (the monitor group cannot be joined, or notifications were
 // lost), the sync the check then asks for, which compares the whole table
 // by key and rule count and lists its chains, sets and small sets'
@@ -336,14 +335,14 @@ func BenchmarkDriftCheck(b *testing.B) {
 		ns.MustExec(b, "nft", "add", "table", "ip", fmt.Sprintf("other-%d", other))
 	}
 	b.Run("unchanged", func(b *testing.B) {
-		k := newKernelFamily(b, ns, v1.IPv4Protocol, 10000, 10, WithSplitFirstLoad(nil))
+		k := newKernelFamily(b, ns, v1.IPv4Protocol, 10000, 10, withSplitFirstLoad(nil))
 		b.ReportAllocs()
 		for b.Loop() {
 			k.b.checkDrift(ctx, lost)
 		}
 	})
 	b.Run("watcher-other-table", func(b *testing.B) {
-		k := newKernelFamily(b, ns, v1.IPv4Protocol, 10000, 10, WithSplitFirstLoad(nil))
+		k := newKernelFamily(b, ns, v1.IPv4Protocol, 10000, 10, withSplitFirstLoad(nil))
 		b.ReportAllocs()
 		for b.Loop() {
 			b.StopTimer()
@@ -359,14 +358,14 @@ func BenchmarkDriftCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer f.Close()
-			state := nftables.NewKernelState(int(f.Fd()))
+			state := NewKernelState(int(f.Fd()))
 			defer state.(io.Closer).Close()
 			period := time.Hour
 			if mode == "compare+endpoints" {
 				period = time.Nanosecond
 			}
-			k := newKernelFamilyConfig(b, ns, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}, KernelState: state}, 10000, 10,
-				WithSplitFirstLoad(nil), WithFullSyncPeriod(period))
+			k := newKernelFamilyConfig(b, ns, WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}, KernelState: state}, 10000, 10,
+				withSplitFirstLoad(nil), withFullSyncPeriod(period))
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()

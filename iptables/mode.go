@@ -1,4 +1,4 @@
-package iptablesbackend
+package iptables
 
 import (
 	"bytes"
@@ -9,27 +9,26 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/proxykit/proxykit/iptables"
-	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxy"
 )
 
-// Backend is iptables mode for one IP family: the service rule writer
+// Mode is iptables mode for one IP family: the service rule writer
 // renders full or partial iptables-restore input, and the Interface
 // applies it. Its Sync takes that family's input alone: give each family
-// a Backend, and a BackendGroup, of its own.
-type Backend struct {
+// a Mode, and a BackendGroup, of its own.
+type Mode struct {
 	family v1.IPFamily
-	w      *iptables.Writer
+	w      *Writer
 	// ipt applies the payloads; nil in a dry run, which prints them to
 	// out instead.
-	ipt     iptables.Interface
-	out     io.Writer
-	metrics *proxier.BackendMetrics
+	ipt Interface
+	out io.Writer
+	// reg is where NewMode registers metrics.
+	reg     *proxy.Metrics
+	metrics modeMetrics
 	// canaryInterval is how often run checks the canary.
 	canaryInterval time.Duration
 	// driftCheckPeriod is how often run compares the rules with what the
@@ -41,33 +40,36 @@ type Backend struct {
 	mu sync.Mutex
 }
 
-var _ proxy.Backend = (*Backend)(nil)
+var _ proxy.Backend = (*Mode)(nil)
 
-// Option configures a Backend; see New.
-type Option func(*Backend)
+// ModeOption configures a Mode; see NewMode.
+type ModeOption func(*Mode)
 
-// WithDryRun makes a Backend made without an Interface print each sync's
+// WithDryRun makes a Mode made without an Interface print each sync's
 // iptables-restore input to out, after a comment line naming the family
 // and the command, instead of discarding it.
-func WithDryRun(out io.Writer) Option {
-	return func(b *Backend) {
+func WithDryRun(out io.Writer) ModeOption {
+	return func(b *Mode) {
 		if out != nil {
 			b.out = out
 		}
 	}
 }
 
-// WithMetrics makes the Backend count its failed restores on m (nil: on
-// nothing). Drift repairs are counted on m.DriftRepairs.
-func WithMetrics(m *proxier.BackendMetrics) Option {
-	return func(b *Backend) { b.metrics = m }
+// WithMetrics makes NewMode register iptables mode's metrics on m, under
+// kube-proxy's names: kubeproxy_sync_proxy_rules_iptables_restore_failures_total
+// and ..._partial_restore_failures_total, and proxykit's
+// ..._iptables_drift_repairs_total (the drift checks that called lost),
+// each by ip_family. Without it they are counted nowhere.
+func WithMetrics(m *proxy.Metrics) ModeOption {
+	return func(b *Mode) { b.reg = m }
 }
 
-// WithCanaryInterval sets how often Run checks the canary chain (the
+// WithCheckPeriod sets how often Run checks the canary chain (the
 // default is proxy.DefaultSyncPeriod, as kube-proxy checks it at its
 // sync period). A period that is not positive keeps the default.
-func WithCanaryInterval(d time.Duration) Option {
-	return func(b *Backend) {
+func WithCheckPeriod(d time.Duration) ModeOption {
+	return func(b *Mode) {
 		if d > 0 {
 			b.canaryInterval = d
 		}
@@ -75,35 +77,45 @@ func WithCanaryInterval(d time.Duration) Option {
 }
 
 // WithDriftCheckPeriod makes Run compare the rules in the kernel with
-// what the writer applied every d (iptables.Writer.CheckDrift, whose doc
+// what the writer applied every d (Writer.CheckDrift, whose doc
 // says which drift each check sees), and call lost when they differ: a
 // service's jump, or a rule of a KUBE-SVC or KUBE-SEP chain, deleted by
 // hand takes no canary with it. Zero, the default, turns the check off.
-func WithDriftCheckPeriod(d time.Duration) Option {
-	return func(b *Backend) { b.driftCheckPeriod = d }
+func WithDriftCheckPeriod(d time.Duration) ModeOption {
+	return func(b *Mode) { b.driftCheckPeriod = d }
 }
 
-// fullSyncPeriod bounds the time between full syncs, as in kube-proxy: a
-// partial sync trusts that the kernel still holds what the last sync
-// wrote, and once an hour that trust is renewed.
-const fullSyncPeriod = time.Hour
-
-// New makes the Backend of one family. cfg carries the family and the
-// node's settings; New sets its FullSyncPeriod (an hour, as kube-proxy's),
-// and RandomFully and ChainsPerCommit from ipt. ipt applies the rules; a
-// nil ipt makes a dry run, which applies nothing and prints each sync's
-// input (WithDryRun) as any iptables from 1.6.2 on would take it. Unless in
-// a dry run, New reads the chains that exist in the nat table, so that the
-// first full sync deletes the service chains nothing owns any more: those
-// of services deleted while no proxier ran, or of a sync killed half-way;
-// a failure to read them is logged, and they stay. It fails when the
-// writer refuses cfg.
-func New(ctx context.Context, cfg iptables.WriterConfig, ipt iptables.Interface, opts ...Option) (*Backend, error) {
-	cfg.FullSyncPeriod = fullSyncPeriod
+// NewMode makes the Mode of one family. cfg carries the family and the
+// node's settings; NewMode works on a copy. Its FullSyncPeriod zero means
+// proxy.DefaultFullSyncPeriod (an hour, as kube-proxy's), and negative turns
+// the periodic full sync off. RandomFully is set when ipt has
+// --random-fully, and ChainsPerCommit, when zero, is NFTChainsPerCommit on
+// the nft backend; a caller's true RandomFully or positive
+// ChainsPerCommit is kept. ipt applies the rules; a nil ipt makes a dry
+// run, which applies nothing and prints each sync's input (WithDryRun) as
+// any iptables from 1.6.2 on would take it. Unless in a dry run, NewMode
+// reads the chains that exist in the nat table, so that the first full
+// sync deletes the service chains nothing owns any more: those of services
+// deleted while no proxier ran, or of a sync killed half-way; a failure to
+// read them is logged, and they stay. It fails when the writer refuses
+// cfg, or when WithMetrics' registry refuses a metric.
+func NewMode(ctx context.Context, cfg WriterConfig, ipt Interface, opts ...ModeOption) (*Mode, error) {
+	b := &Mode{family: cfg.Family, ipt: ipt, out: io.Discard, canaryInterval: proxy.DefaultSyncPeriod}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(b)
+		}
+	}
+	switch {
+	case cfg.FullSyncPeriod == 0:
+		cfg.FullSyncPeriod = proxy.DefaultFullSyncPeriod
+	case cfg.FullSyncPeriod < 0:
+		cfg.FullSyncPeriod = 0
+	}
 	if ipt != nil {
-		cfg.RandomFully = ipt.HasRandomFully()
-		if ipt.Backend() == iptables.BackendNFT {
-			cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
+		cfg.RandomFully = cfg.RandomFully || ipt.HasRandomFully()
+		if cfg.ChainsPerCommit == 0 && ipt.Backend() == BackendNFT {
+			cfg.ChainsPerCommit = NFTChainsPerCommit
 		}
 	} else {
 		// A dry run execs nothing, so it cannot ask iptables what it
@@ -112,32 +124,29 @@ func New(ctx context.Context, cfg iptables.WriterConfig, ipt iptables.Interface,
 		// backend, so the output is the same on every machine.
 		cfg.RandomFully = true
 	}
-	w, err := iptables.NewWriter(cfg)
-	if err != nil {
+	var err error
+	if b.metrics, err = newModeMetrics(b.reg); err != nil {
+		return nil, fmt.Errorf("%s iptables mode: %w", cfg.Family, err)
+	}
+	if b.w, err = NewWriter(cfg); err != nil {
 		return nil, fmt.Errorf("%s rule writer: %w", cfg.Family, err)
 	}
 	if ipt != nil {
 		var save bytes.Buffer
-		if err := ipt.SaveInto(ctx, iptables.TableNAT, &save); err != nil {
+		if err := ipt.SaveInto(ctx, TableNAT, &save); err != nil {
 			// Not fatal: the chains are only left behind, as before.
 			klog.FromContext(ctx).Error(err, "Reading the existing chains; stale service chains from before this start stay", "ipFamily", cfg.Family)
 		} else {
-			w.NoteExistingChains(iptables.ChainsFromSave(save.Bytes()))
-		}
-	}
-	b := &Backend{family: cfg.Family, w: w, ipt: ipt, out: io.Discard, canaryInterval: proxy.DefaultSyncPeriod}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(b)
+			b.w.NoteExistingChains(ChainsFromSave(save.Bytes()))
 		}
 	}
 	return b, nil
 }
 
-// Sync is part of proxy.Backend. It takes one input, of the Backend's
+// Sync is part of proxy.Backend. It takes one input, of the Mode's
 // family, and fails on any other. A failed restore makes the next sync
 // full.
-func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
+func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	if len(ins) != 1 || ins[0].Family != b.family {
 		return make([]proxy.SyncResult, len(ins)), fmt.Errorf("%s iptables backend: given %d inputs, want one of its family", b.family, len(ins))
 	}
@@ -164,11 +173,11 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 		err = b.w.EnsureJumpRules(ctx, b.ipt)
 	}
 	if err == nil && len(res.Payload) > 0 {
-		err = b.ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
-		if err != nil && b.metrics != nil {
-			inc(b.metrics.RestoreFailures, b.family)
+		err = b.ipt.RestoreAll(ctx, res.Payload, NoFlushTables, RestoreCounters)
+		if err != nil {
+			b.metrics.restoreFailures.WithLabelValues(string(b.family)).Inc()
 			if !res.Full {
-				inc(b.metrics.PartialRestoreFailures, b.family)
+				b.metrics.partialRestoreFailures.WithLabelValues(string(b.family)).Inc()
 			}
 		}
 	}
@@ -184,32 +193,25 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 // RouteLocalnet reports whether the rules serve IPv4 node ports on
 // 127.0.0.1, which works only with the sysctl net.ipv4.conf.all.route_localnet
 // set to 1: the caller's to set, as kube-proxy does at start-up.
-func (b *Backend) RouteLocalnet() bool { return b.w.RouteLocalnet() }
+func (b *Mode) RouteLocalnet() bool { return b.w.RouteLocalnet() }
 
 // RequestFullSync is part of proxy.Backend.
-func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
-
-// inc adds one to the series of family in v, if there is a v.
-func inc(v *prometheus.CounterVec, family v1.IPFamily) {
-	if v != nil {
-		v.WithLabelValues(string(family)).Inc()
-	}
-}
+func (b *Mode) RequestFullSync() { b.w.RequestFullSync() }
 
 // canaryTables are the tables the canary watches, as kube-proxy's: a
 // firewall reload that empties any of them takes the proxy's rules, or the
 // kubelet's that they depend on, with it.
-var canaryTables = []iptables.Table{iptables.TableMangle, iptables.TableNAT, iptables.TableFilter}
+var canaryTables = []Table{TableMangle, TableNAT, TableFilter}
 
 // CanaryTables returns the tables in which Run keeps a canary chain, whose
 // removal brings a full sync: mangle, nat and filter, as kube-proxy's.
-func CanaryTables() []iptables.Table { return slices.Clone(canaryTables) }
+func CanaryTables() []Table { return slices.Clone(canaryTables) }
 
 // Run is part of proxy.Backend. It watches the canary chain: a flush by
 // another program (a firewall reload, iptables -F) takes it too, and lost
 // then brings a full sync. It also checks the rules for drift
 // (WithDriftCheckPeriod). In a dry run it returns at once.
-func (b *Backend) Run(ctx context.Context, lost func()) {
+func (b *Mode) Run(ctx context.Context, lost func()) {
 	if b.ipt == nil {
 		return
 	}
@@ -237,7 +239,7 @@ func (b *Backend) Run(ctx context.Context, lost func()) {
 // brings a full sync. It waits for a sync in progress, so that it compares
 // with applied rules; an error reading the chains is logged, and the next
 // period tries again, but drift found before the error is still acted on.
-func (b *Backend) checkDrift(ctx context.Context, lost func()) {
+func (b *Mode) checkDrift(ctx context.Context, lost func()) {
 	b.mu.Lock()
 	d, err := b.w.CheckDrift(ctx, b.ipt)
 	b.mu.Unlock()
@@ -248,9 +250,7 @@ func (b *Backend) checkDrift(ctx context.Context, lost func()) {
 	if d.Found() {
 		logger.Info("iptables rules differ from what was applied; syncing everything", "ipFamily", b.family,
 			"missing", d.Missing, "unexpected", d.Unexpected, "examples", d.Examples)
-		if b.metrics != nil {
-			inc(b.metrics.DriftRepairs, b.family)
-		}
+		b.metrics.driftRepairs.WithLabelValues(string(b.family)).Inc()
 		lost()
 	}
 }

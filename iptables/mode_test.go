@@ -1,4 +1,4 @@
-package iptablesbackend
+package iptables_test
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +19,6 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/metricstest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
-	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxy"
 	"github.com/proxykit/proxykit/proxy/proxytest"
 )
@@ -28,13 +26,13 @@ import (
 // fakeIPTablesFamily is an iptables backend over a Fake with the trackers
 // and maps that feed it, holding one service "ns/web" with one endpoint.
 type fakeIPTablesFamily struct {
-	b          *Backend
+	b          *iptables.Mode
 	svcTracker *changetracker.ServiceChangeTracker
 	epTracker  *changetracker.EndpointsChangeTracker
 	svcMap     changetracker.ServicePortMap
 	epMap      changetracker.EndpointsMap
 	fake       *iptablestest.Fake
-	m          *proxier.BackendMetrics
+	m          *metricstest.Registry
 	// cidrs are the next syncs' FamilyInput.ServiceCIDRs.
 	cidrs []netip.Prefix
 	// fullNext is the next sync's FamilyInput.Full, set by lost as the
@@ -45,12 +43,8 @@ type fakeIPTablesFamily struct {
 func newFakeIPTablesFamily(t *testing.T, fake *iptablestest.Fake) *fakeIPTablesFamily {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	m := &proxier.BackendMetrics{
-		RestoreFailures:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "restore_failures"}, []string{"ip_family"}),
-		PartialRestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "partial_restore_failures"}, []string{"ip_family"}),
-		DriftRepairs:           prometheus.NewCounterVec(prometheus.CounterOpts{Name: "drift_repairs"}, []string{"ip_family"}),
-	}
-	b, err := New(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake, WithMetrics(m))
+	m := metricstest.NewRegistry()
+	b, err := iptables.NewMode(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, fake, iptables.WithMetrics(m.Metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +136,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 	}
 	losses := 0
 	lost := func() { losses++; f.fullNext = true }
-	f.b.checkDrift(ctx, lost)
+	f.b.CheckDrift(ctx, lost)
 	if losses != 0 {
 		t.Fatalf("lost called %d times with nothing changed", losses)
 	}
@@ -151,11 +145,11 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 	if err := f.fake.Restore(ctx, iptables.TableNAT, []byte("*nat\n-D "+jump+"\nCOMMIT\n"), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
 		t.Fatal(err)
 	}
-	f.b.checkDrift(ctx, lost)
+	f.b.CheckDrift(ctx, lost)
 	if losses != 1 {
 		t.Fatalf("lost called %d times after the jump was deleted, want 1", losses)
 	}
-	if got := metricstest.CounterValue(t, f.m.DriftRepairs); got != 1 {
+	if got := f.m.Value(t, "kubeproxy_sync_proxy_rules_iptables_drift_repairs_total"); got != 1 {
 		t.Errorf("drift repairs %v, want 1", got)
 	}
 	if !f.sync(t) {
@@ -168,7 +162,7 @@ func TestIPTablesBackendDriftCheck(t *testing.T) {
 	if !strings.Contains(buf.String(), "ns/web:http cluster IP") {
 		t.Errorf("the jump is still missing after the full sync:\n%s", buf.String())
 	}
-	f.b.checkDrift(ctx, lost)
+	f.b.CheckDrift(ctx, lost)
 	if losses != 1 {
 		t.Errorf("lost called again after the repair")
 	}
@@ -204,7 +198,7 @@ func TestIPTablesBackendDriftCheckServiceChains(t *testing.T) {
 	}
 	losses := 0
 	lost := func() { losses++; f.fullNext = true }
-	f.b.checkDrift(ctx, lost)
+	f.b.CheckDrift(ctx, lost)
 	if losses != 1 {
 		t.Fatalf("lost called %d times after %s was flushed, want 1", losses, sep)
 	}
@@ -216,7 +210,7 @@ func TestIPTablesBackendDriftCheckServiceChains(t *testing.T) {
 	}
 
 	g := newFakeIPTablesFamily(t, iptablestest.NewFake())
-	g.b.ipt = failingSaveIPT{g.fake}
+	g.b.SetInterface(failingSaveIPT{g.fake})
 	if !g.sync(t) {
 		t.Fatal("first sync partial")
 	}
@@ -226,7 +220,7 @@ func TestIPTablesBackendDriftCheckServiceChains(t *testing.T) {
 	}
 	losses = 0
 	lost = func() { losses++; g.fullNext = true }
-	g.b.checkDrift(ctx, lost)
+	g.b.CheckDrift(ctx, lost)
 	if losses != 1 {
 		t.Errorf("lost called %d times after a jump was deleted and the save of nat failed, want 1", losses)
 	}
@@ -262,19 +256,19 @@ func TestIPTablesBackendStaleChainsAtStart(t *testing.T) {
 	}
 }
 
-// TestSyncRefusesOtherInputs checks that a Backend, which serves one
+// TestSyncRefusesOtherInputs checks that a iptables.Mode, which serves one
 // family, fails a sync given another family's input or more than one, and
 // still returns one result per input.
 func TestSyncRefusesOtherInputs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	b, err := New(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil)
+	b, err := iptables.NewMode(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v4, v6 := proxytest.Input(v1.IPv4Protocol), proxytest.Input(v1.IPv6Protocol)
 	proxytest.SyncRefuses(ctx, t, b, [][]*proxy.FamilyInput{{v6}, {v4, v6}, {}})
 	var out bytes.Buffer
-	b, err = New(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil, WithDryRun(&out))
+	b, err = iptables.NewMode(ctx, iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nil, iptables.WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}

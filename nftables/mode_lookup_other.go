@@ -1,6 +1,6 @@
 //go:build !linux
 
-package nftablesbackend
+package nftables
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -38,9 +37,9 @@ fi
 cat >/dev/null
 `
 
-// TestSyncTimesOutHungNFT runs a Backend over the real knftables and an
+// TestSyncTimesOutHungNFT runs a Mode over the real knftables and an
 // nft that hangs on a partial sync's transaction: the sync must fail
-// within a generous bound with an error nftables.IsCommandTimeout
+// within a generous bound with an error IsCommandTimeout
 // recognises, the hung nft must be gone, and the next sync, with nft
 // answering again, must be full.
 func TestSyncTimesOutHungNFT(t *testing.T) {
@@ -52,15 +51,15 @@ func TestSyncTimesOutHungNFT(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	nft, err := knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
+	nft, err := knftables.New(knftables.IPv4Family, DefaultTableName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	// Long enough for a loaded machine to run the fake nft in time.
 	const timeout = 3 * time.Second
-	b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nft,
-		WithCommandTimeout(timeout), WithTableLookup(func(context.Context) (bool, error) { return true, nil }))
+	b, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-a"}}, nft,
+		WithCommandTimeout(timeout), WithTableLookup(func(context.Context) (bool, error) { return true, nil }), withoutNetlink())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +84,7 @@ func TestSyncTimesOutHungNFT(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the sync still waits for the hung nft")
 	}
-	if !nftables.IsCommandTimeout(err) || !strings.Contains(err.Error(), "timed out after "+timeout.String()) {
+	if !IsCommandTimeout(err) || !strings.Contains(err.Error(), "timed out after "+timeout.String()) {
 		t.Fatalf("sync with a hung nft: error %v, want a timeout that names its bound", err)
 	}
 	pids, err := os.ReadFile(filepath.Join(dir, "pids"))
@@ -111,23 +110,23 @@ func TestSyncTimesOutHungNFT(t *testing.T) {
 	}
 }
 
-// TestCommandTimeoutOption checks the bound the Backend gives its nft
-// commands and netlink requests: nftables.DefaultCommandTimeout, the
+// TestCommandTimeoutOption checks the bound the Mode gives its nft
+// commands and netlink requests: DefaultCommandTimeout, the
 // option's, or none.
 func TestCommandTimeoutOption(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []Option
-		want nftables.Netlink
+		opts []ModeOption
+		want Netlink
 	}{
-		{name: "default", want: nftables.Netlink{Timeout: nftables.DefaultCommandTimeout}},
-		{name: "set", opts: []Option{WithCommandTimeout(time.Minute)}, want: nftables.Netlink{Timeout: time.Minute}},
-		{name: "none", opts: []Option{WithCommandTimeout(0)}, want: nftables.Netlink{Timeout: -1}},
+		{name: "default", want: Netlink{Timeout: DefaultCommandTimeout}},
+		{name: "set", opts: []ModeOption{WithCommandTimeout(time.Minute)}, want: Netlink{Timeout: time.Minute}},
+		{name: "none", opts: []ModeOption{WithCommandTimeout(0)}, want: Netlink{Timeout: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTableName)
-			b, err := New(ctx, nftables.WriterConfig{Family: v1.IPv4Protocol}, fake,
+			fake := knftables.NewFake(knftables.IPv4Family, DefaultTableName)
+			b, err := NewMode(ctx, WriterConfig{Family: v1.IPv4Protocol}, fake,
 				append(tc.opts, WithTableLookup(tableExists(fake)))...)
 			if err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"context"
@@ -9,35 +9,36 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
-	"github.com/proxykit/proxykit/nftables"
-	"github.com/proxykit/proxykit/proxier"
 	"github.com/proxykit/proxykit/proxy"
 )
 
-// Backend is nftables mode for one IP family: the nftables service rule
+// Mode is nftables mode for one IP family: the nftables service rule
 // writer renders full or partial transactions for the family's table, and
 // a knftables.Interface runs them (nft -f). Its Sync takes that family's
-// input alone: give each family a Backend, and a BackendGroup, of its own.
-type Backend struct {
+// input alone: give each family a Mode, and a BackendGroup, of its own.
+type Mode struct {
 	family v1.IPFamily
-	w      *nftables.Writer
+	w      *Writer
 	// nft runs the transactions; nil in a dry run, which prints them to
 	// out instead.
-	nft     knftables.Interface
-	out     io.Writer
-	metrics *proxier.BackendMetrics
+	nft knftables.Interface
+	out io.Writer
+	// reg is where NewMode registers metrics.
+	reg     *proxy.Metrics
+	metrics modeMetrics
+	// fullSyncPeriod, when not zero, replaces the config's
+	// FullSyncPeriod (withFullSyncPeriod, for tests whose helpers make
+	// the config).
+	fullSyncPeriod time.Duration
 	// lookup reports whether the table exists; Run calls it every
 	// checkInterval. nil in a dry run.
 	lookup        TableLookup
 	closeLookup   func() error
 	checkInterval time.Duration
-	// fullSyncPeriod is the writer's FullSyncPeriod.
-	fullSyncPeriod time.Duration
 	// timeout bounds each nft command and netlink request; zero or less
 	// means no bound (WithCommandTimeout).
 	timeout time.Duration
@@ -46,11 +47,11 @@ type Backend struct {
 	applyElements func([]*knftables.Element) error
 	// applyBatch, when not nil, sends the element changes of a partial
 	// sync that changes only elements (WithNetlinkElementSyncs).
-	applyBatch func(nftables.ElementBatch) error
+	applyBatch func(ElementBatch) error
 	// watcher follows nf_tables' commits for the periodic resync; nil
 	// in a dry run, or when the monitor group could not be joined.
-	watcher *nftables.KernelWatcher
-	// closeState closes the socket of the KernelState New made when
+	watcher *KernelWatcher
+	// closeState closes the socket of the KernelState NewMode made when
 	// there is no watcher (which closes its own).
 	closeState func() error
 	// mu keeps a check from running during a sync, which may delete and
@@ -69,71 +70,71 @@ type Backend struct {
 	repairPending, repairOnly atomic.Bool
 }
 
-var _ proxy.Backend = (*Backend)(nil)
+var _ proxy.Backend = (*Mode)(nil)
 
-// TableLookup reports whether the table the Backend writes exists in the
+// TableLookup reports whether the table the Mode writes exists in the
 // kernel; an error means it could not tell.
 type TableLookup func(ctx context.Context) (bool, error)
 
-// Option configures a Backend; see New.
-type Option func(*Backend)
+// ModeOption configures a Mode; see NewMode.
+type ModeOption func(*Mode)
 
-// WithDryRun makes a Backend made without an Interface print each sync's
+// WithDryRun makes a Mode made without an Interface print each sync's
 // transaction to out, after a comment line naming the family and the
 // table, as `nft -f` takes it, instead of discarding it.
-func WithDryRun(out io.Writer) Option {
-	return func(b *Backend) {
+func WithDryRun(out io.Writer) ModeOption {
+	return func(b *Mode) {
 		if out != nil {
 			b.out = out
 		}
 	}
 }
 
-// WithMetrics makes the Backend count its failed transactions on
-// m.NFTablesSyncFailures, and those of them that were deleting stale
-// chains on m.NFTablesCleanupFailures (nil: on nothing).
-func WithMetrics(m *proxier.BackendMetrics) Option {
-	return func(b *Backend) { b.metrics = m }
+// WithMetrics makes NewMode register nftables mode's metrics on m, under
+// kube-proxy's names: kubeproxy_sync_proxy_rules_nftables_sync_failures_total
+// and ..._nftables_cleanup_failures_total, each by ip_family. Without it
+// they are counted nowhere.
+func WithMetrics(m *proxy.Metrics) ModeOption {
+	return func(b *Mode) { b.reg = m }
 }
 
-// WithCheckInterval sets how often Run checks that the table still
+// WithCheckPeriod sets how often Run checks that the table still
 // exists (the default is proxy.DefaultSyncPeriod, the period at which
 // iptables mode checks its canary). A period that is not positive keeps
 // the default.
-func WithCheckInterval(d time.Duration) Option {
-	return func(b *Backend) {
+func WithCheckPeriod(d time.Duration) ModeOption {
+	return func(b *Mode) {
 		if d > 0 {
 			b.checkInterval = d
 		}
 	}
 }
 
-// WithFullSyncPeriod sets how often the writer resyncs the whole table
-// (nftables.WriterConfig.FullSyncPeriod; the default is an hour, as
-// kube-proxy's). Outside a dry run the resync reads the kernel first
-// (nftables.NewKernelState): when nothing was committed since the
-// Backend's own last transaction it is skipped, and otherwise only what
-// drifted is repaired. A period that is not positive keeps the default.
-func WithFullSyncPeriod(d time.Duration) Option {
-	return func(b *Backend) {
-		if d > 0 {
-			b.fullSyncPeriod = d
-		}
-	}
+// withoutNetlink turns the netlink fast paths off, for tests that run the
+// real knftables with an nft of their own in the test's namespace.
+func withoutNetlink() ModeOption {
+	return func(b *Mode) { b.applyElements, b.applyBatch = nil, nil }
 }
 
-// WithSplitFirstLoad makes a full sync into a missing table (the first on
+// withFullSyncPeriod replaces the config's FullSyncPeriod, for tests whose
+// helpers make the config.
+func withFullSyncPeriod(d time.Duration) ModeOption {
+	return func(b *Mode) { b.fullSyncPeriod = d }
+}
+
+// withSplitFirstLoad, the default outside a dry run and a
+// knftables.Fake, makes a full sync into a missing table (the first on
 // the node, or after the table was deleted) send the bulk of its elements
 // with apply after nft has created the rest, instead of through nft's
-// parser: nftables.WriterConfig.SplitFirstLoad, several times faster at
+// parser: WriterConfig.SplitFirstLoad, several times faster at
 // scale, where nft's parsing dominates (BENCHMARKS.md). apply nil means
-// nftables.ApplyElements, which talks to the network namespace of the
+// ApplyElements, which talks to the network namespace of the
 // thread that syncs, bounded by WithCommandTimeout; it must reach the
 // kernel nft's Interface runs in, so leave this off over a
 // knftables.Fake. Ignored in a dry run, which prints everything as nft -f
 // takes it.
-func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
-	return func(b *Backend) {
+func withSplitFirstLoad(apply func([]*knftables.Element) error) ModeOption {
+	return func(b *Mode) {
 		if apply == nil {
 			apply = func(elements []*knftables.Element) error { return b.netlink().ApplyElements(elements) }
 		}
@@ -141,24 +142,25 @@ func WithSplitFirstLoad(apply func([]*knftables.Element) error) Option {
 	}
 }
 
-// WithNetlinkElementSyncs makes a partial sync whose only changes are
+// withNetlinkElementSyncs, the default outside a dry run and a
+// knftables.Fake, makes a partial sync whose only changes are
 // elements of the writer's big maps and sets (endpoints coming and going,
 // services added or removed whose chains exist: the common case) reach the
 // kernel as one netlink batch sent by apply, instead of an exec of nft -f:
-// nftables.WriterConfig.NetlinkElementSyncs, which says which syncs
+// WriterConfig.NetlinkElementSyncs, which says which syncs
 // qualify (docs/benchmarks-history.md, "nftables mode end to end"). The batch is
 // atomic as the transaction is, and its outcome reaches the writer and
 // the metrics the same way: a refused batch changes nothing, counts as a
 // failed sync, and makes the next sync full. apply nil means
-// nftables.ApplyElementBatch, which talks to the network namespace of the
+// ApplyElementBatch, which talks to the network namespace of the
 // thread that syncs, bounded by WithCommandTimeout; it must reach the
 // kernel nft's Interface runs in, so leave this off over a
 // knftables.Fake. Ignored in a dry run, which prints every transaction as
 // nft -f takes it.
-func WithNetlinkElementSyncs(apply func(nftables.ElementBatch) error) Option {
-	return func(b *Backend) {
+func withNetlinkElementSyncs(apply func(ElementBatch) error) ModeOption {
+	return func(b *Mode) {
 		if apply == nil {
-			apply = func(batch nftables.ElementBatch) error { return b.netlink().ApplyElementBatch(batch) }
+			apply = func(batch ElementBatch) error { return b.netlink().ApplyElementBatch(batch) }
 		}
 		b.applyBatch = apply
 	}
@@ -166,47 +168,42 @@ func WithNetlinkElementSyncs(apply func(nftables.ElementBatch) error) Option {
 
 // WithTableLookup replaces how Run finds out whether the table exists
 // (by default one netlink request for the table alone, in the network
-// namespace New ran in); for tests, and for a caller whose Interface
+// namespace NewMode ran in); for tests, and for a caller whose Interface
 // does not run nft in this network namespace. It is ignored in a dry run.
-func WithTableLookup(f TableLookup) Option {
-	return func(b *Backend) {
+func WithTableLookup(f TableLookup) ModeOption {
+	return func(b *Mode) {
 		if f != nil {
 			b.lookup = f
 		}
 	}
 }
 
-// WithCommandTimeout bounds each nft command the Backend runs (through
-// nftables.BoundedInterface) and each nf_tables netlink request of its
-// own (nftables.Netlink): the element batches of WithSplitFirstLoad and
+// WithCommandTimeout bounds each nft command the Mode runs (through
+// BoundedInterface) and each nf_tables netlink request of its
+// own (Netlink): the element batches of WithSplitFirstLoad and
 // WithNetlinkElementSyncs given nil, and the reads of the periodic
 // resync. A command or batch that runs longer is killed or given up on,
-// and its sync fails with an error for which nftables.IsCommandTimeout is
+// and its sync fails with an error for which IsCommandTimeout is
 // true; its transaction may have been committed or not, so the next sync
 // is full, as after any failed sync, and the Proxier retries it. Zero or
-// less means no bound. The default is nftables.DefaultCommandTimeout;
+// less means no bound. The default is DefaultCommandTimeout;
 // set it well above the longest full sync the node's table needs (see
 // BENCHMARKS.md). The bound is iptables.WithCommandTimeout's twin.
-func WithCommandTimeout(d time.Duration) Option {
-	return func(b *Backend) { b.timeout = d }
+func WithCommandTimeout(d time.Duration) ModeOption {
+	return func(b *Mode) { b.timeout = d }
 }
 
-// netlink makes the Backend's own netlink requests, bounded as
+// netlink makes the Mode's own netlink requests, bounded as
 // WithCommandTimeout says.
-func (b *Backend) netlink() nftables.Netlink {
+func (b *Mode) netlink() Netlink {
 	if b.timeout <= 0 {
-		return nftables.Netlink{Timeout: -1}
+		return Netlink{Timeout: -1}
 	}
-	return nftables.Netlink{Timeout: b.timeout}
+	return Netlink{Timeout: b.timeout}
 }
 
-// fullSyncPeriod bounds the time between full syncs, as in kube-proxy: a
-// partial sync trusts that the kernel still holds what the last sync
-// wrote, and once an hour that trust is renewed.
-const fullSyncPeriod = time.Hour
-
-// New makes the Backend of one family. cfg carries the family, the table
-// and the node's settings; New sets its FullSyncPeriod (an hour, as
+// NewMode makes the Mode of one family. cfg carries the family, the table
+// and the node's settings; NewMode sets its FullSyncPeriod (an hour, as
 // kube-proxy's, or WithFullSyncPeriod's) and, outside a dry run and unless
 // cfg has one, its KernelState, so that the periodic resync repairs what
 // drifted instead of rewriting the table. nft runs the transactions and
@@ -214,29 +211,50 @@ const fullSyncPeriod = time.Hour
 // a nil nft makes a dry run, which runs nothing and prints each sync's
 // transaction (WithDryRun).
 //
-// Unless in a dry run or given WithTableLookup, New opens the netlink
+// Unless in a dry run or given WithTableLookup, NewMode opens the netlink
 // socket Run checks the table with, in the network namespace of the
-// calling thread; Close closes it. New fails when the writer refuses cfg,
+// calling thread; Close closes it. NewMode fails when the writer refuses cfg,
 // or when that socket cannot be opened (on other systems than Linux, it
 // always fails without WithTableLookup).
-func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface, opts ...Option) (*Backend, error) {
-	b := &Backend{family: cfg.Family, out: io.Discard, checkInterval: proxy.DefaultSyncPeriod, fullSyncPeriod: fullSyncPeriod,
-		timeout: nftables.DefaultCommandTimeout, driftCheckPeriod: proxy.DefaultSyncPeriod}
+func NewMode(ctx context.Context, cfg WriterConfig, nft knftables.Interface, opts ...ModeOption) (*Mode, error) {
+	b := &Mode{family: cfg.Family, out: io.Discard, checkInterval: proxy.DefaultSyncPeriod,
+		timeout: DefaultCommandTimeout, driftCheckPeriod: proxy.DefaultSyncPeriod}
+	// A knftables.Fake, or a test's type that embeds one, holds no table
+	// in any kernel: netlink must not go near the namespace's own.
+	_, fake := nft.(interface{ Dump() string })
+	if nft != nil && !fake {
+		// The fast paths reach the kernel nft runs in: the calling
+		// thread's namespace, as nft's.
+		b.applyElements = func(elements []*knftables.Element) error { return b.netlink().ApplyElements(elements) }
+		b.applyBatch = func(batch ElementBatch) error { return b.netlink().ApplyElementBatch(batch) }
+	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
 		}
 	}
+	var err error
+	if b.metrics, err = newModeMetrics(b.reg); err != nil {
+		return nil, fmt.Errorf("%s nftables mode: %w", cfg.Family, err)
+	}
 	// The writer lists the table through nft too: every nft command of
 	// a sync has the bound.
-	b.nft = nftables.BoundedInterface(nft, b.timeout)
-	cfg.FullSyncPeriod = b.fullSyncPeriod
+	b.nft = BoundedInterface(nft, b.timeout)
+	if b.fullSyncPeriod != 0 {
+		cfg.FullSyncPeriod = b.fullSyncPeriod
+	}
+	switch {
+	case cfg.FullSyncPeriod == 0:
+		cfg.FullSyncPeriod = proxy.DefaultFullSyncPeriod
+	case cfg.FullSyncPeriod < 0:
+		cfg.FullSyncPeriod = 0
+	}
 	if nft == nil {
 		b.applyElements, b.applyBatch = nil, nil
 	}
 	cfg.SplitFirstLoad = b.applyElements != nil
 	cfg.NetlinkElementSyncs = b.applyBatch != nil
-	if nft != nil && cfg.KernelState == nil {
+	if nft != nil && !fake && cfg.KernelState == nil {
 		// The periodic resync reads the generation and, when others
 		// committed, looks only at what their batches changed in the
 		// table (the watcher) or, without one, compares by key, instead
@@ -266,11 +284,11 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 		}
 		table := cfg.TableName
 		if table == "" {
-			table = nftables.DefaultTableName
+			table = DefaultTableName
 		}
 		renderer = knftables.NewFake(family, table)
 	}
-	w, err := nftables.NewWriter(renderer, cfg)
+	w, err := NewWriter(renderer, cfg)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("%s nftables rule writer: %w", cfg.Family, err)
@@ -291,18 +309,18 @@ func New(ctx context.Context, cfg nftables.WriterConfig, nft knftables.Interface
 	return b, nil
 }
 
-// Family returns the nft family of the Backend's table, "ip" or "ip6".
-func (b *Backend) Family() knftables.Family { return b.w.Family() }
+// Family returns the nft family of the Mode's table, "ip" or "ip6".
+func (b *Mode) Family() knftables.Family { return b.w.Family() }
 
-// Table returns the name of the Backend's table.
-func (b *Backend) Table() string { return b.w.Table() }
+// Table returns the name of the Mode's table.
+func (b *Mode) Table() string { return b.w.Table() }
 
-// Sync is part of proxy.Backend. It takes one input, of the Backend's
+// Sync is part of proxy.Backend. It takes one input, of the Mode's
 // family, and fails on any other. A failed transaction changes nothing in
 // the kernel (nft applies a transaction whole or not at all) and makes the
 // next sync full. One that timed out (WithCommandTimeout) may have been
 // committed or not, and makes the next sync full too.
-func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
+func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
 	if len(ins) != 1 || ins[0].Family != b.family {
 		return make([]proxy.SyncResult, len(ins)), fmt.Errorf("%s nftables backend: given %d inputs, want one of its family", b.family, len(ins))
 	}
@@ -328,7 +346,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 	}
 	// A full sync asked for after the table's loss needs no second try:
 	// the writer's transaction holds whether or not what it remembers
-	// went with the table (nftables.Writer.RequestFullSync).
+	// went with the table (Writer.RequestFullSync).
 	err := b.apply(ctx, res)
 	b.tableLost.Store(false)
 	b.repairPending.Store(false)
@@ -339,7 +357,7 @@ func (b *Backend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.S
 }
 
 // result is the proxier's view of a writer's result.
-func result(res nftables.SyncResult) []proxy.SyncResult {
+func result(res SyncResult) []proxy.SyncResult {
 	return []proxy.SyncResult{{
 		Full:                     res.Full,
 		ServicePorts:             res.ServicePorts,
@@ -351,7 +369,7 @@ func result(res nftables.SyncResult) []proxy.SyncResult {
 
 // apply runs res's transaction, tells the writer the outcome, and counts
 // a failure.
-func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
+func (b *Mode) apply(ctx context.Context, res SyncResult) error {
 	run := func() error {
 		if res.Transaction.NumOperations() > 0 {
 			if err := b.nft.Run(ctx, res.Transaction); err != nil {
@@ -380,7 +398,7 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 	if res.Full && b.watcher != nil {
 		// A full sync's batches would make the kernel build a
 		// notification per object for the watcher; the next resync
-		// compares instead (nftables.KernelWatcher.Quiet).
+		// compares instead (KernelWatcher.Quiet).
 		err = b.watcher.Quiet(run)
 	} else {
 		err = run()
@@ -388,13 +406,13 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 	// The writer must hear the outcome either way: after a failure its
 	// next sync is full, and lists the table first.
 	b.w.Applied(err)
-	if err != nil && b.metrics != nil {
-		inc(b.metrics.NFTablesSyncFailures, b.family)
+	if err != nil {
+		b.metrics.syncFailures.WithLabelValues(string(b.family)).Inc()
 		// Stale chains are deleted in the sync's own transaction
 		// (kube-proxy deletes them in a later one): when it fails, they
 		// stay, and the cleanup failed with it.
 		if res.ChainsDeleted > 0 {
-			inc(b.metrics.NFTablesCleanupFailures, b.family)
+			b.metrics.cleanupFailures.WithLabelValues(string(b.family)).Inc()
 		}
 	}
 	return err
@@ -402,7 +420,7 @@ func (b *Backend) apply(ctx context.Context, res nftables.SyncResult) error {
 
 // RequestFullSync makes the next Sync rewrite the table, as an input with
 // Full set does. It is safe to call from any goroutine.
-func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
+func (b *Mode) RequestFullSync() { b.w.RequestFullSync() }
 
 // Run is part of proxy.Backend. Every check interval it asks the kernel
 // whether the table still exists, and calls lost when it does not: nft
@@ -415,7 +433,7 @@ func (b *Backend) RequestFullSync() { b.w.RequestFullSync() }
 // signals a commit to it and every drift check period, and asks for a
 // sync that repairs them (WithDriftCheckPeriod). In a dry run Run
 // returns at once.
-func (b *Backend) Run(ctx context.Context, lost func()) {
+func (b *Mode) Run(ctx context.Context, lost func()) {
 	if b.lookup == nil {
 		return
 	}
@@ -435,7 +453,7 @@ func (b *Backend) Run(ctx context.Context, lost func()) {
 }
 
 // checkTable calls lost if the table is gone.
-func (b *Backend) checkTable(ctx context.Context, lost func()) {
+func (b *Mode) checkTable(ctx context.Context, lost func()) {
 	b.mu.Lock()
 	ok, err := b.lookup(ctx)
 	b.mu.Unlock()
@@ -456,8 +474,8 @@ func (b *Backend) checkTable(ctx context.Context, lost func()) {
 
 // Close closes the netlink sockets of the table check, of the watcher of
 // nf_tables' commits and of the generation reads of the writer's periodic
-// resync, if New opened them. The Backend must not be used after.
-func (b *Backend) Close() error {
+// resync, if NewMode opened them. The Mode must not be used after.
+func (b *Mode) Close() error {
 	var errs []error
 	if b.closeLookup != nil {
 		errs = append(errs, b.closeLookup())
@@ -472,13 +490,6 @@ func (b *Backend) Close() error {
 		b.closeState = nil
 	}
 	return errors.Join(errs...)
-}
-
-// inc adds one to the series of family in v, if there is a v.
-func inc(v *prometheus.CounterVec, family v1.IPFamily) {
-	if v != nil {
-		v.WithLabelValues(string(family)).Inc()
-	}
 }
 
 func syncKind(full bool) string {

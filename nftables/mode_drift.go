@@ -1,4 +1,4 @@
-package nftablesbackend
+package nftables
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 )
 
 // WithDriftCheckPeriod sets how often Run asks whether another program
-// may have changed the table (nftables.Writer.Drifted: the nf_tables
+// may have changed the table (Writer.Drifted: the nf_tables
 // generation and, if it moved, what the watcher saw), and, when it may
 // have, asks for a sync that compares the table and repairs what differs
-// (nftables.Writer.RequestResync), as iptables mode's drift check does.
+// (Writer.RequestResync), as iptables mode's drift check does.
 // The default is proxy.DefaultSyncPeriod; zero turns the periodic check
 // off, leaving the watcher's signals and the hourly resync. A check with
 // nothing changed reads the generation alone. Ignored in a dry run.
@@ -24,7 +24,7 @@ import (
 //     sets, maps, added or deleted) is compared and repaired in the next
 //     sync;
 //   - what the watcher missed (a commit while it was out of the group for
-//     one of the Backend's full syncs, or notifications lost) and, without
+//     one of the Mode's full syncs, or notifications lost) and, without
 //     the watcher, any commit by another program in the namespace, at the
 //     next periodic check: then the chains (and their rule counts), the
 //     sets and maps, and the elements of all but the endpoints maps are
@@ -32,15 +32,15 @@ import (
 //   - without the watcher, an element of the endpoints maps deleted or
 //     added and an element whose value was changed in place, at the
 //     first check a full sync period after the last thorough comparison,
-//     which looks every element up by key (nftables.Writer's resync);
+//     which looks every element up by key (Writer's resync);
 //   - a rule changed in place, with the same number of rules in its
 //     chain, and the elements of the interval sets (firewall-allow,
 //     nodeport-ips), only when the watcher names the chain or set, or
 //     at a full sync;
-//   - the table deleted: at the next table check (WithCheckInterval), by
+//   - the table deleted: at the next table check (WithCheckPeriod), by
 //     a full sync.
-func WithDriftCheckPeriod(d time.Duration) Option {
-	return func(b *Backend) {
+func WithDriftCheckPeriod(d time.Duration) ModeOption {
+	return func(b *Mode) {
 		if d >= 0 {
 			b.driftCheckPeriod = d
 		}
@@ -49,7 +49,7 @@ func WithDriftCheckPeriod(d time.Duration) Option {
 
 // watchDrift runs the drift checks until ctx is done: at every signal of
 // the watcher and every drift check period.
-func (b *Backend) watchDrift(ctx context.Context, lost func()) {
+func (b *Mode) watchDrift(ctx context.Context, lost func()) {
 	var ticks <-chan time.Time
 	if b.driftCheckPeriod > 0 {
 		t := time.NewTicker(b.driftCheckPeriod)
@@ -77,7 +77,7 @@ func (b *Backend) watchDrift(ctx context.Context, lost func()) {
 // checkDrift asks the writer whether others may have changed the table
 // since its last transaction and, if so, asks for a repair. It waits for
 // a sync in progress, whose own commits are then known to the writer.
-func (b *Backend) checkDrift(ctx context.Context, lost func()) {
+func (b *Mode) checkDrift(ctx context.Context, lost func()) {
 	b.mu.Lock()
 	drifted, err := b.w.Drifted()
 	b.mu.Unlock()
@@ -97,10 +97,10 @@ func (b *Backend) checkDrift(ctx context.Context, lost func()) {
 
 // requestRepair asks, through lost, for a sync that compares the table
 // and repairs it (RequestResync) instead of rewriting it. lost is how a
-// Backend asks the composition for a sync, which then comes with Full
+// Mode asks the composition for a sync, which then comes with Full
 // set: while repairOnly is set, Sync takes that Full for the repair it
 // asked for.
-func (b *Backend) requestRepair(lost func()) {
+func (b *Mode) requestRepair(lost func()) {
 	b.w.RequestResync()
 	b.repairOnly.Store(true)
 	lost()

@@ -1,0 +1,12 @@
+package iptables
+
+import "context"
+
+// Internals of Mode that its tests, in package iptables_test (which
+// imports iptablestest, and so cannot be package iptables), reach.
+
+// CheckDrift runs one drift check of m, as Run does every period.
+func (m *Mode) CheckDrift(ctx context.Context, lost func()) { m.checkDrift(ctx, lost) }
+
+// SetInterface replaces the Interface m applies and reads through.
+func (m *Mode) SetInterface(ipt Interface) { m.ipt = ipt }

@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// MetricsSubsystem is the subsystem of kube-proxy's metrics
+// ("kubeproxy_..."), for a Backend's own metrics under kube-proxy's names.
+const MetricsSubsystem = "kubeproxy"
+
+// Metrics is where a Backend registers metrics of its own (a mode's
+// failure counters, say) beside the composition's, on the registerer the
+// composition was given. A metric is registered once per name: two
+// Backends of one mode (one per IP family) that ask for the same name get
+// the same vector, and tell their series apart by their labels, as
+// kube-proxy's ip_family label does.
+//
+// A nil *Metrics is valid: its vectors work but are registered nowhere,
+// for a Backend made without a composition. Metrics is safe for concurrent
+// use.
+type Metrics struct {
+	reg  prometheus.Registerer
+	mu   sync.Mutex
+	vecs map[string]prometheus.Collector
+}
+
+// NewMetrics returns a Metrics that registers on reg; nil registers
+// nowhere.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	return &Metrics{reg: reg, vecs: map[string]prometheus.Collector{}}
+}
+
+// CounterVec returns the counter vector of opts and labels, made and
+// registered at its first request. It fails when an earlier request made
+// that name as another kind of metric, or the registerer refuses it (it
+// holds another metric of that name, say).
+func (m *Metrics) CounterVec(opts prometheus.CounterOpts, labels []string) (*prometheus.CounterVec, error) {
+	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), func() *prometheus.CounterVec {
+		return prometheus.NewCounterVec(opts, labels)
+	})
+}
+
+// GaugeVec is CounterVec for a gauge.
+func (m *Metrics) GaugeVec(opts prometheus.GaugeOpts, labels []string) (*prometheus.GaugeVec, error) {
+	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), func() *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(opts, labels)
+	})
+}
+
+// HistogramVec is CounterVec for a histogram.
+func (m *Metrics) HistogramVec(opts prometheus.HistogramOpts, labels []string) (*prometheus.HistogramVec, error) {
+	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), func() *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(opts, labels)
+	})
+}
+
+func vec[V prometheus.Collector](m *Metrics, name string, newVec func() V) (V, error) {
+	var zero V
+	if m == nil {
+		return newVec(), nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.vecs == nil {
+		m.vecs = map[string]prometheus.Collector{}
+	}
+	if c, ok := m.vecs[name]; ok {
+		v, ok := c.(V)
+		if !ok {
+			return zero, fmt.Errorf("proxy: metric %s is registered as another kind", name)
+		}
+		return v, nil
+	}
+	v := newVec()
+	if m.reg != nil {
+		if err := m.reg.Register(v); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				err = fmt.Errorf("another collector already has it: %w", err)
+			}
+			return zero, fmt.Errorf("proxy: registering metric %s: %w", name, err)
+		}
+	}
+	m.vecs[name] = v
+	return v, nil
+}
