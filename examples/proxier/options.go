@@ -12,19 +12,19 @@ import (
 	"strings"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/kubeproxy"
 )
 
 // Proxy modes, as --mode names them.
 const (
-	modeIPTables = "iptables"
-	modeIPVS     = "ipvs"
-	modeNFTables = "nftables"
+	modeIPTables = kubeproxy.ModeIPTables
+	modeIPVS     = kubeproxy.ModeIPVS
+	modeNFTables = kubeproxy.ModeNFTables
 )
 
 // options are the command line, parsed and checked.
@@ -55,7 +55,7 @@ type options struct {
 	chainPrefix string
 	names       *ipvs.ModeNames
 	// nftTable is the nftables table of nftables mode, named after
-	// --chain-prefix (see nftTableName).
+	// --chain-prefix (see kubeproxy.NFTablesTable).
 	nftTable string
 
 	// localhostNodePorts is --iptables-localhost-nodeports.
@@ -194,7 +194,7 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 	if o.clusterCIDRs, err = parseCIDRs("--cluster-cidr", clusterCIDR); err != nil {
 		return nil, err
 	}
-	if err := onePerFamily("--cluster-cidr", o.clusterCIDRs); err != nil {
+	if err := kubeproxy.OnePerFamily("--cluster-cidr", o.clusterCIDRs); err != nil {
 		return nil, err
 	}
 	// As kube-proxy's: CIDRs and the keywords of nodePortAddresses.
@@ -216,7 +216,7 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 		return nil, fmt.Errorf("--chain-prefix: %w", err)
 	}
 	o.chainPrefix = o.names.Chains().Prefix()
-	o.nftTable = nftTableName(o.chainPrefix)
+	o.nftTable = kubeproxy.NFTablesTable(o.chainPrefix)
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if err := applyDeprecatedPorts(fs, o, k, given); err != nil {
@@ -261,15 +261,25 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 	return o, nil
 }
 
-// nftTableName is the nftables table of chain prefix p: p lower-cased and
-// "-proxy", so that kube-proxy's prefix, KUBE, names kube-proxy's table.
-// One flag names all the proxier owns in the kernel, in every mode: a
-// proxier given a prefix of its own to run beside kube-proxy (or another
-// proxier) also gets a table of its own, and its mode switches and
-// --cleanup leave the other's table alone. Prefixes that differ only in
-// case name the same table. A prefix starts with a letter, so the name is
-// one nft takes.
-func nftTableName(p string) string { return strings.ToLower(p) + "-proxy" }
+// kubeProxyConfig is what kubeproxy runs with from o.
+func (o *options) kubeProxyConfig() *kubeproxy.Config {
+	return &kubeproxy.Config{
+		Mode:               o.mode,
+		ClusterCIDRs:       o.clusterCIDRs,
+		MasqueradeAll:      o.masqueradeAll,
+		MasqueradeBit:      o.masqueradeBit,
+		NodePortAddresses:  o.nodePortAddresses,
+		NodePortPrimary:    o.nodePortPrimary,
+		LocalhostNodePorts: o.localhostNodePorts,
+		SyncPeriod:         o.syncPeriod,
+		MinSyncPeriod:      o.minSyncPeriod,
+		DriftCheckPeriod:   o.driftCheckPeriod,
+		ChainPrefix:        o.chainPrefix,
+		Conntrack:          o.conntrack,
+		IPVSScheduler:      o.ipvsScheduler,
+		HealthzBindAddress: o.healthzBindAddress,
+	}
+}
 
 // nodeName returns --hostname-override, or the host name, lower-cased as
 // node names are.
@@ -289,17 +299,6 @@ func (o *options) nodeName() (string, error) {
 	return name, nil
 }
 
-// clusterCIDR returns the --cluster-cidr prefix of family, or the zero
-// Prefix.
-func (o *options) clusterCIDR(family v1.IPFamily) netip.Prefix {
-	for _, p := range o.clusterCIDRs {
-		if familyOf(p.Addr()) == family {
-			return p
-		}
-	}
-	return netip.Prefix{}
-}
-
 func parseCIDRs(flagName, value string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range strings.Split(value, ",") {
@@ -314,18 +313,6 @@ func parseCIDRs(flagName, value string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
-}
-
-func onePerFamily(flagName string, prefixes []netip.Prefix) error {
-	seen := map[v1.IPFamily]netip.Prefix{}
-	for _, p := range prefixes {
-		f := familyOf(p.Addr())
-		if prev, ok := seen[f]; ok {
-			return fmt.Errorf("%s: %s and %s are both %s; give at most one per IP family", flagName, prev, p, f)
-		}
-		seen[f] = p
-	}
-	return nil
 }
 
 // bindAddress checks a --*-bind-address value: "" (disabled), "IP:port",
@@ -351,12 +338,4 @@ func count(bs ...bool) int {
 		}
 	}
 	return n
-}
-
-// familyOf returns the IP family of a.
-func familyOf(a netip.Addr) v1.IPFamily {
-	if a.Unmap().Is4() {
-		return v1.IPv4Protocol
-	}
-	return v1.IPv6Protocol
 }

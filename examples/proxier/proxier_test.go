@@ -29,6 +29,7 @@ import (
 	"github.com/proxykit/proxykit/iptables/iptablestest"
 	"github.com/proxykit/proxykit/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/kubeproxy"
 	"github.com/proxykit/proxykit/proxier/iptablesbackend"
 	"github.com/proxykit/proxykit/proxier/ipvsbackend"
 	"github.com/proxykit/proxykit/proxier/nftablesbackend"
@@ -212,10 +213,9 @@ func (b *fakeBinder) setAddrs(addrs []netip.Addr) {
 }
 
 func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
-	return &environment{
-		stdout:        stdout,
-		detectBackend: func(context.Context) (iptables.Backend, error) { return iptables.BackendNFT, nil },
-		newIPTables: func(_ context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
+	return &environment{stdout: stdout, Host: &kubeproxy.Host{
+		DetectBackend: func(context.Context) (iptables.Backend, error) { return iptables.BackendNFT, nil },
+		NewIPTables: func(_ context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
 			if b != iptables.BackendNFT {
 				t.Errorf("newIPTables for backend %s, want the detected nft", b)
 			}
@@ -224,9 +224,9 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			}
 			return n.ipt4, nil
 		},
-		conntrack: n.ct,
-		kernel:    &kernel.Kernel{Root: n.root},
-		openIPVS: func(_ context.Context, table bool) (*ipvsbackend.Kernel, error) {
+		Conntrack: n.ct,
+		Kernel:    &kernel.Kernel{Root: n.root},
+		OpenIPVS: func(_ context.Context, table bool) (*ipvsbackend.Kernel, error) {
 			node := &ipvsbackend.Kernel{Binder: n.binder, IPSets: n.sets, Release: func() { n.ipvsOpen.Add(-1) }}
 			if table {
 				node.IPVS = n.lb
@@ -236,10 +236,10 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			n.ipvsOpen.Add(1)
 			return node, nil
 		},
-		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
+		NewNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			return n.nft(family, table), nil
 		},
-		nftTableLookup: func(family knftables.Family, table string) nftablesbackend.TableLookup {
+		NFTTableLookup: func(family knftables.Family, table string) nftablesbackend.TableLookup {
 			return func(context.Context) (bool, error) {
 				fake := n.nft(family, table)
 				fake.RLock()
@@ -247,11 +247,11 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 				return fake.Table != nil, nil
 			}
 		},
-		hostAddresses: func() ([]netip.Addr, error) {
+		HostAddresses: func() ([]netip.Addr, error) {
 			t.Error("the node's addresses were taken from the host, not its Node object")
 			return nil, errors.New("no host here")
 		},
-		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
+		Listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig
 			l, err := lc.Listen(ctx, network, "127.0.0.1:0")
 			if err != nil {
@@ -262,7 +262,7 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			n.listeners[address] = l.Addr().String()
 			return l, nil
 		},
-	}
+	}}
 }
 
 // url returns the URL of path on the listener opened for address.
