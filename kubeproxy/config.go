@@ -83,6 +83,10 @@ type Config struct {
 	// HealthzBindAddress is the proxy health server's "IP:port"; "" turns
 	// it off.
 	HealthzBindAddress string
+	// MetricsBindAddress is where the caller serves /metrics ("IP:port";
+	// "" for nowhere). New does not read it: the proxier's metrics go to
+	// the registerer given with WithProxierOptions.
+	MetricsBindAddress string
 }
 
 // Validate checks c as New, InitNode and Cleanup do before they touch

@@ -6,8 +6,9 @@
 //
 // It owns the decisions a proxier makes about the node rather than about
 // Services: strict decoding of the configuration file (Decode), with the
-// fields proxykit ignores named (Unsupported); the settings resolved into
-// a Config and checked (Validate); at start-up, conntrack tuning, the
+// fields proxykit ignores named (Unsupported); kube-proxy's defaults and
+// checks applied to it, giving a Config (FromConfiguration), or a Config
+// filled in from flags and checked (Validate); at start-up, conntrack tuning, the
 // removal of the state another mode left, kube-proxy's per-family iptables
 // probe with its fallback to single stack, route_localnet and IPVS mode's
 // kernel checks; the mode's Backends (New); --init-only (InitNode) and

@@ -9,12 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"k8s.io/klog/v2"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 
-	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/kubeproxy"
 )
 
@@ -81,26 +79,25 @@ type flagValue struct {
 	value string
 }
 
-// effectiveMode is the file's proxy mode, iptables if it names none.
-func effectiveMode(cfg *kubeproxyconfig.KubeProxyConfiguration) string {
-	if cfg.Mode == "" {
-		return modeIPTables
-	}
-	return string(cfg.Mode)
-}
-
-// configValues checks the fields this proxier implements and returns
-// those that have a flag as flag values (by flag name, every one that the
-// file determines, defaults included); the others it puts into o.
+// configValues checks the fields this proxier implements (see
+// kubeproxy.FromConfiguration) and returns those that have a flag as flag
+// values (by flag name, every one that the file determines, defaults
+// included); the others it puts into o.
 func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options) (map[string]flagValue, error) {
-	v := map[string]flagValue{}
-	mode := effectiveMode(cfg)
-	switch mode {
-	case modeIPTables, modeIPVS, modeNFTables:
-	default:
-		return nil, fmt.Errorf("mode: %q is not a mode this proxier has; want %q, %q or %q", cfg.Mode, modeIPTables, modeIPVS, modeNFTables)
+	c, err := kubeproxy.FromConfiguration(cfg)
+	if err != nil {
+		return nil, err
 	}
-	v["mode"] = flagValue{"mode", mode}
+	v := map[string]flagValue{
+		"mode":                 {"mode", c.Mode},
+		"healthz-bind-address": {"healthzBindAddress", c.HealthzBindAddress},
+		"metrics-bind-address": {"metricsBindAddress", c.MetricsBindAddress},
+		// The sections kube-proxy reads these from in the file's mode.
+		"masquerade-all":               {masqueradeSection(c.Mode) + ".masqueradeAll", strconv.FormatBool(c.MasqueradeAll)},
+		"iptables-localhost-nodeports": {"iptables.localhostNodePorts", strconv.FormatBool(c.LocalhostNodePorts)},
+		"sync-period":                  {syncSection(c.Mode) + ".syncPeriod", c.SyncPeriod.String()},
+		"min-sync-period":              {syncSection(c.Mode) + ".minSyncPeriod", c.MinSyncPeriod.String()},
+	}
 	if cfg.ClientConnection.Kubeconfig != "" {
 		v["kubeconfig"] = flagValue{"clientConnection.kubeconfig", cfg.ClientConnection.Kubeconfig}
 	}
@@ -115,109 +112,41 @@ func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options) (map[
 	if cfg.HostnameOverride != "" {
 		v["hostname-override"] = flagValue{"hostnameOverride", cfg.HostnameOverride}
 	}
-
-	// kube-proxy defaults both servers' addresses to bindAddress's family.
-	healthz, metrics := "0.0.0.0:"+defaultHealthzPort, "127.0.0.1:"+defaultMetricsPort
-	if a, err := netip.ParseAddr(cfg.BindAddress); err == nil && a.Is6() && !a.Is4In6() {
-		healthz, metrics = "[::]:"+defaultHealthzPort, "[::1]:"+defaultMetricsPort
+	if len(c.ClusterCIDRs) > 0 {
+		v["cluster-cidr"] = flagValue{"clusterCIDR", joinPrefixes(c.ClusterCIDRs)}
 	}
-	for _, s := range []struct{ flag, field, value, def, port string }{
-		{"healthz-bind-address", "healthzBindAddress", cfg.HealthzBindAddress, healthz, defaultHealthzPort},
-		{"metrics-bind-address", "metricsBindAddress", cfg.MetricsBindAddress, metrics, defaultMetricsPort},
-	} {
-		value := s.value
-		if value == "" {
-			value = s.def
+	// Only what the file gives: the flag's absence is nftables mode's
+	// default too.
+	if len(cfg.NodePortAddresses) > 0 {
+		npa := joinPrefixes(c.NodePortAddresses)
+		if c.NodePortPrimary {
+			npa = "primary"
 		}
-		addr, err := bindAddress(s.field, value, s.port)
-		if err != nil {
-			return nil, err
-		}
-		v[s.flag] = flagValue{s.field, addr}
-	}
-
-	prefixes, err := parseCIDRs("clusterCIDR", cfg.ClusterCIDR)
-	if err != nil {
-		return nil, err
-	}
-	if err := kubeproxy.OnePerFamily("clusterCIDR", prefixes); err != nil {
-		return nil, err
-	}
-	if len(prefixes) > 0 {
-		v["cluster-cidr"] = flagValue{"clusterCIDR", joinPrefixes(prefixes)}
-	}
-	if npa, err := nodePortAddressesValue(cfg.NodePortAddresses); err != nil {
-		return nil, err
-	} else if npa != "" {
 		v["nodeport-addresses"] = flagValue{"nodePortAddresses", npa}
 	}
-
-	// kube-proxy reads masqueradeAll and masqueradeBit from the iptables
-	// section in IPVS mode too, and from the nftables section in nftables
-	// mode.
-	masqSection, masqAll, masqBit := "iptables", cfg.IPTables.MasqueradeAll, cfg.IPTables.MasqueradeBit
-	if mode == modeNFTables {
-		masqSection, masqAll, masqBit = "nftables", cfg.NFTables.MasqueradeAll, cfg.NFTables.MasqueradeBit
-	}
-	v["masquerade-all"] = flagValue{masqSection + ".masqueradeAll", strconv.FormatBool(masqAll)}
-	if b := masqBit; b != nil {
-		if *b < 0 || *b > 31 {
-			return nil, fmt.Errorf("%s.masqueradeBit: %d: must be within the range [0, 31]", masqSection, *b)
-		}
-		bit := int(*b)
-		o.masqueradeBit = &bit
-	}
-	localhost := true
-	if cfg.IPTables.LocalhostNodePorts != nil {
-		localhost = *cfg.IPTables.LocalhostNodePorts
-	}
-	v["iptables-localhost-nodeports"] = flagValue{"iptables.localhostNodePorts", strconv.FormatBool(localhost)}
-
-	// The sync periods are the mode's section's. kube-proxy defaults a
-	// zero syncPeriod to 30s in each, and a zero minSyncPeriod to 1s in
-	// the iptables and nftables sections.
-	section, sync, minSync, minDefault := "iptables", cfg.IPTables.SyncPeriod.Duration, cfg.IPTables.MinSyncPeriod.Duration, time.Second
-	switch mode {
-	case modeIPVS:
-		section, sync, minSync, minDefault = "ipvs", cfg.IPVS.SyncPeriod.Duration, cfg.IPVS.MinSyncPeriod.Duration, 0
-	case modeNFTables:
-		section, sync, minSync = "nftables", cfg.NFTables.SyncPeriod.Duration, cfg.NFTables.MinSyncPeriod.Duration
-	}
-	if sync < 0 {
-		return nil, fmt.Errorf("%s.syncPeriod: %v: must be greater than 0", section, sync)
-	}
-	if sync == 0 {
-		sync = 30 * time.Second
-	}
-	if minSync < 0 {
-		return nil, fmt.Errorf("%s.minSyncPeriod: %v: must be greater than or equal to 0", section, minSync)
-	}
-	if minSync == 0 {
-		minSync = minDefault
-	}
-	if minSync > sync {
-		return nil, fmt.Errorf("%s.minSyncPeriod: %v: must not be longer than %s.syncPeriod (%v)", section, minSync, section, sync)
-	}
-	v["sync-period"] = flagValue{section + ".syncPeriod", sync.String()}
-	v["min-sync-period"] = flagValue{section + ".minSyncPeriod", minSync.String()}
-
-	if mode == modeIPVS && cfg.IPVS.Scheduler != "" {
-		if _, err := kernel.IPVSSchedulerModule(cfg.IPVS.Scheduler); err != nil {
-			return nil, fmt.Errorf("ipvs.scheduler: %w", err)
-		}
-		o.ipvsScheduler = cfg.IPVS.Scheduler
-	}
-
-	tuning, err := kubeproxy.ConntrackTuning(cfg.Conntrack)
-	if err != nil {
-		return nil, err
-	}
-	o.conntrack = &tuning
-
+	o.masqueradeBit, o.ipvsScheduler, o.conntrack = c.MasqueradeBit, c.IPVSScheduler, c.Conntrack
 	if n := cfg.Logging.Verbosity; n > 0 {
 		v["v"] = flagValue{"logging.verbosity", strconv.FormatUint(uint64(n), 10)}
 	}
 	return v, nil
+}
+
+// masqueradeSection is the section kube-proxy reads masqueradeAll and
+// masqueradeBit from in mode: the iptables one in IPVS mode too.
+func masqueradeSection(mode string) string {
+	if mode == modeNFTables {
+		return "nftables"
+	}
+	return "iptables"
+}
+
+// syncSection is the section kube-proxy reads the sync periods from in
+// mode.
+func syncSection(mode string) string {
+	if mode == modeIPTables {
+		return "iptables"
+	}
+	return mode
 }
 
 func joinPrefixes(ps []netip.Prefix) string {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -84,12 +83,6 @@ type options struct {
 	ipvsScheduler string
 }
 
-// Defaults as kube-proxy has them.
-const (
-	defaultHealthzPort = "10256"
-	defaultMetricsPort = "10249"
-)
-
 // parseOptions reads the command line args (without the program name).
 // Usage and errors go to stderr; -h gives flag.ErrHelp, and so does
 // --version once it has printed the version there.
@@ -158,8 +151,8 @@ func newFlagSet(stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags) {
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "Masquerade all traffic to cluster IPs.")
 	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses in iptables and IPVS mode, 'primary' in nftables mode (as kube-proxy); 0.0.0.0/0,::/0 means all in every mode.")
 	fs.BoolVar(&o.localhostNodePorts, "iptables-localhost-nodeports", true, "In iptables mode, serve IPv4 node ports on 127.0.0.1 too (sets net.ipv4.conf.all.route_localnet=1 and drops other hosts' packets to 127.0.0.0/8); IPv6 node ports are never served on localhost.")
-	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:"+defaultHealthzPort, "The IP address and port of the health server (/healthz, /livez); empty disables it.")
-	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+defaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
+	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:"+kubeproxy.DefaultHealthzPort, "The IP address and port of the health server (/healthz, /livez); empty disables it.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+kubeproxy.DefaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "The longest time between syncs of the rules.")
 	fs.DurationVar(&o.minSyncPeriod, "min-sync-period", time.Second, "The shortest time between syncs of the rules.")
 	fs.DurationVar(&o.driftCheckPeriod, "iptables-drift-check-period", 30*time.Second, "How often iptables mode checks its rules against what it wrote (the top-level chains' service rules at every check; the rule counts and targets of every KUBE-SVC/SVL/EXT/FW/SEP chain at every check with iptables-legacy and every 10th with iptables-nft), and syncs everything when one differs; 0 turns the check off. Its cost is in BENCHMARKS.md.")
@@ -222,10 +215,10 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 	if err := applyDeprecatedPorts(fs, o, k, given); err != nil {
 		return nil, err
 	}
-	if o.healthzBindAddress, err = bindAddress("--healthz-bind-address", o.healthzBindAddress, defaultHealthzPort); err != nil {
+	if o.healthzBindAddress, err = kubeproxy.BindAddress("--healthz-bind-address", o.healthzBindAddress, kubeproxy.DefaultHealthzPort); err != nil {
 		return nil, err
 	}
-	if o.metricsBindAddress, err = bindAddress("--metrics-bind-address", o.metricsBindAddress, defaultMetricsPort); err != nil {
+	if o.metricsBindAddress, err = kubeproxy.BindAddress("--metrics-bind-address", o.metricsBindAddress, kubeproxy.DefaultMetricsPort); err != nil {
 		return nil, err
 	}
 	switch o.mode {
@@ -278,6 +271,7 @@ func (o *options) kubeProxyConfig() *kubeproxy.Config {
 		Conntrack:          o.conntrack,
 		IPVSScheduler:      o.ipvsScheduler,
 		HealthzBindAddress: o.healthzBindAddress,
+		MetricsBindAddress: o.metricsBindAddress,
 	}
 }
 
@@ -313,21 +307,6 @@ func parseCIDRs(flagName, value string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
-}
-
-// bindAddress checks a --*-bind-address value: "" (disabled), "IP:port",
-// or a bare IP, which gets defaultPort as kube-proxy gives it.
-func bindAddress(flagName, value, defaultPort string) (string, error) {
-	if value == "" {
-		return "", nil
-	}
-	if a, err := netip.ParseAddr(value); err == nil {
-		return net.JoinHostPort(a.String(), defaultPort), nil
-	}
-	if _, err := netip.ParseAddrPort(value); err != nil {
-		return "", fmt.Errorf("%s %q: want IP:port or an IP: %w", flagName, value, err)
-	}
-	return value, nil
 }
 
 func count(bs ...bool) int {
