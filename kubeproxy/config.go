@@ -24,7 +24,7 @@ const (
 )
 
 // kube-proxy's conntrack timeouts for a configuration that leaves them
-// unset; Tune applies them when Config.Conntrack is nil.
+// unset; New and InitNode set them when Config.Conntrack is nil.
 const (
 	DefaultTCPEstablishedTimeout = 24 * time.Hour
 	DefaultTCPCloseWaitTimeout   = time.Hour

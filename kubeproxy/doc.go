@@ -15,9 +15,17 @@
 // --cleanup (Cleanup). It does not parse flags, open an API server client
 // or serve /metrics: those are the command's (see examples/proxier).
 //
-// The smallest use, in iptables mode with kube-proxy's defaults:
+// The smallest use, from a configuration file as kubeadm writes it:
 //
-//	p, err := kubeproxy.New(client, nodeName, &kubeproxy.Config{LocalhostNodePorts: true})
+//	kc, err := kubeproxy.Decode(data)
+//	if err != nil {
+//		return err
+//	}
+//	cfg, err := kubeproxy.FromConfiguration(kc)
+//	if err != nil {
+//		return err
+//	}
+//	p, err := kubeproxy.New(client, nodeName, cfg)
 //	if err != nil {
 //		return err
 //	}

@@ -19,8 +19,9 @@ import (
 // returns the machine's; a test, or a proxier working in another network
 // namespace, replaces parts of it. Outside a dry run, New, InitNode and
 // Cleanup call the fields their mode needs, so a Host made by hand sets
-// them all; Conntrack, HostAddresses, Listen and the NFT fields may be
-// nil, as their docs say. A dry run reads none of them.
+// them all; Conntrack, NFTTableLookup, NFTApplyElements, NFTApplyBatch,
+// HostAddresses and Listen may be nil, as their docs say. A dry run reads
+// only HostAddresses and Listen (see WithDryRun).
 type Host struct {
 	// DetectBackend picks the iptables backend (legacy or nft) this node
 	// uses; NewIPTables makes the Interface of one family for it.

@@ -16,7 +16,8 @@ import (
 // the proxier does. It fails when IPVS mode cannot run on this kernel,
 // when the primary family's iptables does not work (iptables and IPVS
 // mode), or when a sysctl the mode needs cannot be set; a failed conntrack
-// tuning or removal is logged. It reads only WithHost.
+// tuning or removal is logged. A Config that does not validate fails it
+// before it touches anything. It reads only WithHost.
 func InitNode(ctx context.Context, cfg *Config, opts ...Option) error {
 	s, err := newSetup(cfg, opts)
 	if err != nil {

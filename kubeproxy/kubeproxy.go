@@ -32,9 +32,12 @@ func WithHost(h *Host) Option {
 // WithDryRun makes New's proxier a dry run: each sync prints what it
 // would apply to w (iptables-restore input; for IPVS mode also the virtual
 // servers and ipsets; for nftables mode the transaction, as nft -f takes
-// it), and nothing of the Host is used: no kernel, no conntrack cleanup,
-// no removal of other modes' state. A nil w is ignored. InitNode and
-// Cleanup do not read it.
+// it), and the mode's Backends use nothing of the Host: no iptables, nft,
+// IPVS or kernel, no conntrack cleanup, no removal of other modes' state.
+// The proxier still takes the node's addresses from Host.HostAddresses
+// when its Node object has none, and Run (unlike RunOnce, which a dry run
+// is meant for) opens the health servers with Host.Listen. A nil w is
+// ignored. InitNode and Cleanup do not read it.
 func WithDryRun(w io.Writer) Option {
 	return func(s *setup) {
 		if w != nil {

@@ -46,7 +46,8 @@ import (
 // there is no error: a family whose iptables is missing (no ip6tables,
 // say), a node without nft, a kernel without ip_vs or ip_set. It fails
 // when no iptables works at all, and returns every other failure, joined,
-// after trying the rest. It needs no cluster and reads only WithHost.
+// after trying the rest; a Config that does not validate fails it before
+// it touches anything. It needs no cluster and reads only WithHost.
 func Cleanup(ctx context.Context, cfg *Config, opts ...Option) error {
 	s, err := newSetup(cfg, opts)
 	if err != nil {
