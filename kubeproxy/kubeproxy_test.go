@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,15 +111,28 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 type fakeHost struct {
 	ipt4, ipt6 *iptablestest.Fake
 	nft        map[knftables.Family]*knftables.Fake
+	lb         *ipvstest.Fake
+	sets       *ipsettest.Fake
+	binder     binder
 	root       string
 }
 
 func newFakeHost(t *testing.T) (*fakeHost, *Host) {
 	f := &fakeHost{
-		ipt4: iptablestest.NewFake(), ipt6: iptablestest.NewIPv6Fake(),
-		nft:  map[knftables.Family]*knftables.Fake{},
-		root: t.TempDir(),
+		nft:    map[knftables.Family]*knftables.Fake{},
+		lb:     ipvstest.NewFake(),
+		sets:   ipsettest.NewFake(),
+		binder: binder{ipvstest.NewBinder()},
+		root:   t.TempDir(),
 	}
+	// iptables-restore fails on a rule that matches a set which does not
+	// exist, as the kernel does.
+	exists := func(name string) bool {
+		_, err := f.sets.ListEntries(context.Background(), name)
+		return err == nil
+	}
+	f.ipt4 = iptablestest.NewFake(iptablestest.WithIPSets(exists))
+	f.ipt6 = iptablestest.NewIPv6Fake(iptablestest.WithIPSets(exists))
 	for name, content := range map[string]string{
 		"proc/sys/kernel/osrelease":                                   "6.1.0\n",
 		"lib/modules/6.1.0/modules.builtin":                           "",
@@ -127,6 +141,11 @@ func newFakeHost(t *testing.T) (*fakeHost, *Host) {
 		"proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal":          "0\n",
 		"proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established": "1\n",
 		"proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait":  "1\n",
+		"proc/sys/net/ipv4/ip_forward":                                "0\n",
+		"proc/sys/net/ipv4/vs/conntrack":                              "0\n",
+		"proc/sys/net/ipv4/vs/expire_nodest_conn":                     "0\n",
+		"proc/sys/net/ipv4/vs/expire_quiescent_template":              "0\n",
+		"proc/sys/net/ipv4/vs/conn_reuse_mode":                        "1\n",
 	} {
 		path := filepath.Join(f.root, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -145,8 +164,12 @@ func newFakeHost(t *testing.T) (*fakeHost, *Host) {
 			return f.ipt4, nil
 		},
 		Kernel: &kernel.Kernel{Root: f.root},
-		OpenIPVS: func(context.Context, bool) (*ipvsbackend.Kernel, error) {
-			return &ipvsbackend.Kernel{Binder: binder{ipvstest.NewBinder()}, IPSets: ipsettest.NewFake()}, nil
+		OpenIPVS: func(_ context.Context, table bool) (*ipvsbackend.Kernel, error) {
+			k := &ipvsbackend.Kernel{Binder: f.binder, IPSets: f.sets}
+			if table {
+				k.IPVS = f.lb
+			}
+			return k, nil
 		},
 		NewNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			if f.nft[family] == nil {
@@ -161,6 +184,21 @@ func newFakeHost(t *testing.T) (*fakeHost, *Host) {
 type binder struct{ *ipvstest.Binder }
 
 func (binder) NodeAddresses(context.Context, string) ([]netip.Addr, error) { return nil, nil }
+
+// withIPVS loads every module IPVS mode needs.
+func (f *fakeHost) withIPVS(t *testing.T) {
+	v, err := kernel.ParseVersion("6.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var modules string
+	for _, m := range append(kernel.RequiredIPVSModules(v), kernel.IPSetModules()...) {
+		modules += m + " 16384 0 - Live 0x0000000000000000\n"
+	}
+	if err := os.WriteFile(filepath.Join(f.root, "proc/modules"), []byte(modules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func (f *fakeHost) sysctl(t *testing.T, name string) string {
 	t.Helper()
@@ -248,5 +286,42 @@ func TestInitNode(t *testing.T) {
 				t.Errorf("InitNode wrote rules:\n%s", d)
 			}
 		})
+	}
+}
+
+// TestModeSwitch runs each mode after each other on one node of fakes:
+// every mode finds the Service programmed its way, and nothing of the
+// mode before it.
+func TestModeSwitch(t *testing.T) {
+	f, host := newFakeHost(t)
+	f.withIPVS(t)
+	ctx := context.Background()
+	for _, mode := range []string{ModeIPTables, ModeIPVS, ModeNFTables, ModeIPTables, ModeNFTables, ModeIPVS, ModeIPTables} {
+		p, err := New(cluster(), "node-a", &Config{Mode: mode}, WithHost(host))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.RunOnce(ctx); err != nil {
+			t.Fatalf("%s mode: %v", mode, err)
+		}
+		nft := ""
+		if f.nft[knftables.IPv4Family] != nil {
+			nft = f.nft[knftables.IPv4Family].Dump()
+		}
+		got := map[string]bool{
+			ModeIPTables: strings.Contains(f.ipt4.Dump(), "-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\""),
+			ModeIPVS:     strings.Contains(f.lb.Dump(), "TCP 10.96.0.10:80 rr"),
+			ModeNFTables: strings.Contains(nft, "10.96.0.10 . tcp . 80"),
+		}
+		want := map[string]bool{ModeIPTables: mode == ModeIPTables, ModeIPVS: mode == ModeIPVS, ModeNFTables: mode == ModeNFTables}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("after a sync in %s mode, the modes that serve the Service (-want +got):\n%s\niptables:\n%s\nIPVS:\n%s\nnftables:\n%s", mode, diff, f.ipt4.Dump(), f.lb.Dump(), nft)
+		}
+		if mode != ModeIPVS && strings.Contains(f.sets.Dump(), "KUBE-") {
+			t.Errorf("IPVS mode's sets are left in %s mode:\n%s", mode, f.sets.Dump())
+		}
+		if mode == ModeNFTables && strings.Contains(f.ipt4.Dump(), "KUBE-") {
+			t.Errorf("the chains of iptables or IPVS mode are left in nftables mode:\n%s", f.ipt4.Dump())
+		}
 	}
 }
