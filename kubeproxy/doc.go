@@ -7,13 +7,14 @@
 // It owns the decisions a proxier makes about the node rather than about
 // Services: strict decoding of the configuration file (Decode), with the
 // fields proxykit ignores named (Unsupported); kube-proxy's defaults and
-// checks applied to it, giving a Config (FromConfiguration), or a Config
-// filled in from flags and checked (Validate); at start-up, conntrack tuning, the
-// removal of the state another mode left, kube-proxy's per-family iptables
-// probe with its fallback to single stack, route_localnet and IPVS mode's
-// kernel checks; the mode's Backends (New); --init-only (InitNode) and
-// --cleanup (Cleanup). It does not parse flags, open an API server client
-// or serve /metrics: those are the command's (see examples/proxier).
+// checks applied to it, giving a Config (FromConfiguration) and back
+// (Config.Configuration), or a Config filled in from flags and checked
+// (Validate); at start-up, conntrack tuning, the removal of the state
+// another mode left, kube-proxy's per-family iptables probe with its
+// fallback to single stack, route_localnet and IPVS mode's kernel checks;
+// the mode's Backends (New); --init-only (InitNode) and --cleanup
+// (Cleanup). It does not parse flags, open an API server client or serve
+// /metrics: those are the command's (see examples/proxier).
 //
 // The smallest use, from a configuration file as kubeadm writes it:
 //

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/proxykit/proxykit/kernel"
@@ -182,4 +183,76 @@ func BindAddress(field, value, defaultPort string) (string, error) {
 		return "", fmt.Errorf("%s %q: want IP:port or an IP: %w", field, value, err)
 	}
 	return value, nil
+}
+
+// Configuration is c as a KubeProxyConfiguration (v1alpha1): read back
+// with FromConfiguration, it gives c again, but for what a file cannot
+// say. The sync periods and masquerading go to the mode's section, where
+// kube-proxy reads them. Two values cannot be told apart from the
+// defaults in a file, for kube-proxy as for proxykit, and read back as
+// the defaults: a server turned off (an empty address) and an iptables or
+// nftables MinSyncPeriod of 0. DriftCheckPeriod and ChainPrefix, which a
+// KubeProxyConfiguration has no field for, are left out; so are the
+// fields that are not Config's (hostnameOverride, clientConnection,
+// logging), for the caller to fill in.
+func (c *Config) Configuration() *kubeproxyconfig.KubeProxyConfiguration {
+	kc := &kubeproxyconfig.KubeProxyConfiguration{
+		TypeMeta:           metav1.TypeMeta{APIVersion: kubeproxyconfig.SchemeGroupVersion.String(), Kind: "KubeProxyConfiguration"},
+		BindAddress:        "0.0.0.0",
+		HealthzBindAddress: c.HealthzBindAddress,
+		MetricsBindAddress: c.MetricsBindAddress,
+		Mode:               kubeproxyconfig.ProxyMode(c.mode()),
+		ClusterCIDR:        strings.Join(prefixStrings(c.ClusterCIDRs), ","),
+		DetectLocalMode:    "ClusterCIDR",
+	}
+	localhost := c.LocalhostNodePorts
+	kc.IPTables.LocalhostNodePorts = &localhost
+	sync, minSync := metav1.Duration{Duration: c.syncPeriod()}, metav1.Duration{Duration: c.MinSyncPeriod}
+	var bit *int32
+	if c.MasqueradeBit != nil {
+		b := int32(*c.MasqueradeBit)
+		bit = &b
+	}
+	switch c.mode() {
+	case ModeNFTables:
+		n := &kc.NFTables
+		n.SyncPeriod, n.MinSyncPeriod, n.MasqueradeAll, n.MasqueradeBit = sync, minSync, c.MasqueradeAll, bit
+	case ModeIPVS:
+		kc.IPVS.SyncPeriod, kc.IPVS.MinSyncPeriod, kc.IPVS.Scheduler = sync, minSync, c.IPVSScheduler
+		// IPVS mode masquerades as the iptables section says.
+		kc.IPTables.MasqueradeAll, kc.IPTables.MasqueradeBit = c.MasqueradeAll, bit
+	default:
+		i := &kc.IPTables
+		i.SyncPeriod, i.MinSyncPeriod, i.MasqueradeAll, i.MasqueradeBit = sync, minSync, c.MasqueradeAll, bit
+	}
+	if c.NodePortPrimary {
+		kc.NodePortAddresses = []string{"primary"}
+	} else {
+		kc.NodePortAddresses = prefixStrings(c.NodePortAddresses)
+	}
+
+	t := c.Conntrack
+	if t == nil {
+		return kc
+	}
+	ct := &kc.Conntrack
+	// A maxPerCore of 0 or none leaves nf_conntrack_max alone.
+	if t.MaxPerCore > 0 {
+		maxPerCore, minimum := int32(t.MaxPerCore), int32(t.Min)
+		ct.MaxPerCore, ct.Min = &maxPerCore, &minimum
+	}
+	duration := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	ct.TCPEstablishedTimeout, ct.TCPCloseWaitTimeout = duration(t.TCPEstablishedTimeout), duration(t.TCPCloseWaitTimeout)
+	ct.TCPBeLiberal = t.TCPBeLiberal
+	ct.UDPTimeout, ct.UDPStreamTimeout = *duration(t.UDPTimeout), *duration(t.UDPStreamTimeout)
+	return kc
+}
+
+// prefixStrings is ps in text; nil for none.
+func prefixStrings(ps []netip.Prefix) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 
 	"github.com/proxykit/proxykit/conntrack"
 )
@@ -77,6 +78,43 @@ func TestFromConfiguration(t *testing.T) {
 				if err := got.Validate(); err != nil {
 					t.Errorf("the Config does not validate: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// TestConfigurationRoundTrip: a Config written as a KubeProxyConfiguration
+// and read back with Decode and FromConfiguration is the same Config.
+func TestConfigurationRoundTrip(t *testing.T) {
+	bit := func(b int) *int { return &b }
+	p := netip.MustParsePrefix
+	for name, c := range map[string]*Config{
+		"iptables": {Mode: ModeIPTables, HealthzBindAddress: "0.0.0.0:10256", MetricsBindAddress: "127.0.0.1:10249", LocalhostNodePorts: true,
+			SyncPeriod: time.Minute, MinSyncPeriod: 2 * time.Second, MasqueradeAll: true, MasqueradeBit: bit(4),
+			ClusterCIDRs: []netip.Prefix{p("10.244.0.0/16")}, NodePortAddresses: []netip.Prefix{p("192.168.0.0/24")},
+			Conntrack: &conntrack.Tuning{TCPEstablishedTimeout: time.Hour, TCPCloseWaitTimeout: time.Minute}},
+		"ipvs": {Mode: ModeIPVS, HealthzBindAddress: "[::]:1", MetricsBindAddress: "[::1]:2", SyncPeriod: time.Minute, IPVSScheduler: "lc",
+			MasqueradeBit: bit(15), ClusterCIDRs: []netip.Prefix{p("10.244.0.0/16"), p("fd00::/64")},
+			Conntrack: &conntrack.Tuning{MaxPerCore: 100, Min: 5, TCPEstablishedTimeout: time.Hour, TCPBeLiberal: true, UDPTimeout: 30 * time.Second}},
+		"nftables": {Mode: ModeNFTables, HealthzBindAddress: "0.0.0.0:10256", MetricsBindAddress: "0.0.0.0:9", NodePortPrimary: true,
+			SyncPeriod: 45 * time.Second, MinSyncPeriod: 3 * time.Second, MasqueradeAll: true,
+			Conntrack: &conntrack.Tuning{TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data, err := yaml.Marshal(c.Configuration())
+			if err != nil {
+				t.Fatal(err)
+			}
+			kc, err := Decode(data)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, data)
+			}
+			got, err := FromConfiguration(kc)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, data)
+			}
+			if diff := cmp.Diff(c, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("read back (-written +read):\n%s\nfile:\n%s", diff, data)
 			}
 		})
 	}
