@@ -21,22 +21,22 @@
 // # The composition
 //
 // The proxy is package github.com/proxykit/proxykit/proxier, around the
-// Backends of proxier/iptablesbackend, proxier/ipvsbackend and
-// proxier/nftablesbackend; this command is main over it:
+// Backends of kube-proxy's modes, which package
+// github.com/proxykit/proxykit/kubeproxy makes from a KubeProxyConfiguration
+// with the node set-up each mode needs (conntrack, IPVS sysctls,
+// route_localnet, removing the other modes' leftovers), --init-only and
+// --cleanup; this command is flags and main over it:
 //
-//		flags ──▶ options ──▶ proxier.New(client, node, newBackends, options...) ──▶ Run / RunOnce
+//		flags ──▶ options ──▶ kubeproxy.Config ──▶ kubeproxy.New(client, node, cfg, ...) ──▶ Run / RunOnce
 //
-//	  - main.go parses the flags and holds the environment (what the proxier
+//	  - main.go holds the environment (the kubeproxy.Host, what the proxier
 //	    takes from the machine; tests replace it with fakes);
 //	  - run.go opens the cluster (--manifests or the API server), runs the
-//	    Proxier, and serves /metrics;
-//	  - compose.go translates the options into the package's options;
-//	  - backends.go is the backend factory of --mode, with the node set-up
-//	    each mode needs (conntrack and IPVS sysctls, route_localnet, removing
-//	    the other modes' leftovers);
-//	  - modes.go is --cleanup and the removal of the other modes' leftovers;
-//	    node.go and options.go the node-port addresses and the flags;
-//	    config.go the --config file; incluster.go where the API server is.
+//	    proxier, and serves /metrics;
+//	  - options.go and flags.go are the flags, config.go the --config file
+//	    (read with kubeproxy.Decode and kubeproxy.FromConfiguration),
+//	    writeconfig.go --write-config-to, incluster.go where the API server
+//	    is.
 //
 // # Flags
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/kubeproxy"
 )
 
 // Flag statuses in flagTable.
@@ -214,8 +215,8 @@ func addKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, klogFlag
 	fs.IntVar(&k.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "Not implemented: only the default is accepted; set the OOM score in the pod or unit.")
 	fs.IntVar(&k.ctMaxPerCore, "conntrack-max-per-core", defaultCTMaxPerCore, "Set nf_conntrack_max to this times the CPUs (at least --conntrack-min); 0 leaves it, and it is left alone unless this flag is given.")
 	fs.IntVar(&k.ctMin, "conntrack-min", defaultCTMin, "The least nf_conntrack_max that --conntrack-max-per-core sets.")
-	fs.DurationVar(&k.ctEstablished, "conntrack-tcp-timeout-established", defaultTCPEstablishedTimeout, "The conntrack timeout of idle established TCP connections; 0 leaves it.")
-	fs.DurationVar(&k.ctCloseWait, "conntrack-tcp-timeout-close-wait", defaultTCPCloseWaitTimeout, "The conntrack timeout of TCP connections in CLOSE_WAIT; 0 leaves it.")
+	fs.DurationVar(&k.ctEstablished, "conntrack-tcp-timeout-established", kubeproxy.DefaultTCPEstablishedTimeout, "The conntrack timeout of idle established TCP connections; 0 leaves it.")
+	fs.DurationVar(&k.ctCloseWait, "conntrack-tcp-timeout-close-wait", kubeproxy.DefaultTCPCloseWaitTimeout, "The conntrack timeout of TCP connections in CLOSE_WAIT; 0 leaves it.")
 	fs.BoolVar(&k.ctBeLiberal, "conntrack-tcp-be-liberal", false, "Set nf_conntrack_tcp_be_liberal, so that out-of-window TCP packets are not marked INVALID.")
 	fs.DurationVar(&k.ctUDP, "conntrack-udp-timeout", 0, "The conntrack timeout of unreplied UDP flows; 0 leaves it.")
 	fs.DurationVar(&k.ctUDPStream, "conntrack-udp-timeout-stream", 0, "The conntrack timeout of assured UDP flows; 0 leaves it.")

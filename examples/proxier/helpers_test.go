@@ -60,29 +60,29 @@ func (b *logBuffer) String() string {
 // Node object).
 func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 	env := realEnvironment(stdout)
-	env.detectBackend = func(context.Context) (iptables.Backend, error) {
+	env.DetectBackend = func(context.Context) (iptables.Backend, error) {
 		t.Error("a dry run detected the iptables backend")
 		return "", fmt.Errorf("not in a dry run")
 	}
-	env.newIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
+	env.NewIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
 		t.Error("a dry run made an iptables Interface")
 		return nil, fmt.Errorf("not in a dry run")
 	}
-	env.conntrack = nil
-	env.kernel = nil
-	env.openIPVS = func(context.Context, bool) (*ipvsmode.Handles, error) {
+	env.Conntrack = nil
+	env.Kernel = nil
+	env.OpenIPVS = func(context.Context, bool) (*ipvsmode.Handles, error) {
 		t.Error("a dry run opened IPVS")
 		return nil, fmt.Errorf("not in a dry run")
 	}
-	env.newNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
+	env.NewNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
 		t.Error("a dry run made an nftables Interface")
 		return nil, fmt.Errorf("not in a dry run")
 	}
-	env.hostAddresses = func() ([]netip.Addr, error) {
+	env.HostAddresses = func() ([]netip.Addr, error) {
 		t.Error("a dry run read the host's addresses")
 		return nil, fmt.Errorf("not in a dry run")
 	}
-	env.listen = nil
+	env.Listen = nil
 	return env
 }
 

@@ -414,7 +414,7 @@ func TestModeSwitchNFTables(t *testing.T) {
 func TestWithoutNFT(t *testing.T) {
 	node := newFakeNode(t)
 	env := node.environment(t, io.Discard)
-	env.newNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
+	env.NewNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
 		return nil, errors.New("could not run nft: exec: \"nft\": executable file not found in $PATH")
 	}
 	once := []string{"--once", "--manifests", "testdata", "--hostname-override", "node-a"}
@@ -433,7 +433,7 @@ func TestWithoutNFT(t *testing.T) {
 // iptables works, rather than reporting success.
 func TestCleanupWithoutIPTables(t *testing.T) {
 	env := newFakeNode(t).environment(t, io.Discard)
-	env.newIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
+	env.NewIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
 		return nil, errors.New("iptables: not found")
 	}
 	if _, err := runArgs(t, env, "--cleanup"); err == nil || !strings.Contains(err.Error(), "no iptables of backend nft works here") {

@@ -5,26 +5,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/kubeproxy"
 )
 
 // Proxy modes, as --mode names them.
 const (
-	modeIPTables = "iptables"
-	modeIPVS     = "ipvs"
-	modeNFTables = "nftables"
+	modeIPTables = kubeproxy.ModeIPTables
+	modeIPVS     = kubeproxy.ModeIPVS
+	modeNFTables = kubeproxy.ModeNFTables
 )
 
 // options are the command line, parsed and checked.
@@ -55,7 +54,7 @@ type options struct {
 	chainPrefix string
 	names       *ipvsmode.Names
 	// nftTable is the nftables table of nftables mode, named after
-	// --chain-prefix (see nftTableName).
+	// --chain-prefix (see kubeproxy.NFTablesTable).
 	nftTable string
 
 	// localhostNodePorts is --iptables-localhost-nodeports.
@@ -83,12 +82,6 @@ type options struct {
 	// ipvsScheduler is ipvs.scheduler in IPVS mode; empty means rr.
 	ipvsScheduler string
 }
-
-// Defaults as kube-proxy has them.
-const (
-	defaultHealthzPort = "10256"
-	defaultMetricsPort = "10249"
-)
 
 // parseOptions reads the command line args (without the program name).
 // Usage and errors go to stderr; -h gives flag.ErrHelp, and so does
@@ -158,8 +151,8 @@ func newFlagSet(stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags) {
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "Masquerade all traffic to cluster IPs.")
 	fs.StringVar(&nodePortAddresses, "nodeport-addresses", "", "Comma-separated CIDRs of the node addresses that serve node ports, or 'primary' for the node's own IPs; empty means all local addresses in iptables and IPVS mode, 'primary' in nftables mode (as kube-proxy); 0.0.0.0/0,::/0 means all in every mode.")
 	fs.BoolVar(&o.localhostNodePorts, "iptables-localhost-nodeports", true, "In iptables mode, serve IPv4 node ports on 127.0.0.1 too (sets net.ipv4.conf.all.route_localnet=1 and drops other hosts' packets to 127.0.0.0/8); IPv6 node ports are never served on localhost.")
-	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:"+defaultHealthzPort, "The IP address and port of the health server (/healthz, /livez); empty disables it.")
-	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+defaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
+	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:"+kubeproxy.DefaultHealthzPort, "The IP address and port of the health server (/healthz, /livez); empty disables it.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:"+kubeproxy.DefaultMetricsPort, "The IP address and port of the metrics server (/metrics); empty disables it.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "The longest time between syncs of the rules.")
 	fs.DurationVar(&o.minSyncPeriod, "min-sync-period", time.Second, "The shortest time between syncs of the rules.")
 	fs.DurationVar(&o.driftCheckPeriod, "iptables-drift-check-period", 30*time.Second, "How often iptables mode checks its rules against what it wrote (the top-level chains' service rules at every check; the rule counts and targets of every KUBE-SVC/SVL/EXT/FW/SEP chain at every check with iptables-legacy and every 10th with iptables-nft), and syncs everything when one differs; 0 turns the check off. Its cost is in BENCHMARKS.md.")
@@ -194,7 +187,7 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 	if o.clusterCIDRs, err = parseCIDRs("--cluster-cidr", clusterCIDR); err != nil {
 		return nil, err
 	}
-	if err := onePerFamily("--cluster-cidr", o.clusterCIDRs); err != nil {
+	if err := kubeproxy.OnePerFamily("--cluster-cidr", o.clusterCIDRs); err != nil {
 		return nil, err
 	}
 	// As kube-proxy's: CIDRs and the keywords of nodePortAddresses.
@@ -216,16 +209,16 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 		return nil, fmt.Errorf("--chain-prefix: %w", err)
 	}
 	o.chainPrefix = o.names.Chains().Prefix()
-	o.nftTable = nftTableName(o.chainPrefix)
+	o.nftTable = kubeproxy.NFTablesTable(o.chainPrefix)
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if err := applyDeprecatedPorts(fs, o, k, given); err != nil {
 		return nil, err
 	}
-	if o.healthzBindAddress, err = bindAddress("--healthz-bind-address", o.healthzBindAddress, defaultHealthzPort); err != nil {
+	if o.healthzBindAddress, err = kubeproxy.BindAddress("--healthz-bind-address", o.healthzBindAddress, kubeproxy.DefaultHealthzPort); err != nil {
 		return nil, err
 	}
-	if o.metricsBindAddress, err = bindAddress("--metrics-bind-address", o.metricsBindAddress, defaultMetricsPort); err != nil {
+	if o.metricsBindAddress, err = kubeproxy.BindAddress("--metrics-bind-address", o.metricsBindAddress, kubeproxy.DefaultMetricsPort); err != nil {
 		return nil, err
 	}
 	switch o.mode {
@@ -261,15 +254,26 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 	return o, nil
 }
 
-// nftTableName is the nftables table of chain prefix p: p lower-cased and
-// "-proxy", so that kube-proxy's prefix, KUBE, names kube-proxy's table.
-// One flag names all the proxier owns in the kernel, in every mode: a
-// proxier given a prefix of its own to run beside kube-proxy (or another
-// proxier) also gets a table of its own, and its mode switches and
-// --cleanup leave the other's table alone. Prefixes that differ only in
-// case name the same table. A prefix starts with a letter, so the name is
-// one nft takes.
-func nftTableName(p string) string { return strings.ToLower(p) + "-proxy" }
+// kubeProxyConfig is what kubeproxy runs with from o.
+func (o *options) kubeProxyConfig() *kubeproxy.Config {
+	return &kubeproxy.Config{
+		Mode:               o.mode,
+		ClusterCIDRs:       o.clusterCIDRs,
+		MasqueradeAll:      o.masqueradeAll,
+		MasqueradeBit:      o.masqueradeBit,
+		NodePortAddresses:  o.nodePortAddresses,
+		NodePortPrimary:    o.nodePortPrimary,
+		LocalhostNodePorts: o.localhostNodePorts,
+		SyncPeriod:         o.syncPeriod,
+		MinSyncPeriod:      o.minSyncPeriod,
+		DriftCheckPeriod:   o.driftCheckPeriod,
+		ChainPrefix:        o.chainPrefix,
+		Conntrack:          o.conntrack,
+		IPVSScheduler:      o.ipvsScheduler,
+		HealthzBindAddress: o.healthzBindAddress,
+		MetricsBindAddress: o.metricsBindAddress,
+	}
+}
 
 // nodeName returns --hostname-override, or the host name, lower-cased as
 // node names are.
@@ -289,17 +293,6 @@ func (o *options) nodeName() (string, error) {
 	return name, nil
 }
 
-// clusterCIDR returns the --cluster-cidr prefix of family, or the zero
-// Prefix.
-func (o *options) clusterCIDR(family v1.IPFamily) netip.Prefix {
-	for _, p := range o.clusterCIDRs {
-		if familyOf(p.Addr()) == family {
-			return p
-		}
-	}
-	return netip.Prefix{}
-}
-
 func parseCIDRs(flagName, value string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range strings.Split(value, ",") {
@@ -316,33 +309,6 @@ func parseCIDRs(flagName, value string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func onePerFamily(flagName string, prefixes []netip.Prefix) error {
-	seen := map[v1.IPFamily]netip.Prefix{}
-	for _, p := range prefixes {
-		f := familyOf(p.Addr())
-		if prev, ok := seen[f]; ok {
-			return fmt.Errorf("%s: %s and %s are both %s; give at most one per IP family", flagName, prev, p, f)
-		}
-		seen[f] = p
-	}
-	return nil
-}
-
-// bindAddress checks a --*-bind-address value: "" (disabled), "IP:port",
-// or a bare IP, which gets defaultPort as kube-proxy gives it.
-func bindAddress(flagName, value, defaultPort string) (string, error) {
-	if value == "" {
-		return "", nil
-	}
-	if a, err := netip.ParseAddr(value); err == nil {
-		return net.JoinHostPort(a.String(), defaultPort), nil
-	}
-	if _, err := netip.ParseAddrPort(value); err != nil {
-		return "", fmt.Errorf("%s %q: want IP:port or an IP: %w", flagName, value, err)
-	}
-	return value, nil
-}
-
 func count(bs ...bool) int {
 	n := 0
 	for _, b := range bs {
@@ -351,12 +317,4 @@ func count(bs ...bool) int {
 		}
 	}
 	return n
-}
-
-// familyOf returns the IP family of a.
-func familyOf(a netip.Addr) v1.IPFamily {
-	if a.Unmap().Is4() {
-		return v1.IPv4Protocol
-	}
-	return v1.IPv6Protocol
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -131,14 +130,7 @@ func TestOptionsNodeAndCIDR(t *testing.T) {
 	if name, err := o.nodeName(); name != "node-a" || err != nil {
 		t.Errorf("nodeName() = %q, %v; want node-a", name, err)
 	}
-	if got := o.clusterCIDR(v1.IPv4Protocol); got != netip.MustParsePrefix("10.244.0.0/16") {
-		t.Errorf("IPv4 cluster CIDR = %v", got)
-	}
-	if got := o.clusterCIDR(v1.IPv6Protocol); got != netip.MustParsePrefix("fd00:244::/64") {
-		t.Errorf("IPv6 cluster CIDR = %v", got)
-	}
-	o.clusterCIDRs = nil
-	if got := o.clusterCIDR(v1.IPv4Protocol); got.IsValid() {
-		t.Errorf("no --cluster-cidr gives %v, want the zero Prefix", got)
+	if diff := cmp.Diff([]netip.Prefix{netip.MustParsePrefix("fd00:244::/64"), netip.MustParsePrefix("10.244.0.0/16")}, o.kubeProxyConfig().ClusterCIDRs, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("cluster CIDRs (-want +got):\n%s", diff)
 	}
 }

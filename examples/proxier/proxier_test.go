@@ -30,6 +30,7 @@ import (
 	"github.com/proxykit/proxykit/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/kubeproxy"
 	"github.com/proxykit/proxykit/nftables"
 )
 
@@ -211,10 +212,9 @@ func (b *fakeBinder) setAddrs(addrs []netip.Addr) {
 }
 
 func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
-	return &environment{
-		stdout:        stdout,
-		detectBackend: func(context.Context) (iptables.Backend, error) { return iptables.BackendNFT, nil },
-		newIPTables: func(_ context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
+	return &environment{stdout: stdout, Host: &kubeproxy.Host{
+		DetectBackend: func(context.Context) (iptables.Backend, error) { return iptables.BackendNFT, nil },
+		NewIPTables: func(_ context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
 			if b != iptables.BackendNFT {
 				t.Errorf("newIPTables for backend %s, want the detected nft", b)
 			}
@@ -223,9 +223,9 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			}
 			return n.ipt4, nil
 		},
-		conntrack: n.ct,
-		kernel:    &kernel.Kernel{Root: n.root},
-		openIPVS: func(_ context.Context, table bool) (*ipvsmode.Handles, error) {
+		Conntrack: n.ct,
+		Kernel:    &kernel.Kernel{Root: n.root},
+		OpenIPVS: func(_ context.Context, table bool) (*ipvsmode.Handles, error) {
 			node := &ipvsmode.Handles{Binder: n.binder, IPSets: n.sets, Release: func() { n.ipvsOpen.Add(-1) }}
 			if table {
 				node.IPVS = n.lb
@@ -235,10 +235,10 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			n.ipvsOpen.Add(1)
 			return node, nil
 		},
-		newNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
+		NewNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			return n.nft(family, table), nil
 		},
-		nftTableLookup: func(family knftables.Family, table string) nftables.TableLookup {
+		NFTTableLookup: func(family knftables.Family, table string) nftables.TableLookup {
 			return func(context.Context) (bool, error) {
 				fake := n.nft(family, table)
 				fake.RLock()
@@ -246,11 +246,11 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 				return fake.Table != nil, nil
 			}
 		},
-		hostAddresses: func() ([]netip.Addr, error) {
+		HostAddresses: func() ([]netip.Addr, error) {
 			t.Error("the node's addresses were taken from the host, not its Node object")
 			return nil, errors.New("no host here")
 		},
-		listen: func(ctx context.Context, network, address string) (net.Listener, error) {
+		Listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig
 			l, err := lc.Listen(ctx, network, "127.0.0.1:0")
 			if err != nil {
@@ -261,7 +261,7 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			n.listeners[address] = l.Addr().String()
 			return l, nil
 		},
-	}
+	}}
 }
 
 // url returns the URL of path on the listener opened for address.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proxykit/proxykit/examples/proxier/manifests"
 	"github.com/proxykit/proxykit/healthz"
+	"github.com/proxykit/proxykit/kubeproxy"
 	"github.com/proxykit/proxykit/proxier"
 )
 
@@ -30,11 +31,16 @@ func run(ctx context.Context, o *options, env *environment) error {
 	if o.writeConfigTo != "" {
 		return writeConfigFile(o)
 	}
+	cfg := o.kubeProxyConfig()
 	if o.cleanup {
-		return cleanup(ctx, env, o.names, o.nftTable)
+		return kubeproxy.Cleanup(ctx, cfg, kubeproxy.WithHost(env.Host))
 	}
 	if o.initOnly {
-		return initNode(ctx, o, env)
+		if err := kubeproxy.InitNode(ctx, cfg, kubeproxy.WithHost(env.Host)); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("Node set up and --init-only given: exiting", "mode", o.mode)
+		return nil
 	}
 	longRunning := !o.dryRun && !o.once
 	nodeName, err := o.nodeName()
@@ -51,7 +57,11 @@ func run(ctx context.Context, o *options, env *environment) error {
 	// registry of their own.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := proxier.New(client, nodeName, newBackends(o, env), proxierOptions(o, env, reg)...)
+	opts := []kubeproxy.Option{kubeproxy.WithHost(env.Host), kubeproxy.WithProxierOptions(proxier.WithMetricsRegisterer(reg))}
+	if o.dryRun {
+		opts = append(opts, kubeproxy.WithDryRun(env.stdout))
+	}
+	p, err := kubeproxy.New(client, nodeName, cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -66,7 +76,7 @@ func run(ctx context.Context, o *options, env *environment) error {
 	}()
 	failed := make(chan error, 1)
 	if o.metricsBindAddress != "" {
-		if err := serveMetrics(ctx, &wg, env.listen, o.metricsBindAddress, reg, failed); err != nil {
+		if err := serveMetrics(ctx, &wg, env.Listen, o.metricsBindAddress, reg, failed); err != nil {
 			return err
 		}
 	}

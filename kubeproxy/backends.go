@@ -1,0 +1,280 @@
+package kubeproxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/nftables"
+	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
+)
+
+// This file holds every call of the modes' constructors, so that a
+// change of theirs is made here alone.
+
+// RealHost returns the machine's Host: iptables with the lock file
+// XTABLES_LOCKFILE names (iptables' own variable, so that a program in a
+// network namespace of its own need not wait for the host's lock), the
+// kernel under /, conntrack, IPVS, nft and netlink in the calling
+// thread's network namespace.
+func RealHost() *Host {
+	lockFile := os.Getenv("XTABLES_LOCKFILE")
+	return &Host{
+		DetectBackend: func(ctx context.Context) (iptables.Backend, error) {
+			return iptables.DetectBackend(ctx, nil)
+		},
+		NewIPTables: func(ctx context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
+			return iptables.New(ctx, p, iptables.WithBackend(b), iptables.WithLockFile(lockFile))
+		},
+		Conntrack: conntrack.New(),
+		Kernel:    kernel.New(),
+		OpenIPVS:  ipvsmode.OpenHandles,
+		NewNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
+			return knftables.New(family, table)
+		},
+		HostAddresses: proxier.HostAddresses,
+		Listen: func(ctx context.Context, network, address string) (net.Listener, error) {
+			var lc net.ListenConfig
+			return lc.Listen(ctx, network, address)
+		},
+	}
+}
+
+// newBackends is the proxier's backend factory for the mode: one backend
+// per family of the node in iptables and nftables mode, one for all of
+// them in IPVS mode.
+func (s *setup) newBackends() proxier.NewBackendsFunc {
+	return func(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
+		logger := klog.FromContext(ctx)
+		for _, p := range s.cfg.ClusterCIDRs {
+			if _, ok := node.IPs[proxy.FamilyOf(p.Addr())]; !ok {
+				logger.Info("Ignoring a --cluster-cidr of an IP family the node does not have", "cidr", p)
+			}
+		}
+		switch s.cfg.mode() {
+		case ModeIPVS:
+			return s.newIPVSBackends(ctx, node, m)
+		case ModeNFTables:
+			return s.newNFTablesBackends(ctx, node, m)
+		}
+		return s.newIPTablesBackends(ctx, node, m)
+	}
+}
+
+// newIPTablesBackends makes iptables mode's backends, one per family of
+// node. Unless in a dry run, it tunes conntrack, removes what IPVS and
+// nftables mode left, and sets route_localnet for localhost node ports.
+func (s *setup) newIPTablesBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
+	c := &s.cfg
+	var ipts []iptables.Interface
+	families := node.Families
+	acceptInvalid := false
+	if s.dryRun == nil {
+		var err error
+		if ipts, families, err = s.familyIPTables(ctx, families); err != nil {
+			return nil, err
+		}
+		acceptInvalid = s.tuneConntrack(ctx)
+		// A node that ran IPVS mode before keeps its rules, sets, virtual
+		// servers and dummy interface until they are removed; one that
+		// ran nftables mode, its tables.
+		s.removeIPVSMode(ctx, ipts)
+		s.removeNFTablesMode(ctx)
+	}
+	var groups []proxier.BackendGroup
+	for i, family := range families {
+		cfg := iptables.WriterConfig{
+			Family:             family,
+			Node:               proxy.NodeConfig{Name: node.Name, NodePortAddresses: c.nodePortPrefixes(family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)}, MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit},
+			AcceptInvalid:      acceptInvalid,
+			LocalhostNodePorts: c.LocalhostNodePorts,
+			ChainPrefix:        s.names.Chains().Prefix(),
+		}
+		var ipt iptables.Interface
+		opts := []iptables.ModeOption{iptables.WithMetrics(m),
+			iptables.WithCheckPeriod(c.syncPeriod()), iptables.WithDriftCheckPeriod(c.DriftCheckPeriod)}
+		if ipts != nil {
+			ipt = ipts[i]
+		} else {
+			opts = append(opts, iptables.WithDryRun(s.dryRun))
+		}
+		b, err := iptables.NewMode(ctx, cfg, ipt, opts...)
+		if err != nil {
+			return nil, err
+		}
+		// As kube-proxy does at start-up: without the sysctl, connections
+		// to a node port on 127.0.0.1 hang (kubernetes#90259).
+		if s.dryRun == nil && b.RouteLocalnet() {
+			if err := s.setRouteLocalnet(ctx); err != nil {
+				return nil, err
+			}
+		}
+		groups = append(groups, proxier.BackendGroup{Backend: b, Families: []v1.IPFamily{family}})
+	}
+	return groups, nil
+}
+
+// setRouteLocalnet sets the sysctl that localhost node ports need.
+func (s *setup) setRouteLocalnet(ctx context.Context) error {
+	if _, err := s.host.Kernel.EnsureSysctlInt(ctx, kernel.SysctlRouteLocalnet, 1); err != nil {
+		return fmt.Errorf("localhost node ports (--iptables-localhost-nodeports): %w", err)
+	}
+	return nil
+}
+
+// newIPVSBackends makes IPVS mode's one backend, for every family of
+// node. Unless in a dry run, it refuses with the kernel's reason on a
+// kernel that cannot run IPVS mode (after trying to load what is
+// missing), sets the sysctls IPVS mode needs, and removes what iptables
+// and nftables mode left.
+func (s *setup) newIPVSBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
+	var ipts []iptables.Interface
+	var k *ipvsmode.Handles
+	families := node.Families
+	opts := []ipvsmode.ModeOption{ipvsmode.WithMetrics(m)}
+	if s.dryRun == nil {
+		if err := s.prepareIPVS(ctx); err != nil {
+			return nil, err
+		}
+		var err error
+		if ipts, families, err = s.familyIPTables(ctx, families); err != nil {
+			return nil, err
+		}
+		if k, err = s.host.OpenIPVS(ctx, true); err != nil {
+			return nil, fmt.Errorf("--mode ipvs: %w", err)
+		}
+		if err := s.tuneIPVS(ctx); err != nil {
+			k.Close()
+			return nil, err
+		}
+		s.tuneConntrack(ctx)
+		s.removeIPTablesMode(ctx, ipts)
+		s.removeNFTablesMode(ctx)
+	} else {
+		opts = append(opts, ipvsmode.WithDryRun(s.dryRun))
+	}
+	var cfgs []ipvsmode.WriterConfig
+	for _, family := range families {
+		cfgs = append(cfgs, s.ipvsTranslatorConfig(node, family))
+	}
+	b, err := ipvsmode.NewMode(ctx, cfgs, k, ipts, opts...)
+	if err != nil {
+		k.Close()
+		return nil, err
+	}
+	return []proxier.BackendGroup{{Backend: b, Families: families}}, nil
+}
+
+// prepareIPVS refuses, with the kernel's reason, a kernel that cannot run
+// IPVS mode, after trying to load what is missing.
+func (s *setup) prepareIPVS(ctx context.Context) error {
+	if err := s.host.Kernel.CanUseIPVS(ctx, s.cfg.ipvsSchedulers()...); err != nil {
+		return fmt.Errorf("--mode ipvs: %w", err)
+	}
+	return nil
+}
+
+// tuneIPVS sets the sysctls IPVS mode needs.
+func (s *setup) tuneIPVS(ctx context.Context) error {
+	return ipvsmode.TuneKernel(ctx, s.host.Kernel)
+}
+
+// ipvsTranslatorConfig is the translator config of family on node.
+func (s *setup) ipvsTranslatorConfig(node proxier.Node, family v1.IPFamily) ipvsmode.WriterConfig {
+	c := &s.cfg
+	return ipvsmode.WriterConfig{
+		Family:      family,
+		Node:        proxy.NodeConfig{Name: node.Name, NodePortAddresses: c.nodePortPrefixes(family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)}, MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit},
+		Scheduler:   c.IPVSScheduler,
+		ChainPrefix: s.names.Chains().Prefix(),
+	}
+}
+
+// newNFTablesBackends makes nftables mode's backends, one per family of
+// node, each writing its family's table. Unless in a dry run, it tunes
+// conntrack and removes what iptables and IPVS mode left. A family other
+// than the primary whose nft cannot be used here is dropped, with a log,
+// as iptables mode drops one whose iptables does not work.
+func (s *setup) newNFTablesBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
+	c := &s.cfg
+	logger := klog.FromContext(ctx)
+	if s.dryRun == nil {
+		s.tuneConntrack(ctx)
+		s.removeIPTablesModes(ctx)
+	}
+	var groups []proxier.BackendGroup
+	for i, family := range node.Families {
+		cfg := nftables.WriterConfig{
+			Family:    family,
+			TableName: s.nftTable,
+			Node:      proxy.NodeConfig{Name: node.Name, NodePortAddresses: c.nodePortPrefixes(family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)}, MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit},
+		}
+		var nft knftables.Interface
+		opts := []nftables.ModeOption{nftables.WithMetrics(m), nftables.WithCheckPeriod(c.syncPeriod())}
+		if s.dryRun != nil {
+			opts = append(opts, nftables.WithDryRun(s.dryRun))
+		} else {
+			h := s.host
+			var err error
+			nft, err = h.NewNFTables(ctx, nftFamily(family), s.nftTable)
+			if err != nil && i == 0 {
+				return nil, fmt.Errorf("--mode nftables: %s: %w", family, err)
+			}
+			if err != nil {
+				logger.Error(err, "Not proxying this IP family", "ipFamily", family)
+				continue
+			}
+			if h.NFTTableLookup != nil {
+				opts = append(opts, nftables.WithTableLookup(h.NFTTableLookup(nftFamily(family), s.nftTable)))
+			}
+		}
+		b, err := nftables.NewMode(ctx, cfg, nft, opts...)
+		if err != nil {
+			return nil, err
+		}
+		groups = append(groups, proxier.BackendGroup{Backend: b, Families: []v1.IPFamily{family}})
+	}
+	return groups, nil
+}
+
+// cleanupIPVSNode removes IPVS mode's ipsets, virtual servers and dummy
+// interface. It loads no module to do so: without ip_vs there is no
+// virtual server, and without ip_set no set.
+func (s *setup) cleanupIPVSNode(ctx context.Context) error {
+	mods, err := s.host.Kernel.Modules(ctx)
+	if err != nil {
+		return fmt.Errorf("cleanup of IPVS mode: %w", err)
+	}
+	node, err := s.host.OpenIPVS(ctx, mods.Has(kernel.ModuleIPVS))
+	if err != nil {
+		return fmt.Errorf("cleanup of IPVS mode: %w", err)
+	}
+	defer node.Close()
+	prefix := s.names.Chains().Prefix()
+	cfg := ipvsmode.CleanupConfig{ChainPrefix: prefix}
+	// Virtual servers and the dummy interface carry no prefix: with
+	// another than kube-proxy's, they may be kube-proxy's, so they stay.
+	if prefix == iptables.DefaultChainPrefix {
+		cfg.Binder = node.Binder
+		if node.IPVS != nil {
+			cfg.IPVS = node.IPVS
+		}
+	} else {
+		klog.FromContext(ctx).Info("Leaving IPVS virtual servers and the dummy interface: they are not named by --chain-prefix", "chainPrefix", prefix)
+	}
+	if mods.Has(kernel.ModuleIPSet) {
+		cfg.IPSets = node.IPSets
+	}
+	return ipvsmode.Cleanup(ctx, cfg)
+}

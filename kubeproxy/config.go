@@ -1,0 +1,200 @@
+package kubeproxy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxy"
+)
+
+// Proxy modes, as KubeProxyConfiguration's mode and kube-proxy's
+// --proxy-mode name them.
+const (
+	ModeIPTables = "iptables"
+	ModeIPVS     = "ipvs"
+	ModeNFTables = "nftables"
+)
+
+// kube-proxy's conntrack timeouts for a configuration that leaves them
+// unset; New and InitNode set them when Config.Conntrack is nil.
+const (
+	DefaultTCPEstablishedTimeout = 24 * time.Hour
+	DefaultTCPCloseWaitTimeout   = time.Hour
+)
+
+// Config is what a proxier runs with: the settings of a
+// KubeProxyConfiguration that proxykit implements, resolved (defaults
+// applied, one value per setting whether it came from a file or a flag),
+// and proxykit's own. It holds no client and no node name: those are New's
+// arguments. The zero value of a field means what its doc says, so that a
+// caller fills in only what it sets.
+type Config struct {
+	// Mode is ModeIPTables, ModeIPVS or ModeNFTables; "" means iptables.
+	Mode string
+	// ClusterCIDRs is the pod network, at most one prefix per IP family.
+	// Traffic to cluster IPs from outside it is masqueraded; a prefix of a
+	// family the node does not have is ignored, with a log.
+	ClusterCIDRs []netip.Prefix
+	// MasqueradeAll masquerades all traffic to cluster IPs.
+	MasqueradeAll bool
+	// MasqueradeBit is the fwmark bit, 0 to 31, that marks packets to
+	// masquerade; nil means kube-proxy's, 14.
+	MasqueradeBit *int
+	// NodePortAddresses are the prefixes of the node addresses that serve
+	// node ports; nil means every local address. NodePortPrimary, instead,
+	// means the node's own addresses (kube-proxy's "primary"); with it,
+	// NodePortAddresses is not read.
+	NodePortAddresses []netip.Prefix
+	NodePortPrimary   bool
+	// LocalhostNodePorts serves IPv4 node ports on 127.0.0.1 too in
+	// iptables mode, when the node-port addresses include it (the default,
+	// every address, does; NodePortPrimary does not): it sets
+	// route_localnet and drops other hosts' packets to 127.0.0.0/8. The
+	// other modes do not read it.
+	LocalhostNodePorts bool
+	// SyncPeriod is the longest time between syncs, and how often the
+	// iptables and nftables modes check that their state is still there;
+	// MinSyncPeriod the shortest. Zero SyncPeriod means
+	// proxy.DefaultSyncPeriod; zero MinSyncPeriod means no wait.
+	SyncPeriod, MinSyncPeriod time.Duration
+	// DriftCheckPeriod is how often iptables mode compares its rules with
+	// what it wrote; zero turns the check off.
+	DriftCheckPeriod time.Duration
+	// ChainPrefix prefixes every iptables chain and ipset the proxier
+	// owns, and names its nftables table (see NFTablesTable); "" means
+	// kube-proxy's, KUBE. Cleanup and the removal of other modes' state
+	// touch this prefix's only.
+	ChainPrefix string
+	// Conntrack is the conntrack tuning; nil means kube-proxy's default
+	// timeouts (DefaultTCPEstablishedTimeout, DefaultTCPCloseWaitTimeout)
+	// and nf_conntrack_max left alone.
+	Conntrack *conntrack.Tuning
+	// IPVSScheduler is the scheduler of IPVS mode's virtual servers; ""
+	// means rr. The other modes do not read it.
+	IPVSScheduler string
+	// HealthzBindAddress is the proxy health server's "IP:port"; "" turns
+	// it off.
+	HealthzBindAddress string
+	// MetricsBindAddress is where the caller serves /metrics ("IP:port";
+	// "" for nowhere). New does not read it: the proxier's metrics go to
+	// the registerer given with WithProxierOptions.
+	MetricsBindAddress string
+}
+
+// Validate checks c as New, InitNode and Cleanup do before they touch
+// anything. It names the field at fault, in Config's terms; a caller that
+// takes its values from flags or a file checks them first to name those.
+func (c *Config) Validate() error {
+	var errs []error
+	switch c.Mode {
+	case "", ModeIPTables, ModeIPVS, ModeNFTables:
+	default:
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: Mode %q: want %q, %q or %q", c.Mode, ModeIPTables, ModeIPVS, ModeNFTables))
+	}
+	if err := OnePerFamily("kubeproxy.Config: ClusterCIDRs", c.ClusterCIDRs); err != nil {
+		errs = append(errs, err)
+	}
+	if b := c.MasqueradeBit; b != nil && (*b < 0 || *b > 31) {
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: MasqueradeBit %d: must be within the range [0, 31]", *b))
+	}
+	if c.SyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: SyncPeriod %v: must not be negative", c.SyncPeriod))
+	}
+	if c.MinSyncPeriod < 0 || c.MinSyncPeriod > c.syncPeriod() {
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: MinSyncPeriod %v: must be between 0 and SyncPeriod (%v)", c.MinSyncPeriod, c.syncPeriod()))
+	}
+	if c.DriftCheckPeriod < 0 {
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: DriftCheckPeriod %v: must not be negative", c.DriftCheckPeriod))
+	}
+	if _, err := ipvsmode.NewNames(c.ChainPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: ChainPrefix: %w", err))
+	}
+	if c.IPVSScheduler != "" {
+		if _, err := kernel.IPVSSchedulerModule(c.IPVSScheduler); err != nil {
+			errs = append(errs, fmt.Errorf("kubeproxy.Config: IPVSScheduler: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mode is c.Mode, iptables when empty.
+func (c *Config) mode() string {
+	if c.Mode == "" {
+		return ModeIPTables
+	}
+	return c.Mode
+}
+
+func (c *Config) syncPeriod() time.Duration {
+	if c.SyncPeriod == 0 {
+		return proxy.DefaultSyncPeriod
+	}
+	return c.SyncPeriod
+}
+
+// names are the chains and ipsets of either mode with c.ChainPrefix, which
+// Validate has checked.
+func (c *Config) names() *ipvsmode.Names {
+	n, err := ipvsmode.NewNames(c.ChainPrefix)
+	if err != nil {
+		panic(fmt.Sprintf("kubeproxy: ChainPrefix not validated: %v", err))
+	}
+	return n
+}
+
+// nftTable is nftables mode's table of c.ChainPrefix.
+func (c *Config) nftTable() string {
+	return NFTablesTable(c.names().Chains().Prefix())
+}
+
+// clusterCIDR returns the ClusterCIDRs prefix of family, or the zero
+// Prefix.
+func (c *Config) clusterCIDR(family v1.IPFamily) netip.Prefix {
+	for _, p := range c.ClusterCIDRs {
+		if proxy.FamilyOf(p.Addr()) == family {
+			return p
+		}
+	}
+	return netip.Prefix{}
+}
+
+// ipvsSchedulers returns the IPVS schedulers whose modules IPVS mode
+// needs: none for the default, else IPVSScheduler's.
+func (c *Config) ipvsSchedulers() []string {
+	if c.IPVSScheduler == "" {
+		return nil
+	}
+	return []string{c.IPVSScheduler}
+}
+
+// NFTablesTable is the nftables table of chain prefix p: p lower-cased and
+// "-proxy", so that kube-proxy's prefix, KUBE, names kube-proxy's table.
+// One prefix names all a proxier owns in the kernel, in every mode: a
+// proxier given a prefix of its own to run beside kube-proxy (or another
+// proxier) also gets a table of its own, and its mode switches and
+// cleanup leave the other's table alone. Prefixes that differ only in
+// case name the same table. A valid prefix starts with a letter, so the
+// name is one nft takes.
+func NFTablesTable(p string) string { return strings.ToLower(p) + "-proxy" }
+
+// OnePerFamily fails, naming field, when prefixes hold two of one IP
+// family; none is no error.
+func OnePerFamily(field string, prefixes []netip.Prefix) error {
+	seen := map[v1.IPFamily]netip.Prefix{}
+	for _, p := range prefixes {
+		f := proxy.FamilyOf(p.Addr())
+		if prev, ok := seen[f]; ok {
+			return fmt.Errorf("%s: %s and %s are both %s; give at most one per IP family", field, prev, p, f)
+		}
+		seen[f] = p
+	}
+	return nil
+}
