@@ -46,8 +46,9 @@ type step struct {
 }
 
 // start is the cluster's state before the first sync: a dual-stack
-// ClusterIP Service, a single-stack IPv4 one with UDP, TCP and SCTP ports,
-// a dual-stack LoadBalancer with externalTrafficPolicy Local, and an
+// ClusterIP Service, a single-stack IPv4 one with UDP, TCP and SCTP ports
+// and endpoints hinted for zones (so that the node's zone decides which
+// it uses), a dual-stack LoadBalancer with externalTrafficPolicy Local, and an
 // IPv6-only one with an external IP and ClientIP affinity, each with
 // endpoints local and remote.
 func start() []change {
@@ -56,7 +57,7 @@ func start() []change {
 		{slice: slice("web", v1.IPv4Protocol, []discoveryv1.EndpointPort{epPort("http", 8080)}, ready(1), localReady(2))},
 		{slice: slice("web", v1.IPv6Protocol, []discoveryv1.EndpointPort{epPort("http", 8080)}, ready(1), localReady(2))},
 		{svc: dns()},
-		{slice: slice("dns", v1.IPv4Protocol, dnsPorts(), ready(3), ready(4))},
+		{slice: slice("dns", v1.IPv4Protocol, dnsPorts(), hinted(ready(3), "zone-a"), hinted(ready(4), "zone-b"))},
 		{svc: shop(true)},
 		{slice: slice("shop", v1.IPv4Protocol, []discoveryv1.EndpointPort{epPort("http", 8080)}, localReady(5), ready(6))},
 		{slice: slice("shop", v1.IPv6Protocol, []discoveryv1.EndpointPort{epPort("http", 8080)}, localReady(5), ready(6))},
@@ -80,7 +81,7 @@ func scenario() []step {
 		{"endpoints terminating, not ready and removed", []change{
 			{slice: slice("web", v1.IPv4Protocol, webPorts, terminating(1), localReady(2), notReady(8))},
 			{slice: slice("web", v1.IPv6Protocol, webPorts, terminating(1), localReady(2), notReady(8))},
-			{slice: slice("dns", v1.IPv4Protocol, dnsPorts(), ready(3))},
+			{slice: slice("dns", v1.IPv4Protocol, dnsPorts(), hinted(ready(3), "zone-a"))},
 		}},
 		{"Services added with their endpoints", []change{
 			{svc: api()},
@@ -109,7 +110,7 @@ func scenario() []step {
 			{slice: slice("six", v1.IPv6Protocol, []discoveryv1.EndpointPort{epPort("https", 8443)}, ready(7), localReady(12))},
 		}},
 		{"an IPv4 change alone", []change{
-			{slice: slice("dns", v1.IPv4Protocol, dnsPorts(), ready(3), localReady(13))},
+			{slice: slice("dns", v1.IPv4Protocol, dnsPorts(), hinted(ready(3), "zone-a"), hinted(localReady(13), "zone-a"))},
 		}},
 		{"a Service removed with its endpoints", []change{
 			{svc: web(), delete: true},
@@ -227,7 +228,11 @@ type endpoint struct {
 	n                           int
 	local                       bool
 	ready, serving, terminating bool
+	// zone, when set, is the zone the endpoint is hinted for.
+	zone string
 }
+
+func hinted(e endpoint, zone string) endpoint { e.zone = zone; return e }
 
 func ready(n int) endpoint       { return endpoint{n: n, ready: true, serving: true} }
 func localReady(n int) endpoint  { return endpoint{n: n, local: true, ready: true, serving: true} }
@@ -252,13 +257,17 @@ func slice(svc string, family v1.IPFamily, ports []discoveryv1.EndpointPort, eps
 		if e.local {
 			node = NodeName
 		}
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+		ep := discoveryv1.Endpoint{
 			Addresses: []string{addr},
 			NodeName:  ptr.To(node),
 			Conditions: discoveryv1.EndpointConditions{
 				Ready: ptr.To(e.ready), Serving: ptr.To(e.serving), Terminating: ptr.To(e.terminating),
 			},
-		})
+		}
+		if e.zone != "" {
+			ep.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: e.zone}}}
+		}
+		s.Endpoints = append(s.Endpoints, ep)
 	}
 	return s
 }

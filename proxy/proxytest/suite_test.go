@@ -38,6 +38,9 @@ const (
 	takesAnyFamilies
 	// wrongCounts reports the counts of the last sync's changes alone.
 	wrongCounts
+	// keepsFirstNode renders with the node labels and addresses of its
+	// first sync.
+	keepsFirstNode
 )
 
 // memBackend is a proxy.Backend whose datapath is a map in memory: one
@@ -51,12 +54,15 @@ type memBackend struct {
 	lines    map[v1.IPFamily]map[changetracker.ServicePortName]string
 	failNext bool
 	needFull bool
+	// first holds the first input of each family, for keepsFirstNode.
+	first map[v1.IPFamily]*proxy.FamilyInput
 }
 
 var _ proxy.Backend = (*memBackend)(nil)
 
 func newMemBackend(families []v1.IPFamily, f flaw) *memBackend {
-	return &memBackend{families: families, flaw: f, lines: map[v1.IPFamily]map[changetracker.ServicePortName]string{}}
+	return &memBackend{families: families, flaw: f, lines: map[v1.IPFamily]map[changetracker.ServicePortName]string{},
+		first: map[v1.IPFamily]*proxy.FamilyInput{}}
 }
 
 func (b *memBackend) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.SyncResult, error) {
@@ -95,6 +101,14 @@ func familiesOf(ins []*proxy.FamilyInput) []v1.IPFamily {
 }
 
 func (b *memBackend) syncFamily(in *proxy.FamilyInput, full bool) proxy.SyncResult {
+	if b.first[in.Family] == nil {
+		b.first[in.Family] = in
+	}
+	if b.flaw == keepsFirstNode {
+		withFirst := *in
+		withFirst.NodeLabels, withFirst.NodeIPs = b.first[in.Family].NodeLabels, b.first[in.Family].NodeIPs
+		in = &withFirst
+	}
 	lines := b.lines[in.Family]
 	if full || lines == nil {
 		lines = map[changetracker.ServicePortName]string{}
@@ -225,6 +239,7 @@ func TestSuiteFindsFlaws(t *testing.T) {
 		{"ignores Full", ignoresFull, []string{"FullResync"}},
 		{"takes any families", takesAnyFamilies, []string{"Families"}},
 		{"counts only what changed", wrongCounts, []string{"FullResync", "PartialSyncs", "Retry", "Families"}},
+		{"keeps the first node labels and addresses", keepsFirstNode, []string{"FullResync"}},
 	} {
 		for _, families := range familySets {
 			t.Run(tc.name+fmt.Sprint(families), func(t *testing.T) {
