@@ -102,8 +102,10 @@ func (s Suite) CheckPartialSyncs(t testing.TB) {
 // changes, must reach the state a fresh Backend reaches with one full
 // sync; and so must a Sync with no new changes after another failure. The
 // inputs after a failure are not Full, as the composition leaves it to
-// the Backend to cover what a failed sync left. It skips when the
-// Datapath has no FailNextApply.
+// the Backend to cover what a failed sync left. The syncs it makes fail
+// change every family, so that even a Backend that applies nothing when
+// nothing changed has an apply to fail; one of them succeeding fails t.
+// It skips when the Datapath has no FailNextApply.
 func (s Suite) CheckRetry(t testing.TB) {
 	t.Helper()
 	r := s.start(t)
