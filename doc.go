@@ -28,10 +28,20 @@
 //   - [github.com/proxykit/proxykit/nftables]: the service rule writer of
 //     kube-proxy's nftables layout, full and O(change) partial knftables
 //     transactions, and a packet tracer for tests.
+//   - [github.com/proxykit/proxykit/proxy]: the contract between a
+//     composition and a datapath: Backend, FamilyInput, SyncResult,
+//     NodeConfig, Metrics; proxy/proxytest has the Backend conformance
+//     suite.
+//   - [github.com/proxykit/proxykit/portcheck]: the checks the writers make
+//     of every field they program, for custom Backends too.
+//   - [github.com/proxykit/proxykit/ipvsmode]: kube-proxy's IPVS mode: the
+//     writer of virtual servers, ipsets and rules, and its Mode.
 //   - [github.com/proxykit/proxykit/proxier]: the composition of the blocks
-//     into a whole proxy around a Backend, with kube-proxy's iptables, IPVS
-//     and nftables modes as ready Backends in proxier/iptablesbackend,
-//     proxier/ipvsbackend and proxier/nftables.
+//     into a whole proxy around a Backend; kube-proxy's modes are ready
+//     Backends: iptables.Mode, nftables.Mode and ipvsmode.Mode.
+//   - [github.com/proxykit/proxykit/kubeproxy]: a KubeProxyConfiguration (or
+//     kube-proxy's flags) to a running proxier in any of the three modes,
+//     with their node set-up and the cleanup of the other modes' state.
 //
 // # The data path
 //

@@ -28,7 +28,7 @@ import (
 // fake clientset's watch, the informer, the event handler and the
 // endpoints change tracker, then the sync with the maps' updates, a
 // Backend that renders the iptables rule writer's partial sync (as
-// iptablesbackend's dry run does, without printing), and the service
+// iptables.Mode's dry run does, without printing), and the service
 // health bookkeeping. The runner's min-sync-period wait is left out: it is
 // a deliberate delay, not work. Each iteration flips the readiness of one
 // endpoint of another service.
@@ -115,9 +115,8 @@ func benchPipeline(b *testing.B, services, endpoints int) {
 }
 
 // writerBackend is a Backend that renders each family's rules with the
-// iptables rule writer and applies nothing, as iptablesbackend's dry run
-// does: this package's tests cannot import iptablesbackend, which imports
-// this package.
+// iptables rule writer and applies nothing, as iptables.Mode's dry run
+// does without printing.
 type writerBackend struct{ w *iptables.Writer }
 
 // newWriterBackend returns the IPv4 writer backend of node-a in

@@ -15,11 +15,11 @@
 //
 // A Backend gets, per family, the tracker's maps and what changed in them,
 // and the family's ranges of the cluster's ServiceCIDR objects
-// (FamilyInput), and applies them. Three ready Backends are kube-proxy's
-// modes: iptables mode (proxier/iptablesbackend) and nftables mode
-// (proxier/nftablesbackend) serve one family per Backend, each family's
-// rules being a table of its own; IPVS mode (proxier/ipvsbackend) serves
-// all of them in one. A custom Backend of a few dozen lines is enough for
+// (proxy.FamilyInput), and applies them. Three ready Backends are
+// kube-proxy's modes: iptables mode (iptables.Mode) and nftables mode
+// (nftables.Mode) serve one family per Backend, each family's rules being
+// a table of its own; IPVS mode (ipvsmode.Mode) serves all of them in one.
+// Package kubeproxy builds them from a KubeProxyConfiguration. A custom Backend of a few dozen lines is enough for
 // a proxy of one's own; see the Example.
 //
 //	p, err := proxier.New(client, nodeName,

@@ -36,7 +36,7 @@ func (b *signallingBackend) Sync(ctx context.Context, ins []*proxy.FamilyInput) 
 }
 
 // BenchmarkRun times one EndpointSlice update through a running Proxier,
-// from the write to the fake clientset to iptablesbackend's dry run (no
+// from the write to the fake clientset to iptables.Mode's dry run (no
 // output) having rendered the partial sync: what BenchmarkPipeline times,
 // plus the runner waking up for the request (min sync period 0). Each
 // iteration flips the readiness of one endpoint of another service.
