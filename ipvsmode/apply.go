@@ -98,7 +98,7 @@ func (a *Applier) Apply(ctx context.Context, translations ...SyncResult) (ApplyR
 		}
 		jumps := tr.JumpRules
 		if jumps == nil {
-			jumps = JumpRules()
+			jumps = DefaultNames().JumpRules()
 		}
 		if err := iptables.EnsureJumps(ctx, ipt, jumps); err != nil {
 			errs = append(errs, fmt.Errorf("IPVS mode: %s jump rules: %w", tr.Family, err))

@@ -44,7 +44,7 @@ type CleanupConfig struct {
 }
 
 // Cleanup removes what an IPVS-mode proxier made, and nothing else: the
-// chains SyncResult payloads declare ([IsModeChain]) with the rules of
+// chains SyncResult payloads declare ([Names.IsModeChain]) with the rules of
 // built-in chains that jump to them, through iptables.CleanupChains (one
 // iptables-restore per table), then the ipsets under SetPrefix, the
 // virtual servers outside the excluded CIDRs, and the dummy interface.
@@ -95,16 +95,6 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// IsModeChain is the [iptables.ChainOwner] of IPVS mode: it reports
-// whether chain c of table t is one that SyncResult payloads declare,
-// with kube-proxy's names ([Names.IsModeChain] for another prefix). A
-// proxier that may have run in both modes cleans up with
-// iptables.CleanupChains and an owner that accepts both this and
-// iptables.IsWriterChain, since the modes share chains.
-func IsModeChain(t iptables.Table, c iptables.Chain) bool {
-	return defaultModeNames.IsModeChain(t, c)
 }
 
 // cleanupVirtualServers deletes every virtual server outside exclude, in
@@ -176,15 +166,12 @@ type Leftovers struct {
 }
 
 // FindLeftovers reads the nat and filter tables of ipt and reports which
-// modes' chains they hold, with kube-proxy's names. It changes nothing. An
+// modes' chains of these names they hold (another prefix's chains are not
+// leftovers; DefaultNames for kube-proxy's). Since IPVS mode shares some
+// of its chains with iptables mode, it is the package that knows both
+// modes' names that tells them apart. It changes nothing. An
 // error means a table could not be read; the Leftovers are then those of
 // the tables read.
-func FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, error) {
-	return defaultModeNames.FindLeftovers(ctx, ipt)
-}
-
-// FindLeftovers is the package's [FindLeftovers] for the chains of these
-// names: another prefix's chains are not leftovers.
 func (n *Names) FindLeftovers(ctx context.Context, ipt iptables.Interface) (Leftovers, error) {
 	var l Leftovers
 	var buf bytes.Buffer

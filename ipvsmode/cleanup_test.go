@@ -201,7 +201,7 @@ func TestFindLeftovers(t *testing.T) {
 			for _, f := range tc.setup {
 				f(t, n)
 			}
-			got, err := ipvsmode.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol])
+			got, err := ipvsmode.DefaultNames().FindLeftovers(ctx, n.ipt[v1.IPv4Protocol])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +220,7 @@ func TestFindLeftovers(t *testing.T) {
 				}
 			}
 			if !got.IPVSMode || !got.IPTablesMode {
-				if after, _ := ipvsmode.FindLeftovers(ctx, n.ipt[v1.IPv4Protocol]); after != (ipvsmode.Leftovers{}) {
+				if after, _ := ipvsmode.DefaultNames().FindLeftovers(ctx, n.ipt[v1.IPv4Protocol]); after != (ipvsmode.Leftovers{}) {
 					t.Errorf("after the cleanup: %+v", after)
 				}
 			}

@@ -75,8 +75,7 @@ func NewNames(prefix string) (*Names, error) {
 	return n, nil
 }
 
-// defaultModeNames are kube-proxy's names, behind the package-level
-// functions.
+// defaultModeNames are kube-proxy's names (DefaultNames).
 var defaultModeNames = func() *Names {
 	n, err := NewNames(iptables.DefaultChainPrefix)
 	if err != nil {
@@ -94,7 +93,7 @@ func (n *Names) Chains() *iptables.ChainNames { return n.chains }
 // and no other proxy's.
 func (n *Names) SetPrefix() string { return n.setPrefix }
 
-// IsModeChain is the package's [IsModeChain] for these names.
+// IsModeChain is the package's [Names.IsModeChain] for these names.
 func (n *Names) IsModeChain(t iptables.Table, c iptables.Chain) bool {
 	return slices.Contains(n.declared, tableChain{t, c})
 }
@@ -116,3 +115,7 @@ func (n *Names) setName(k setKind, family v1.IPFamily) string {
 	}
 	return name
 }
+
+// DefaultNames returns IPVS mode's names with kube-proxy's prefix. The
+// Names are shared and never change.
+func DefaultNames() *Names { return defaultModeNames }

@@ -76,7 +76,7 @@ func TestTranslateChainPrefix(t *testing.T) {
 			if diff := cmp.Diff(kubeSets, otherSets); diff != "" {
 				t.Errorf("set names differ beyond the prefix (-KUBE +%s renamed):\n%s", otherPrefix, diff)
 			}
-			if diff := cmp.Diff(ipvsmode.JumpRules(), kube.JumpRules); diff != "" {
+			if diff := cmp.Diff(ipvsmode.DefaultNames().JumpRules(), kube.JumpRules); diff != "" {
 				t.Errorf("default translation's jump rules (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(mustModeNames(t, otherPrefix).JumpRules(), other.JumpRules); diff != "" {

@@ -13,14 +13,9 @@ type tableChain struct {
 }
 
 // JumpRules returns the rules that send traffic from the built-in chains
-// into IPVS mode's chains, with kube-proxy's names ([Names.JumpRules]
-// for another prefix). The slice is new on every call.
-func JumpRules() []iptables.JumpRule { return defaultModeNames.JumpRules() }
-
-// JumpRules returns the rules that send traffic from the built-in chains
 // into IPVS mode's chains. The restore payload cannot hold them, since
 // declaring a built-in chain would flush other programs' rules; add them
-// with iptables.EnsureJumps, as [EnsureJumpRules] does. Those that IPVS
+// with iptables.EnsureJumps, as [Names.EnsureJumpRules] does. Those that IPVS
 // mode shares with the iptables rule writer of the same prefix
 // (iptables.Writer.JumpRules) are identical, so that switching modes
 // leaves no duplicate; with another prefix than kube-proxy's, comments
@@ -40,11 +35,11 @@ func (n *Names) JumpRules() []iptables.JumpRule {
 	}
 }
 
-// EnsureJumpRules is iptables.EnsureJumps of IPVS mode's [JumpRules]. Call
+// EnsureJumpRules is iptables.EnsureJumps of IPVS mode's [Names.JumpRules]. Call
 // it before applying a payload: it costs a few iptables commands, whereas
 // the payload cannot recreate a jump that another program deleted.
-func EnsureJumpRules(ctx context.Context, ipt iptables.Interface) error {
-	return iptables.EnsureJumps(ctx, ipt, JumpRules())
+func (n *Names) EnsureJumpRules(ctx context.Context, ipt iptables.Interface) error {
+	return iptables.EnsureJumps(ctx, ipt, n.JumpRules())
 }
 
 // render writes the payload into t.buf from the sets' members: rules

@@ -66,7 +66,7 @@ type WriterConfig struct {
 // and are overwritten by the next Translate: apply (or copy) them first.
 //
 // Apply it in this order, as [Applier] does: Sets (the rules match on
-// them), then the jump rules ([EnsureJumpRules]) and Payload, then
+// them), then the jump rules ([Names.EnsureJumpRules]) and Payload, then
 // Services. Each sync is a full reconcile; the reconcilers make one that
 // changes nothing write nothing.
 type SyncResult struct {
@@ -94,7 +94,7 @@ type SyncResult struct {
 	// chains ([Names.JumpRules]); apply them with
 	// iptables.EnsureJumps before Payload, as [Applier] does. A
 	// SyncResult that was not made by a Writer, with none, gets
-	// [JumpRules].
+	// [Names.JumpRules].
 	JumpRules []iptables.JumpRule
 
 	// Payload is the iptables-restore input for the family's nat and

@@ -26,7 +26,7 @@ import (
 // iptables mode no longer serves. So a proxier that starts in one mode
 // removes what the other mode left, as kube-proxy once did at every
 // start. It does so only when it finds chains that only the other mode
-// makes (ipvsmode.FindLeftovers): a restart in the same mode must not touch
+// makes (ipvsmode.Names.FindLeftovers): a restart in the same mode must not touch
 // the rules still serving traffic, which is why kube-proxy stopped
 // cleaning up at start-up (kubernetes#75360).
 //

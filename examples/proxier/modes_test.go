@@ -176,7 +176,7 @@ func TestOnceAndCleanup(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			l, err := ipvsmode.FindLeftovers(context.Background(), node.ipt4)
+			l, err := ipvsmode.DefaultNames().FindLeftovers(context.Background(), node.ipt4)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +248,7 @@ func TestModeSwitch(t *testing.T) {
 	}
 	leftovers := func(t *testing.T) ipvsmode.Leftovers {
 		t.Helper()
-		l, err := ipvsmode.FindLeftovers(ctx, node.ipt4)
+		l, err := ipvsmode.DefaultNames().FindLeftovers(ctx, node.ipt4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -332,7 +332,7 @@ func TestModeSwitchNFTables(t *testing.T) {
 	nftServes := func() bool { return strings.Contains(node.nftDump(knftables.IPv4Family, "kube-proxy"), served) }
 	noOtherModes := func(t *testing.T, after string) {
 		t.Helper()
-		if l, err := ipvsmode.FindLeftovers(ctx, node.ipt4); err != nil || l != (ipvsmode.Leftovers{}) {
+		if l, err := ipvsmode.DefaultNames().FindLeftovers(ctx, node.ipt4); err != nil || l != (ipvsmode.Leftovers{}) {
 			t.Errorf("after %s the node holds %+v (%v):\n%s", after, l, err, node.ipt4.Dump())
 		}
 		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter, iptables.TableMangle} {
@@ -387,7 +387,7 @@ func TestModeSwitchNFTables(t *testing.T) {
 	if !strings.Contains(node.nftDump(knftables.IPv4Family, "pk-proxy"), "add table ip pk-proxy") {
 		t.Errorf("--chain-prefix PK made no table pk-proxy:\n%s", node.nftDump(knftables.IPv4Family, "pk-proxy"))
 	}
-	if l, err := ipvsmode.FindLeftovers(ctx, node.ipt4); err != nil || !l.IPTablesMode {
+	if l, err := ipvsmode.DefaultNames().FindLeftovers(ctx, node.ipt4); err != nil || !l.IPTablesMode {
 		t.Errorf("nftables mode of prefix PK removed the KUBE prefix's iptables rules: %+v, %v", l, err)
 	}
 	once(t, modeIPTables)
