@@ -44,8 +44,9 @@ type familyProxier struct {
 	// serviceCIDRs gives proxy.FamilyInput.ServiceCIDRs.
 	serviceCIDRs *serviceCIDRs
 	// nodeIPs are the node's addresses of the family, for
-	// proxy.FamilyInput.NodeIPs.
-	nodeIPs []netip.Addr
+	// proxy.FamilyInput.NodeIPs; set by the Node's handler (nodeAddresses)
+	// while the sync reads them.
+	nodeIPs atomic.Pointer[[]netip.Addr]
 
 	// Owned by the sync: needFull makes the next input Full; lastLabels
 	// and lastNodeIPs are those of the last input, to tell a change.
@@ -98,6 +99,26 @@ func newFamilyProxierWith(ctx context.Context, family v1.IPFamily, nodeName stri
 	}
 }
 
+// currentNodeIPs returns the node's addresses of the family; the slice is
+// never changed once stored.
+func (p *familyProxier) currentNodeIPs() []netip.Addr {
+	if ips := p.nodeIPs.Load(); ips != nil {
+		return *ips
+	}
+	return nil
+}
+
+// setNodeIPs makes ips the family's node addresses from the next sync on,
+// and reports whether they changed.
+func (p *familyProxier) setNodeIPs(ips []netip.Addr) bool {
+	if slices.Equal(p.currentNodeIPs(), ips) {
+		return false
+	}
+	ips = slices.Clone(ips)
+	p.nodeIPs.Store(&ips)
+	return true
+}
+
 // queued records that a change waits for a sync, and asks for one.
 func (p *familyProxier) queued() {
 	if p.health != nil {
@@ -118,7 +139,7 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 		EndpointChanges: p.epMap.Update(p.epTracker),
 		NodeLabels:      p.topology.Labels(),
 		ServiceCIDRs:    p.serviceCIDRs.forFamily(p.family),
-		NodeIPs:         p.nodeIPs,
+		NodeIPs:         p.currentNodeIPs(),
 	}
 	ports := in.ServiceChanges.PortsIn(p.svcMap)
 	changed := make(map[types.NamespacedName][]changetracker.ServicePortName, len(in.ServiceChanges.UpdatedServices)+len(in.EndpointChanges.UpdatedServices))

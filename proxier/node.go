@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/proxykit/proxykit/proxier/config"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -102,4 +103,43 @@ func HostAddresses() ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+var _ config.NodeHandler = (*nodeAddresses)(nil)
+
+// nodeAddresses is the Node handler that keeps each family's node
+// addresses (proxy.FamilyInput.NodeIPs) those of the Node object, and asks
+// for a sync of a family whose addresses changed; the Backends make that
+// sync full. A family the Node no longer lists an address of keeps the
+// addresses it had (those of the host's interfaces, when the Node never
+// had any), and so does every family when the Node is deleted: the
+// Backends keep serving node ports where they did. A family the node did
+// not have at start is not added: the Backends were made for the families
+// found then.
+type nodeAddresses struct {
+	logger   klog.Logger
+	families []*familyProxier
+}
+
+func (n *nodeAddresses) OnNodeAdd(node *v1.Node)       { n.set(node) }
+func (n *nodeAddresses) OnNodeUpdate(_, node *v1.Node) { n.set(node) }
+func (n *nodeAddresses) OnNodeDelete(*v1.Node)         {}
+func (n *nodeAddresses) OnNodeSynced()                 {}
+
+func (n *nodeAddresses) set(node *v1.Node) {
+	byFamily := map[v1.IPFamily][]netip.Addr{}
+	for _, a := range addressesOfNode(n.logger, node) {
+		f := proxy.FamilyOf(a)
+		byFamily[f] = append(byFamily[f], a)
+	}
+	for _, fp := range n.families {
+		ips := byFamily[fp.family]
+		if len(ips) == 0 {
+			continue
+		}
+		if fp.setNodeIPs(ips) {
+			n.logger.Info("Node addresses changed; syncing everything", "ipFamily", fp.family, "addresses", ips)
+			fp.queued()
+		}
+	}
 }

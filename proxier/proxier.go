@@ -204,7 +204,7 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 				slices.Concat(node.IPs[v1.IPv4Protocol], node.IPs[v1.IPv6Protocol])...)
 			fp.health, fp.svcHealth, fp.ct = hs, svcHealth, p.o.conntrack
 			fp.serviceCIDRs = cidrs
-			fp.nodeIPs = node.IPs[family]
+			fp.setNodeIPs(node.IPs[family])
 			g.families = append(g.families, fp)
 			names = append(names, string(family))
 			p.add(fp)
@@ -215,6 +215,15 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 			fp.requestSync = r.Run
 		}
 		syncGroups[i], runners[i] = g, r
+	}
+
+	// The node's addresses as they change: each family's input carries
+	// them. Registered once the families exist; the Node read by findNode
+	// may be older than the first event, so it is read again.
+	addrs := &nodeAddresses{logger: logger, families: p.all()}
+	nodeConfig.RegisterEventHandler(addrs)
+	if n, err := nodeFactory.Core().V1().Nodes().Lister().Get(p.nodeName); err == nil {
+		addrs.OnNodeUpdate(nil, n)
 	}
 
 	// Services and EndpointSlices, through the trackers of every family,

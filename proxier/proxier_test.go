@@ -672,3 +672,61 @@ func TestProxierCleansConntrack(t *testing.T) {
 		return nil
 	})
 }
+
+// TestProxierFollowsNodeAddresses checks that a change of the Node's
+// addresses reaches the Backend: the next input of the family carries the
+// new ones and is Full, and a Node that lists no address of the family any
+// more leaves it the ones it had.
+func TestProxierFollowsNodeAddresses(t *testing.T) {
+	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"))
+	b := newRecordingBackend()
+	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
+		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour))
+	nodeIPs := func() ([]netip.Addr, bool) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.inputs) == 0 {
+			return nil, false
+		}
+		return b.inputs[0].NodeIPs, b.inputs[0].Full
+	}
+	want := func(what string, addrs ...string) {
+		t.Helper()
+		var ips []netip.Addr
+		for _, a := range addrs {
+			ips = append(ips, netip.MustParseAddr(a))
+		}
+		eventually(t, what, func() error {
+			got, full := nodeIPs()
+			if !slices.Equal(got, ips) || !full {
+				return fmt.Errorf("NodeIPs %v, Full %v; want %v, Full", got, full, ips)
+			}
+			return nil
+		})
+	}
+	want("the first sync", "192.168.0.1")
+	ctx := context.Background()
+	if _, err := client.CoreV1().Nodes().Update(ctx, testNode("192.168.0.2", "192.168.0.3"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want("the sync after the Node's addresses changed", "192.168.0.2", "192.168.0.3")
+	// Only an IPv6 address now: IPv4 keeps what it had, and the labels
+	// change so that a sync comes to show it.
+	node := testNode("fd00::1")
+	node.Labels = map[string]string{v1.LabelTopologyZone: "zone-c"}
+	if _, err := client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sync after the labels changed", func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if in := b.inputs[0]; in.NodeLabels[v1.LabelTopologyZone] != "zone-c" {
+			return fmt.Errorf("labels %v", in.NodeLabels)
+		}
+		return nil
+	})
+	if got, _ := nodeIPs(); !slices.Equal(got, []netip.Addr{netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("192.168.0.3")}) {
+		t.Errorf("IPv4 NodeIPs after the Node lost its IPv4 addresses: %v, want the last ones", got)
+	}
+}

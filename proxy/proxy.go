@@ -109,7 +109,9 @@ type FamilyInput struct {
 	NodeLabels map[string]string
 	// NodeIPs are this node's addresses of the family: those of its Node
 	// object (InternalIP first, then ExternalIP) or, when it has none, of
-	// the host's interfaces. A load balancer whose
+	// the host's interfaces. The proxier follows the Node object: when its
+	// addresses of the family change, the next input has the new ones and
+	// Full set. A load balancer whose
 	// loadBalancerSourceRanges contain one of them also accepts traffic
 	// whose source is its own VIP, which is what a node reaching the VIP
 	// through a local route sends, and no cluster IP may be one of them.
