@@ -17,15 +17,15 @@ import (
 )
 
 // NewKernelState returns a KernelState that reads nf_tables over netlink
-// in the network namespace netnsFD names (an open /run/netns/NAME or
-// /proc/PID/ns/net; 0 for the namespace of the thread that makes each
-// socket). It never lists a set by dumping it, which costs the kernel
+// in the network namespace at netnsPath (a bind-mounted namespace such as
+// /run/netns/NAME, or /proc/PID/ns/net; "" for the namespace of the thread
+// that makes each socket), opened anew for each socket. It never lists a set by dumping it, which costs the kernel
 // time quadratic in the set's size: CheckElements looks each key up
-// (BENCHMARKS.md). The caller keeps netnsFD open while the KernelState is used.
+// (BENCHMARKS.md).
 //
 // Generation, which a writer calls twice a sync, keeps its socket open
 // between calls; one that fails is closed and dialled again once, in the
-// same namespace for a netnsFD (with 0, in the namespace of the thread
+// same namespace for a netnsPath (with "", in the namespace of the thread
 // that calls then, as every socket of RuleCounts and CheckElements is
 // made). The KernelState is also an io.Closer: Close closes that socket,
 // after which Generation fails. Its methods may be called from several
@@ -35,18 +35,18 @@ import (
 // DefaultCommandTimeout (Netlink.KernelState sets another bound); then
 // the method fails with an error for which IsCommandTimeout is true, and
 // Generation's socket is closed, not read again.
-func NewKernelState(netnsFD int) KernelState { return Netlink{}.KernelState(netnsFD) }
+func NewKernelState(netnsPath string) KernelState { return Netlink{}.KernelState(netnsPath) }
 
 // KernelState is NewKernelState with n's bound on each request.
-func (n Netlink) KernelState(netnsFD int) KernelState {
-	return &netlinkState{netns: netnsFD, timeout: n.Timeout}
+func (n Netlink) KernelState(netnsPath string) KernelState {
+	return &netlinkState{netns: netnsPath, timeout: n.Timeout}
 }
 
 // WatchKernel is the package's WatchKernel, with n's bound on each
 // request of the KernelState methods (the watch of nf_tables' commits
 // waits for them as long as it runs).
-func (n Netlink) WatchKernel(netnsFD int) (*KernelWatcher, error) {
-	w, err := WatchKernel(netnsFD)
+func (n Netlink) WatchKernel(netnsPath string) (*KernelWatcher, error) {
+	w, err := WatchKernel(netnsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,8 @@ func (n Netlink) WatchKernel(netnsFD int) (*KernelWatcher, error) {
 }
 
 type netlinkState struct {
-	netns int
+	// netns is the namespace's path; "" for the calling thread's.
+	netns string
 	// timeout is the Netlink.Timeout of the requests (zero: the
 	// default); see limit.
 	timeout time.Duration
@@ -133,7 +134,18 @@ func (s *netlinkState) dial() (*netlink.Conn, error) {
 	if s.dialConn != nil {
 		return s.dialConn()
 	}
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: s.netns})
+	var cfg netlink.Config
+	if s.netns != "" {
+		// The socket keeps its namespace; the file is needed only to
+		// make it there.
+		fd, err := unix.Open(s.netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("nftables netlink: opening network namespace %s: %w", s.netns, err)
+		}
+		defer unix.Close(fd)
+		cfg.NetNS = fd
+	}
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nftables netlink: dialing nf_tables: %w", err)
 	}

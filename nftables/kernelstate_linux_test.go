@@ -3,6 +3,7 @@ package nftables
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
@@ -18,12 +19,7 @@ import (
 func TestKernelStateGenerationSocket(t *testing.T) {
 	kerneltest.Require(t, "nft")
 	ns := kerneltest.NewNS(t)
-	f, err := os.Open("/run/netns/" + ns.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := NewKernelState(int(f.Fd())).(*netlinkState)
+	s := NewKernelState("/run/netns/" + ns.Name).(*netlinkState)
 	g0, err := s.Generation()
 	if err != nil {
 		t.Fatal(err)
@@ -56,16 +52,19 @@ func TestKernelStateGenerationSocket(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 
-	// Not a namespace: dialling fails, every time, with an error.
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	bad := NewKernelState(int(null.Fd())).(*netlinkState)
-	for range 2 {
-		if _, err := bad.Generation(); err == nil || bad.gen != nil {
-			t.Errorf("Generation in no namespace: error %v, socket kept %v; want an error and no socket", err, bad.gen != nil)
+	// Not a namespace, and no file at all: dialling fails, every time,
+	// with an error (naming the path when it cannot be opened).
+	missing := "/run/netns/" + ns.Name + "-missing"
+	for _, path := range []string{os.DevNull, missing} {
+		bad := NewKernelState(path).(*netlinkState)
+		for range 2 {
+			_, err := bad.Generation()
+			if err == nil || bad.gen != nil {
+				t.Errorf("Generation in %s: error %v, socket kept %v; want an error and no socket", path, err, bad.gen != nil)
+			}
+			if path == missing && err != nil && !strings.Contains(err.Error(), missing) {
+				t.Errorf("Generation in %s: error %v does not name the path", path, err)
+			}
 		}
 	}
 }

@@ -12,13 +12,13 @@ import (
 // exists on Linux only. A Writer given it rewrites its table at every
 // periodic resync, as without one. It is an io.Closer, as on Linux, whose
 // Close does nothing.
-func NewKernelState(netnsFD int) KernelState { return unsupportedState{} }
+func NewKernelState(netnsPath string) KernelState { return unsupportedState{} }
 
 // KernelState is NewKernelState: a KernelState whose methods fail.
-func (Netlink) KernelState(netnsFD int) KernelState { return unsupportedState{} }
+func (Netlink) KernelState(netnsPath string) KernelState { return unsupportedState{} }
 
 // WatchKernel fails, as the package's WatchKernel does.
-func (Netlink) WatchKernel(netnsFD int) (*KernelWatcher, error) { return WatchKernel(netnsFD) }
+func (Netlink) WatchKernel(netnsPath string) (*KernelWatcher, error) { return WatchKernel(netnsPath) }
 
 type unsupportedState struct{}
 

@@ -162,7 +162,7 @@ func TestKernelStateTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var dialled, closed atomic.Int32
-			s := Netlink{Timeout: bound}.KernelState(0).(*netlinkState)
+			s := Netlink{Timeout: bound}.KernelState("").(*netlinkState)
 			s.dialConn = func() (*netlink.Conn, error) {
 				answers := 0
 				if dialled.Add(1) == 1 {

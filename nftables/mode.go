@@ -259,12 +259,12 @@ func NewMode(ctx context.Context, cfg WriterConfig, nft knftables.Interface, opt
 		// committed, looks only at what their batches changed in the
 		// table (the watcher) or, without one, compares by key, instead
 		// of rewriting the table (docs/benchmarks-history.md, "Periodic
-		// resync without a rewrite"). 0: the namespace of the calling thread,
-		// the one nft runs in.
-		kw, err := b.netlink().WatchKernel(0)
+		// resync without a rewrite"). "": the namespace of the calling
+		// thread, the one nft runs in.
+		kw, err := b.netlink().WatchKernel("")
 		if err != nil {
 			klog.FromContext(ctx).Info("Not following nf_tables' commits; a periodic resync after another program's commit compares the whole table by key", "ipFamily", cfg.Family, "err", err)
-			ks := b.netlink().KernelState(0)
+			ks := b.netlink().KernelState("")
 			cfg.KernelState = ks
 			if c, ok := ks.(io.Closer); ok {
 				b.closeState = c.Close

@@ -353,12 +353,7 @@ func BenchmarkDriftCheck(b *testing.B) {
 	})
 	for _, mode := range []string{"compare", "compare+endpoints"} {
 		b.Run(mode, func(b *testing.B) {
-			f, err := os.Open("/run/netns/" + ns.Name)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer f.Close()
-			state := NewKernelState(int(f.Fd()))
+			state := NewKernelState("/run/netns/" + ns.Name)
 			defer state.(io.Closer).Close()
 			period := time.Hour
 			if mode == "compare+endpoints" {

@@ -220,11 +220,11 @@ func decodeFields(fields []field, b []byte, v6 bool) (string, bool) {
 	return strings.Join(parts, " . "), len(b) == 0
 }
 
-// WatchKernel starts a KernelWatcher on the network namespace netnsFD
-// names (see NewKernelState). It fails if the monitor group cannot be
+// WatchKernel starts a KernelWatcher on the network namespace at
+// netnsPath ("" for the calling thread's; see NewKernelState). It fails if the monitor group cannot be
 // joined. Close stops it.
-func WatchKernel(netnsFD int) (*KernelWatcher, error) {
-	w := &KernelWatcher{netlinkState: netlinkState{netns: netnsFD}, notify: make(chan struct{}),
+func WatchKernel(netnsPath string) (*KernelWatcher, error) {
+	w := &KernelWatcher{netlinkState: netlinkState{netns: netnsPath}, notify: make(chan struct{}),
 		logs: map[tableKey]*tableLog{}, batch: map[tableKey]*batchChanges{}, done: make(chan struct{}),
 		subs: map[tableKey][]chan struct{}{}}
 	conn, err := w.dial()

@@ -9,7 +9,7 @@ import "sigs.k8s.io/knftables"
 type KernelWatcher struct{ unsupportedState }
 
 // WatchKernel fails: nf_tables exists on Linux only.
-func WatchKernel(netnsFD int) (*KernelWatcher, error) { return nil, errUnsupported }
+func WatchKernel(netnsPath string) (*KernelWatcher, error) { return nil, errUnsupported }
 
 // Quiet returns fn's error.
 func (*KernelWatcher) Quiet(fn func() error) error { return fn() }

@@ -3,7 +3,6 @@ package nftables_test
 import (
 	"context"
 	"net/netip"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,19 +18,14 @@ import (
 )
 
 // nsKernelState returns NewKernelState for ns, or with watch a
-// KernelWatcher, with the namespace's file open (and the watcher running)
-// until t ends.
+// KernelWatcher, running until t ends.
 func nsKernelState(t testing.TB, ns *kerneltest.NS, watch bool) nftables.KernelState {
 	t.Helper()
-	f, err := os.Open("/run/netns/" + ns.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	path := "/run/netns/" + ns.Name
 	if !watch {
-		return nftables.NewKernelState(int(f.Fd()))
+		return nftables.NewKernelState(path)
 	}
-	kw, err := nftables.WatchKernel(int(f.Fd()))
+	kw, err := nftables.WatchKernel(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,7 +251,7 @@ func (d *Drift) checkKeys(netnsFD int, set *nftables.Set, want map[string]wanted
 		}
 		elems[i] = e
 	}
-	states, err := proxynft.NewKernelState(netnsFD).CheckElements(elems)
+	states, err := proxynft.NewKernelState(fmt.Sprintf("/proc/self/fd/%d", netnsFD)).CheckElements(elems)
 	if err != nil {
 		return fmt.Errorf("looking up elements of %s: %w", set.Name, err)
 	}

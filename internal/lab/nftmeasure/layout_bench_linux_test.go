@@ -85,7 +85,7 @@ func mustDesired(t testing.TB, skeleton, elements Change) *Desired {
 // block's resync does.
 func generation(t testing.TB, n *nftTable) uint32 {
 	t.Helper()
-	g, err := proxynft.NewKernelState(int(n.ns.Handle())).Generation()
+	g, err := proxynft.NewKernelState("/run/netns/" + n.ns.Name).Generation()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestLayoutTimes(t *testing.T) {
 					}
 				}
 				start = time.Now()
-				if _, err := proxynft.NewKernelState(int(n.ns.Handle())).CheckElements(keys); err != nil {
+				if _, err := proxynft.NewKernelState("/run/netns/" + n.ns.Name).CheckElements(keys); err != nil {
 					t.Fatal(err)
 				}
 				t.Logf("data-map %d: the endpoint map's %d elements: dumped in %v, looked up by key in %v", size, len(got), dump.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
