@@ -172,6 +172,8 @@ func nodePortAddressesValue(list []string) (string, error) {
 // that are set and that this proxier ignores; nothing when there are none.
 func warnUnsupported(logger klog.Logger, o *options) {
 	if len(o.unsupported) > 0 {
-		logger.Info("Warning: the configuration file sets fields this proxier does not implement; they are ignored", "config", o.config, "fields", o.unsupported)
+		// An error line, not an info one, so that a DaemonSet's log does
+		// not bury it: the node runs without what these fields ask for.
+		logger.Error(nil, "Warning: the configuration file sets fields this proxier does not implement; they are ignored", "config", o.config, "fields", o.unsupported)
 	}
 }

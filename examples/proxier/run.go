@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -75,8 +76,16 @@ func run(ctx context.Context, o *options, env *environment) error {
 		wg.Wait()
 	}()
 	failed := make(chan error, 1)
+	effective := effectiveConfig(o)
+	if js, err := json.Marshal(effective); err == nil {
+		klog.FromContext(ctx).V(1).Info("Effective configuration", "config", string(js))
+	}
 	if o.metricsBindAddress != "" {
-		if err := serveMetrics(ctx, &wg, env.Listen, o.metricsBindAddress, reg, failed); err != nil {
+		configz, err := configzHandler(effective)
+		if err != nil {
+			return err
+		}
+		if err := serveMetrics(ctx, &wg, env.Listen, o.metricsBindAddress, reg, configz, failed); err != nil {
 			return err
 		}
 	}
@@ -123,15 +132,17 @@ func openCluster(ctx context.Context, o *options, env *environment, follow bool)
 	return client, nil
 }
 
-// serveMetrics starts the /metrics server; the listener is opened here so
-// that a bad or busy address fails the start-up.
-func serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen healthz.ListenFunc, addr string, reg *prometheus.Registry, failed chan<- error) error {
+// serveMetrics starts the metrics server, /metrics and /configz, as
+// kube-proxy's; the listener is opened here so that a bad or busy address
+// fails the start-up.
+func serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen healthz.ListenFunc, addr string, reg *prometheus.Registry, configz http.Handler, failed chan<- error) error {
 	l, err := listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics server: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/configz", configz)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	wg.Go(func() {
 		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -35,4 +37,27 @@ func writeConfigFile(o *options) error {
 		return fmt.Errorf("--write-config-to: %w", err)
 	}
 	return nil
+}
+
+// configzGroup is the key of kube-proxy's configuration on /configz.
+const configzGroup = "kubeproxy.config.k8s.io"
+
+// configzHandler serves /configz as kube-proxy's metrics server does: a
+// JSON object holding the effective configuration under its API group.
+// The configuration is read once; it does not change while the proxier
+// runs.
+func configzHandler(cfg *kubeproxyconfig.KubeProxyConfiguration) (http.Handler, error) {
+	body, err := json.Marshal(map[string]any{configzGroup: cfg})
+	if err != nil {
+		return nil, fmt.Errorf("/configz: %w", err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}), nil
 }

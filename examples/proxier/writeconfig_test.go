@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/proxykit/proxykit/conntrack"
 )
@@ -64,5 +68,36 @@ func TestWriteConfigRoundTrip(t *testing.T) {
 				t.Errorf("options read back (-written +read):\n%s\nfile:\n%s", diff, data)
 			}
 		})
+	}
+}
+
+// TestConfigz checks /configz as kube-proxy serves it: the effective
+// configuration, as JSON under its API group, for GET; nothing else.
+func TestConfigz(t *testing.T) {
+	o, err := parseOptions([]string{"--proxy-mode", "nftables", "--cluster-cidr", "10.244.0.0/16", "--hostname-override", "node-a"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := configzHandler(effectiveConfig(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/configz", nil))
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("GET: %d %q, want 200 application/json", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	var got map[string]kubeproxyconfig.KubeProxyConfiguration
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("GET: %v\n%s", err, rec.Body)
+	}
+	cfg, ok := got["kubeproxy.config.k8s.io"]
+	if !ok || cfg.Mode != "nftables" || cfg.ClusterCIDR != "10.244.0.0/16" || cfg.HostnameOverride != "node-a" {
+		t.Errorf("GET: %s, want the effective configuration under kubeproxy.config.k8s.io", rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/configz", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST: %d, want 405", rec.Code)
 	}
 }
