@@ -99,19 +99,19 @@ func CleanupChains(ctx context.Context, ipt Interface, owned ChainOwner) (int, e
 	for _, t := range cleanupTables {
 		save.Reset()
 		if err := ipt.SaveInto(ctx, t, &save); err != nil {
-			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, err))
+			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Family(), t, err))
 			continue
 		}
 		plan := planCleanup(t, save.Bytes(), owned)
 		if len(plan.chains) > 0 || len(plan.jumps) > 0 {
 			if err := ipt.Restore(ctx, t, plan.payload(t), NoFlushTables, NoRestoreCounters); err != nil {
-				errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, err))
+				errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Family(), t, err))
 				continue
 			}
 			deleted += len(plan.chains)
 		}
 		if len(plan.kept) > 0 {
-			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, plan.keptError()))
+			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Family(), t, plan.keptError()))
 		}
 	}
 	return deleted, errors.Join(errs...)

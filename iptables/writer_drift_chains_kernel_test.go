@@ -77,7 +77,7 @@ func TestWriterDriftRepairKernel(t *testing.T) {
 func testDriftRepairKernel(t *testing.T, backend iptables.Backend) {
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
-	ipt := newNSIPT(t, ns, backend, iptables.ProtocolIPv4)
+	ipt := newNSIPT(t, ns, backend, v1.IPv4Protocol)
 	c := scnCluster()
 	c.LoadBench(100, 10)
 	w := kernelWriter(t, ipt, backend, c)
@@ -188,7 +188,7 @@ func BenchmarkCheckDriftKernel(b *testing.B) {
 				kerneltest.Require(b, kernelTools(backend)...)
 				ctx := context.Background()
 				ns := kerneltest.NewNS(b)
-				ipt := newNSIPT(b, ns, backend, iptables.ProtocolIPv4)
+				ipt := newNSIPT(b, ns, backend, v1.IPv4Protocol)
 				c := benchCluster(size)
 				w := kernelWriter(b, ipt, backend, c)
 				var top, save time.Duration

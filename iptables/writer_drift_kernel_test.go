@@ -54,7 +54,7 @@ func forKernelBenchSizes(t *testing.T, sizes []benchSize, fn func(t *testing.T, 
 func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize) {
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
-	ipt := newNSIPT(t, ns, backend, iptables.ProtocolIPv4)
+	ipt := newNSIPT(t, ns, backend, v1.IPv4Protocol)
 	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}, RandomFully: ipt.ipt.HasRandomFully()}
 	if backend == iptables.BackendNFT {
 		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit

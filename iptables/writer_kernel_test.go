@@ -60,7 +60,7 @@ func newKernelNode(t *testing.T, backend iptables.Backend) *kernelNode {
 	nw := kerneltest.NewProxyNetwork(t, nc)
 	k.node, k.client, k.pods = nw.Node, nw.Client, nw.Pods
 
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend))
+	ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend))
 	if err != nil {
 		t.Fatalf("iptables %s: %v", backend, err)
 	}
@@ -399,7 +399,7 @@ func TestWriterRestoreTime(t *testing.T) {
 func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend))
+	ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +506,7 @@ func testWriterKernelIPv6(t *testing.T, backend iptables.Backend) {
 	})
 	node, client := nw.Node, nw.Client
 
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv6, iptables.WithBackend(backend))
+	ipt, err := iptables.New(ctx, v1.IPv6Protocol, iptables.WithBackend(backend))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 	var errs []error
 	for _, ipt := range c.IPTables {
 		if _, err := iptables.CleanupChains(ctx, ipt, names.IsModeChain); err != nil {
-			errs = append(errs, fmt.Errorf("IPVS mode cleanup, %s rules: %w", ipt.Protocol(), err))
+			errs = append(errs, fmt.Errorf("IPVS mode cleanup, %s rules: %w", ipt.Family(), err))
 		}
 	}
 	if c.IPSets != nil {
@@ -191,7 +191,7 @@ func (n *Names) FindLeftovers(ctx context.Context, ipt iptables.Interface) (Left
 	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
 		buf.Reset()
 		if err := ipt.SaveInto(ctx, t, &buf); err != nil {
-			return l, fmt.Errorf("looking for leftover rules in %s table %s: %w", ipt.Protocol(), t, err)
+			return l, fmt.Errorf("looking for leftover rules in %s table %s: %w", ipt.Family(), t, err)
 		}
 		for _, c := range iptables.ChainsFromSave(buf.Bytes()) {
 			ipvsMode, writer := n.IsModeChain(t, c), n.chains.IsWriterChain(t, c)

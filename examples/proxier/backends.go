@@ -218,9 +218,9 @@ func familyIPTables(ctx context.Context, env *environment, families []v1.IPFamil
 }
 
 func usableIPTables(ctx context.Context, env *environment, family v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
-	proto := iptables.ProtocolIPv4
+	proto := v1.IPv4Protocol
 	if family == v1.IPv6Protocol {
-		proto = iptables.ProtocolIPv6
+		proto = v1.IPv6Protocol
 	}
 	ipt, err := env.newIPTables(ctx, proto, b)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/iptables"
+	v1 "k8s.io/api/core/v1"
 )
 
 const driftRepairs = `kubeproxy_sync_proxy_rules_iptables_drift_repairs_total{ip_family="IPv4"}`
@@ -41,8 +42,8 @@ func TestE2EDriftRepair(t *testing.T) {
 		} else {
 			victim := string(iptables.ServiceClusterChain(portName("victim", "http")))
 			k.deleteRule(t, "KUBE-SERVICES", "e2e/victim:http cluster IP")
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-F", victim)
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-X", victim)
+			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-F", victim)
+			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-X", victim)
 		}
 		deleted := time.Now()
 		k.eventually(e2eSyncPeriod+5*time.Second, "the deleted service answering again", func() error {
@@ -87,7 +88,7 @@ func TestE2EStaleChainsAfterRestart(t *testing.T) {
 				return k.nftChains(t)
 			}
 			var names []string
-			for _, c := range iptables.ChainsFromSave([]byte(strings.ReplaceAll(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), "-N ", ":"))) {
+			for _, c := range iptables.ChainsFromSave([]byte(strings.ReplaceAll(k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S"), "-N ", ":"))) {
 				names = append(names, string(c))
 			}
 			return names

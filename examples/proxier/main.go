@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
@@ -61,7 +62,7 @@ type environment struct {
 	// detectBackend picks the iptables backend; newIPTables makes the
 	// Interface of one family for it.
 	detectBackend func(ctx context.Context) (iptables.Backend, error)
-	newIPTables   func(ctx context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error)
+	newIPTables   func(ctx context.Context, p v1.IPFamily, b iptables.Backend) (iptables.Interface, error)
 	conntrack     conntrack.Interface
 	kernel        *kernel.Kernel
 	// openIPVS opens IPVS mode's kernel side, with the IPVS table when
@@ -100,7 +101,7 @@ func realEnvironment(stdout io.Writer) *environment {
 		detectBackend: func(ctx context.Context) (iptables.Backend, error) {
 			return iptables.DetectBackend(ctx, nil)
 		},
-		newIPTables: func(ctx context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
+		newIPTables: func(ctx context.Context, p v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
 			return iptables.New(ctx, p, iptables.WithBackend(b), iptables.WithLockFile(lockFile))
 		},
 		conntrack: conntrack.New(),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
@@ -89,7 +90,7 @@ func removeIPTablesModes(ctx context.Context, env *environment, names *ipvsmode.
 		return
 	}
 	ipvsMode := false
-	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+	for _, proto := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		ipt, err := env.newIPTables(ctx, proto, b)
 		if err != nil {
 			logger.V(2).Info("Not looking for the rules of iptables or IPVS mode in this family: no usable iptables", "family", proto, "reason", err)
@@ -132,9 +133,9 @@ func removeModeRules(ctx context.Context, names *ipvsmode.Names, ipts []iptables
 			continue
 		}
 		seen = true
-		logger.Info("Removing the rules of a proxier that ran here in another mode", "mode", mode, "family", ipt.Protocol())
+		logger.Info("Removing the rules of a proxier that ran here in another mode", "mode", mode, "family", ipt.Family())
 		if _, err := cleanupRules(ctx, ipt, names); err != nil {
-			logger.Error(err, "Removing the rules of the other mode", "mode", mode, "family", ipt.Protocol())
+			logger.Error(err, "Removing the rules of the other mode", "mode", mode, "family", ipt.Family())
 		}
 	}
 	return seen
@@ -161,7 +162,7 @@ func cleanup(ctx context.Context, env *environment, names *ipvsmode.Names, table
 		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
 	cleaned := 0
-	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+	for _, proto := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		ipt, err := env.newIPTables(ctx, proto, b)
 		if err != nil {
 			logger.Info("Nothing to clean up: no usable iptables for this family", "family", proto, "backend", b, "reason", err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/ipset"
@@ -433,7 +434,7 @@ func TestWithoutNFT(t *testing.T) {
 // iptables works, rather than reporting success.
 func TestCleanupWithoutIPTables(t *testing.T) {
 	env := newFakeNode(t).environment(t, io.Discard)
-	env.newIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
+	env.newIPTables = func(context.Context, v1.IPFamily, iptables.Backend) (iptables.Interface, error) {
 		return nil, errors.New("iptables: not found")
 	}
 	if _, err := runArgs(t, env, "--cleanup"); err == nil || !strings.Contains(err.Error(), "no iptables of backend nft works here") {
