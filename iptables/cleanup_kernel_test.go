@@ -89,7 +89,7 @@ func testCleanupKernel(t *testing.T, backend iptables.Backend) {
 	}
 	var n int
 	do(func() (err error) {
-		n, err = iptables.Cleanup(ctx, ipt)
+		n, err = kubeChains.Cleanup(ctx, ipt)
 		return err
 	})
 	if diff := cmp.Diff(before, saveAll()); diff != "" {
@@ -107,7 +107,7 @@ func testCleanupKernel(t *testing.T, backend iptables.Backend) {
 	})
 	var cleanupErr error
 	do(func() error {
-		_, cleanupErr = iptables.Cleanup(ctx, ipt)
+		_, cleanupErr = kubeChains.Cleanup(ctx, ipt)
 		return nil
 	})
 	if cleanupErr == nil || !strings.Contains(cleanupErr.Error(), "KUBE-MARK-MASQ (used by CNI-HOSTPORT-SETMARK)") {

@@ -90,7 +90,7 @@ func testDriftRepairKernel(t *testing.T, backend iptables.Backend) {
 	want := natSave()
 	chains := 0
 	for _, ch := range iptables.ChainsFromSave([]byte(want)) {
-		if iptables.IsServiceChain(ch) {
+		if kubeChains.IsServiceChain(ch) {
 			chains++
 		}
 	}
@@ -113,7 +113,7 @@ func testDriftRepairKernel(t *testing.T, backend iptables.Backend) {
 		}
 	}
 
-	svc := iptables.ServiceClusterChain(portName("bench", "svc-1", "p", v1.ProtocolTCP))
+	svc := kubeChains.ServiceCluster(portName("bench", "svc-1", "p", v1.ProtocolTCP))
 	var jump []string
 	var sep iptables.Chain
 	var buf bytes.Buffer

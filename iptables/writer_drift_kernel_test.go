@@ -114,7 +114,7 @@ func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize
 
 	// A service's jump and chain deleted by hand, and a node port's
 	// reject rule.
-	svc1 := iptables.ServiceClusterChain(portName("bench", "svc-1", "p", v1.ProtocolTCP))
+	svc1 := kubeChains.ServiceCluster(portName("bench", "svc-1", "p", v1.ProtocolTCP))
 	var buf bytes.Buffer
 	ipt.must(func(i iptables.Interface) error {
 		return i.ListRules(ctx, iptables.TableNAT, iptables.KubeServicesChain, &buf)

@@ -102,7 +102,7 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 // with kube-proxy's names ([Names.IsModeChain] for another prefix). A
 // proxier that may have run in both modes cleans up with
 // iptables.CleanupChains and an owner that accepts both this and
-// iptables.IsWriterChain, since the modes share chains.
+// iptables.DefaultChainNames().IsWriterChain, since the modes share chains.
 func IsModeChain(t iptables.Table, c iptables.Chain) bool {
 	return defaultModeNames.IsModeChain(t, c)
 }
@@ -164,14 +164,14 @@ func cleanupVirtualServers(ctx context.Context, iface ipvs.Interface, exclude []
 // until the first sync (kubernetes#75360).
 type Leftovers struct {
 	// IPVSMode is set when a chain only IPVS mode makes (one IsModeChain
-	// accepts and iptables.IsWriterChain does not) is there:
+	// accepts and iptables.DefaultChainNames().IsWriterChain does not) is there:
 	// KUBE-NODE-PORT, KUBE-LOAD-BALANCER, KUBE-SOURCE-RANGES-FIREWALL or
 	// KUBE-IPVS-FILTER. Cleanup removes them.
 	IPVSMode bool
 	// IPTablesMode is set when a chain only the iptables rule writer
 	// makes (the other way round) is there: KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-SERVICES
 	// in the filter table, a per-service or per-endpoint chain, or its
-	// iptables.ProxyCanaryChain. iptables.Cleanup removes them.
+	// iptables.ProxyCanaryChain. iptables.DefaultChainNames().Cleanup removes them.
 	IPTablesMode bool
 }
 

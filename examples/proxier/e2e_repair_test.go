@@ -40,7 +40,7 @@ func TestE2EDriftRepair(t *testing.T) {
 		if m.mode == modeNFTables {
 			k.nft(t, "delete", "table", "ip", "kube-proxy")
 		} else {
-			victim := string(iptables.ServiceClusterChain(portName("victim", "http")))
+			victim := string(iptables.DefaultChainNames().ServiceCluster(portName("victim", "http")))
 			k.deleteRule(t, "KUBE-SERVICES", "e2e/victim:http cluster IP")
 			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-F", victim)
 			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-X", victim)
@@ -103,8 +103,8 @@ func TestE2EStaleChainsAfterRestart(t *testing.T) {
 			// newE2EModeNode) or a Local external policy have chains.
 			live = []string{k.nftChainOf(t, "service-", "-e2e/sticky/tcp/http"), k.nftChainOf(t, "endpoint-", "-e2e/sticky/tcp/http__10.244.0.11/8080")}
 		} else {
-			stale = []string{string(iptables.ServiceClusterChain(victim)), string(iptables.EndpointChain(victim, "10.244.0.13:8080"))}
-			live = []string{string(iptables.ServiceClusterChain(portName("ext", "http"))), string(iptables.EndpointChain(portName("ext", "http"), "10.244.0.11:8080"))}
+			stale = []string{string(iptables.DefaultChainNames().ServiceCluster(victim)), string(iptables.DefaultChainNames().Endpoint(victim, "10.244.0.13:8080"))}
+			live = []string{string(iptables.DefaultChainNames().ServiceCluster(portName("ext", "http"))), string(iptables.DefaultChainNames().Endpoint(portName("ext", "http"), "10.244.0.11:8080"))}
 		}
 		before := chains()
 		for _, c := range append(append([]string(nil), stale...), live...) {
@@ -140,7 +140,7 @@ func TestE2EStaleChainsAfterRestart(t *testing.T) {
 func countServiceChains(chains []string) int {
 	n := 0
 	for _, c := range chains {
-		if iptables.IsServiceChain(iptables.Chain(c)) || strings.Contains(c, "/") {
+		if iptables.DefaultChainNames().IsServiceChain(iptables.Chain(c)) || strings.Contains(c, "/") {
 			n++
 		}
 	}

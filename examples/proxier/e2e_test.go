@@ -700,7 +700,7 @@ func testE2E(t *testing.T, m e2eMode) {
 				}
 			}
 		} else {
-			victim := iptables.ServiceClusterChain(portName("victim", "http"))
+			victim := iptables.DefaultChainNames().ServiceCluster(portName("victim", "http"))
 			if strings.Contains(k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S"), string(victim)) {
 				t.Errorf("victim's chain %s is still there", victim)
 			}
@@ -732,7 +732,7 @@ func testE2E(t *testing.T, m e2eMode) {
 			// between two nft commands, before the rule is in it.
 			k.nft(t, "add", "chain", "ip", "kube-proxy", "e2e-user", ";", "add", "rule", "ip", "kube-proxy", "e2e-user", "jump", added)
 		} else {
-			added := iptables.ServiceClusterChain(portName("added", "http"))
+			added := iptables.DefaultChainNames().ServiceCluster(portName("added", "http"))
 			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-N", "E2E-USER")
 			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-A", "E2E-USER", "-j", string(added))
 		}

@@ -268,7 +268,7 @@ func TestModeSwitch(t *testing.T) {
 		t.Errorf("after switching to IPVS mode the node holds %+v:\n%s\nlog:\n%s", l, node.ipt4.Dump(), log)
 	}
 	for _, c := range node.ipt4.Chains(iptables.TableNAT) {
-		if iptables.IsServiceChain(c) {
+		if iptables.DefaultChainNames().IsServiceChain(c) {
 			t.Errorf("iptables mode's chain %s is left", c)
 		}
 	}
