@@ -450,11 +450,6 @@ func (w *Writer) JumpRules() []JumpRule {
 	return rules
 }
 
-func (w *Writer) sameFamily(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	return ip.IsValid() && ip.Is6() == w.isIPv6
-}
-
 // RequestFullSync makes the next Sync full: call it when another program
 // may have flushed the rules (Interface.Monitor's reloadFunc). It is safe
 // to call from any goroutine.
