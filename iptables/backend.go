@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
 )
@@ -164,13 +165,13 @@ type commands struct {
 	iptables, save, restore string
 }
 
-// resolveCommands finds the binaries of backend b for protocol p: the
+// resolveCommands finds the binaries of backend b for family f: the
 // suffixed ones (iptables-nft, ...) if installed, else the plain ones if
 // their --version reports that backend. It returns them with the version
 // they report.
-func resolveCommands(ctx context.Context, exec utilexec.Interface, b Backend, p Protocol) (commands, Version, error) {
+func resolveCommands(ctx context.Context, exec utilexec.Interface, b Backend, f v1.IPFamily) (commands, Version, error) {
 	base := "iptables"
-	if p == ProtocolIPv6 {
+	if f == v1.IPv6Protocol {
 		base = "ip6tables"
 	}
 	if b != BackendLegacy && b != BackendNFT {
@@ -190,7 +191,7 @@ func resolveCommands(ctx context.Context, exec utilexec.Interface, b Backend, p 
 	}
 	plain := commands{iptables: base, save: base + "-save", restore: base + "-restore"}
 	if _, err := exec.LookPath(plain.iptables); err != nil {
-		return commands{}, Version{}, fmt.Errorf("%s backend for %s: neither %s nor %s found", b, p, suffixed.iptables, plain.iptables)
+		return commands{}, Version{}, fmt.Errorf("%s backend for %s: neither %s nor %s found", b, f, suffixed.iptables, plain.iptables)
 	}
 	v, mode, err := runVersion(ctx, exec, plain.iptables)
 	if err != nil {
@@ -201,7 +202,7 @@ func resolveCommands(ctx context.Context, exec utilexec.Interface, b Backend, p 
 		plainBackend = BackendNFT
 	}
 	if plainBackend != b {
-		return commands{}, Version{}, fmt.Errorf("%s backend for %s: %s not found and %s uses the %s backend", b, p, suffixed.iptables, plain.iptables, plainBackend)
+		return commands{}, Version{}, fmt.Errorf("%s backend for %s: %s not found and %s uses the %s backend", b, f, suffixed.iptables, plain.iptables, plainBackend)
 	}
 	return plain, v, nil
 }

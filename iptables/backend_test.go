@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 func TestDetectBackend(t *testing.T) {
@@ -68,16 +70,16 @@ func TestResolveCommands(t *testing.T) {
 		paths   []string
 		version string
 		backend Backend
-		proto   Protocol
+		proto   v1.IPFamily
 		want    commands
 		wantErr bool
 	}{
-		{name: "suffixed", paths: keys(allBinaries()), version: "ip6tables v1.8.9 (legacy)", backend: BackendLegacy, proto: ProtocolIPv6,
+		{name: "suffixed", paths: keys(allBinaries()), version: "ip6tables v1.8.9 (legacy)", backend: BackendLegacy, proto: v1.IPv6Protocol,
 			want: commands{"ip6tables-legacy", "ip6tables-legacy-save", "ip6tables-legacy-restore"}},
-		{name: "plain legacy", paths: []string{"iptables"}, version: "iptables v1.6.1", backend: BackendLegacy, proto: ProtocolIPv4,
+		{name: "plain legacy", paths: []string{"iptables"}, version: "iptables v1.6.1", backend: BackendLegacy, proto: v1.IPv4Protocol,
 			want: commands{"iptables", "iptables-save", "iptables-restore"}},
-		{name: "plain nft asked for legacy", paths: []string{"iptables"}, version: "iptables v1.8.4 (nf_tables)", backend: BackendLegacy, proto: ProtocolIPv4, wantErr: true},
-		{name: "none", backend: BackendNFT, proto: ProtocolIPv4, wantErr: true},
+		{name: "plain nft asked for legacy", paths: []string{"iptables"}, version: "iptables v1.8.4 (nf_tables)", backend: BackendLegacy, proto: v1.IPv4Protocol, wantErr: true},
+		{name: "none", backend: BackendNFT, proto: v1.IPv4Protocol, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &scriptExec{paths: map[string]bool{}, handle: func(string, []string, string) result { return result{stdout: tc.version} }}

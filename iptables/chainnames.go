@@ -161,8 +161,7 @@ func validChainPrefix(prefix string) error {
 	return nil
 }
 
-// defaultNames are kube-proxy's names, behind the package-level constants
-// and functions.
+// defaultNames are kube-proxy's names, behind the package-level constants.
 var defaultNames = func() *ChainNames {
 	n, err := NewChainNames(DefaultChainPrefix)
 	if err != nil {
@@ -172,7 +171,8 @@ var defaultNames = func() *ChainNames {
 }()
 
 // DefaultChainNames returns the names with [DefaultChainPrefix]:
-// kube-proxy's, the ones the package-level constants and functions give.
+// kube-proxy's, the ones the package-level constants give. Every call
+// returns the same names, which no method changes.
 func DefaultChainNames() *ChainNames { return defaultNames }
 
 // Prefix returns the prefix, without the dash that follows it in names.
@@ -289,82 +289,50 @@ func (n *ChainNames) portChain(kind chainKind, name changetracker.ServicePortNam
 	return chainRef{kind: kind, hash: hashInto(appendPortKey(nil, name))}.chain(n)
 }
 
-// ServiceCluster is [ServiceClusterChain] with these names' prefix.
+// ServiceCluster returns the PREFIX-SVC-* chain of a service port (KUBE-SVC-*
+// with kube-proxy's names): the chain that picks among all the port's usable
+// endpoints. The name depends only on the prefix and the namespace, service
+// name, port name and protocol, and with [DefaultChainNames] equals the one
+// kube-proxy uses.
 func (n *ChainNames) ServiceCluster(name changetracker.ServicePortName) Chain {
 	return n.portChain(kindSVC, name)
 }
 
-// ServiceLocal is [ServiceLocalChain] with these names' prefix.
+// ServiceLocal returns the PREFIX-SVL-* chain of a service port: the chain
+// that picks among the port's endpoints on this node. It is named like
+// [ChainNames.ServiceCluster].
 func (n *ChainNames) ServiceLocal(name changetracker.ServicePortName) Chain {
 	return n.portChain(kindSVL, name)
 }
 
-// ServiceExternal is [ServiceExternalChain] with these names' prefix.
+// ServiceExternal returns the PREFIX-EXT-* chain of a service port, which
+// handles traffic to its node port, external IPs and load-balancer VIPs. It
+// is named like [ChainNames.ServiceCluster].
 func (n *ChainNames) ServiceExternal(name changetracker.ServicePortName) Chain {
 	return n.portChain(kindEXT, name)
 }
 
-// ServiceFirewall is [ServiceFirewallChain] with these names' prefix.
+// ServiceFirewall returns the PREFIX-FW-* chain of a service port, which lets
+// load-balancer traffic through only from loadBalancerSourceRanges. It is
+// named like [ChainNames.ServiceCluster].
 func (n *ChainNames) ServiceFirewall(name changetracker.ServicePortName) Chain {
 	return n.portChain(kindFW, name)
 }
 
-// Endpoint is [EndpointChain] with these names' prefix.
+// Endpoint returns the PREFIX-SEP-* chain of one endpoint of a service port;
+// endpoint is the endpoint's "ip:port" as Endpoint.String returns it
+// ("[fd00::1]:80" for IPv6). Two service ports sharing an endpoint get
+// different chains.
 func (n *ChainNames) Endpoint(name changetracker.ServicePortName, endpoint string) Chain {
 	key := append(appendPortKey(nil, name), endpoint...)
 	return chainRef{kind: kindSEP, hash: hashInto(key)}.chain(n)
 }
 
-// IsServiceChain is the package's [IsServiceChain] for these names'
-// prefix: PREFIX-SVC-, -SVL-, -EXT-, -FW- or -SEP- followed by 16
-// characters.
+// IsServiceChain reports whether c has the form of a per-service or
+// per-endpoint chain that a writer with these names makes: PREFIX-SVC-,
+// -SVL-, -EXT-, -FW- or -SEP- followed by 16 characters. Top-level chains
+// such as PREFIX-SERVICES are not, nor are another prefix's chains.
 func (n *ChainNames) IsServiceChain(c Chain) bool {
 	_, ok := n.parseRef(string(c))
 	return ok
-}
-
-// ServiceClusterChain returns the KUBE-SVC-* chain of a service port: the
-// chain that picks among all the port's usable endpoints. The name depends
-// only on the namespace, service name, port name and protocol, and equals
-// the one kube-proxy uses.
-func ServiceClusterChain(name changetracker.ServicePortName) Chain {
-	return defaultNames.portChain(kindSVC, name)
-}
-
-// ServiceLocalChain returns the KUBE-SVL-* chain of a service port: the
-// chain that picks among the port's endpoints on this node. It is named
-// like [ServiceClusterChain].
-func ServiceLocalChain(name changetracker.ServicePortName) Chain {
-	return defaultNames.portChain(kindSVL, name)
-}
-
-// ServiceExternalChain returns the KUBE-EXT-* chain of a service port,
-// which handles traffic to its node port, external IPs and load-balancer
-// VIPs. It is named like [ServiceClusterChain].
-func ServiceExternalChain(name changetracker.ServicePortName) Chain {
-	return defaultNames.portChain(kindEXT, name)
-}
-
-// ServiceFirewallChain returns the KUBE-FW-* chain of a service port,
-// which lets load-balancer traffic through only from
-// loadBalancerSourceRanges. It is named like [ServiceClusterChain].
-func ServiceFirewallChain(name changetracker.ServicePortName) Chain {
-	return defaultNames.portChain(kindFW, name)
-}
-
-// EndpointChain returns the KUBE-SEP-* chain of one endpoint of a service
-// port; endpoint is the endpoint's "ip:port" as Endpoint.String returns it
-// ("[fd00::1]:80" for IPv6). Two service ports sharing an endpoint get
-// different chains.
-func EndpointChain(name changetracker.ServicePortName, endpoint string) Chain {
-	return defaultNames.Endpoint(name, endpoint)
-}
-
-// IsServiceChain reports whether c has the form of a per-service or
-// per-endpoint chain that a writer with [DefaultChainPrefix] makes: one of
-// the KUBE-SVC-, KUBE-SVL-, KUBE-EXT-, KUBE-FW- or KUBE-SEP- prefixes
-// followed by 16 characters. Top-level chains such as KUBE-SERVICES are
-// not.
-func IsServiceChain(c Chain) bool {
-	return defaultNames.IsServiceChain(c)
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 )
 
+// kubeChains are kube-proxy's chain names, which most tests expect.
+var kubeChains = iptables.DefaultChainNames()
+
 func portName(ns, name, port string, proto v1.Protocol) changetracker.ServicePortName {
 	return changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Port: port, Protocol: proto}
 }
@@ -22,12 +25,12 @@ func portName(ns, name, port string, proto v1.Protocol) changetracker.ServicePor
 func TestChainNamesMatchKubeProxy(t *testing.T) {
 	svc1 := portName("ns1", "svc1", "p80", v1.ProtocolTCP)
 	got := []iptables.Chain{
-		iptables.ServiceClusterChain(svc1),
-		iptables.ServiceLocalChain(svc1),
-		iptables.ServiceExternalChain(svc1),
-		iptables.ServiceFirewallChain(svc1),
-		iptables.EndpointChain(svc1, "10.180.0.1:80"),
-		iptables.EndpointChain(svc1, "10.180.2.1:80"),
+		kubeChains.ServiceCluster(svc1),
+		kubeChains.ServiceLocal(svc1),
+		kubeChains.ServiceExternal(svc1),
+		kubeChains.ServiceFirewall(svc1),
+		kubeChains.Endpoint(svc1, "10.180.0.1:80"),
+		kubeChains.Endpoint(svc1, "10.180.2.1:80"),
 	}
 	want := []iptables.Chain{
 		"KUBE-SVC-XPGD46QRK7WJZT7O",
@@ -59,7 +62,7 @@ func TestChainNamesDistinguishPorts(t *testing.T) {
 		if len(c) > iptables.MaxChainNameLength {
 			t.Errorf("%s: chain %s is longer than %d bytes", what, c, iptables.MaxChainNameLength)
 		}
-		if !iptables.IsServiceChain(c) {
+		if !kubeChains.IsServiceChain(c) {
 			t.Errorf("%s: IsServiceChain(%s) = false", what, c)
 		}
 		if other, dup := seen[c]; dup {
@@ -69,13 +72,13 @@ func TestChainNamesDistinguishPorts(t *testing.T) {
 	}
 	for _, n := range names {
 		what := n.String() + "/" + string(n.Protocol)
-		check(iptables.ServiceClusterChain(n), what+" SVC")
-		check(iptables.ServiceLocalChain(n), what+" SVL")
-		check(iptables.ServiceExternalChain(n), what+" EXT")
-		check(iptables.ServiceFirewallChain(n), what+" FW")
-		check(iptables.EndpointChain(n, "10.0.0.1:80"), what+" SEP 10.0.0.1:80")
-		check(iptables.EndpointChain(n, "10.0.0.1:81"), what+" SEP 10.0.0.1:81")
-		check(iptables.EndpointChain(n, "[fd00::1]:80"), what+" SEP [fd00::1]:80")
+		check(kubeChains.ServiceCluster(n), what+" SVC")
+		check(kubeChains.ServiceLocal(n), what+" SVL")
+		check(kubeChains.ServiceExternal(n), what+" EXT")
+		check(kubeChains.ServiceFirewall(n), what+" FW")
+		check(kubeChains.Endpoint(n, "10.0.0.1:80"), what+" SEP 10.0.0.1:80")
+		check(kubeChains.Endpoint(n, "10.0.0.1:81"), what+" SEP 10.0.0.1:81")
+		check(kubeChains.Endpoint(n, "[fd00::1]:80"), what+" SEP [fd00::1]:80")
 	}
 }
 
@@ -96,7 +99,7 @@ func TestIsServiceChain(t *testing.T) {
 		{"KUBE-XLB-XPGD46QRK7WJZT7O", false},
 		{"", false},
 	} {
-		if got := iptables.IsServiceChain(tc.chain); got != tc.want {
+		if got := kubeChains.IsServiceChain(tc.chain); got != tc.want {
 			t.Errorf("IsServiceChain(%q) = %v, want %v", tc.chain, got, tc.want)
 		}
 	}

@@ -39,15 +39,15 @@ func TestChainNames(t *testing.T) {
 			n.ServiceCluster(web), n.ServiceLocal(web), n.ServiceExternal(web), n.ServiceFirewall(web), n.Endpoint(web, "10.0.0.1:80"),
 		}
 	}
-	// kube-proxy's names, from the package's constants and functions.
+	// kube-proxy's names, from the package's constants and DefaultChainNames.
 	kube := names{
 		iptables.KubeServicesChain, iptables.KubeExternalServicesChain, iptables.KubeNodePortsChain, iptables.KubePostroutingChain,
 		iptables.KubeMarkMasqChain, iptables.KubeForwardChain, iptables.KubeProxyFirewallChain, iptables.ProxyCanaryChain,
-		iptables.ServiceClusterChain(web), iptables.ServiceLocalChain(web), iptables.ServiceExternalChain(web),
-		iptables.ServiceFirewallChain(web), iptables.EndpointChain(web, "10.0.0.1:80"),
+		kubeChains.ServiceCluster(web), kubeChains.ServiceLocal(web), kubeChains.ServiceExternal(web),
+		kubeChains.ServiceFirewall(web), kubeChains.Endpoint(web, "10.0.0.1:80"),
 	}
 	if !strings.HasPrefix(string(kube.SVC), "KUBE-SVC-") {
-		t.Fatalf("ServiceClusterChain = %s", kube.SVC)
+		t.Fatalf("ServiceCluster = %s", kube.SVC)
 	}
 	hash := func(c iptables.Chain) string { return string(c[len(c)-16:]) }
 	for _, tc := range []struct {
@@ -262,7 +262,7 @@ func TestTwoWritersShareTables(t *testing.T) {
 	if diff := cmp.Diff(kubeBefore, iptablestest.PrefixLines(f.Dump(), "KUBE")); diff != "" {
 		t.Errorf("the %s writer's syncs and cleanup changed KUBE's rules:\n%s", otherPrefix, diff)
 	}
-	if _, err := iptables.Cleanup(ctx, f); err != nil {
+	if _, err := kubeChains.Cleanup(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	if left := iptablestest.PrefixLines(f.Dump(), "KUBE"); len(left) > 0 {
@@ -294,7 +294,7 @@ func TestChainNamesOwnership(t *testing.T) {
 		{iptables.TableFilter, "PROXYB-FIREWALL", false, false},
 		{iptables.TableNAT, "KUBE-MARK-DROP", false, false},
 	} {
-		if got := kube.IsWriterChain(tc.table, tc.chain); got != tc.kube || got != iptables.IsWriterChain(tc.table, tc.chain) {
+		if got := kube.IsWriterChain(tc.table, tc.chain); got != tc.kube {
 			t.Errorf("KUBE owns %s %s: %v, want %v", tc.table, tc.chain, got, tc.kube)
 		}
 		if got := other.IsWriterChain(tc.table, tc.chain); got != tc.other {

@@ -11,7 +11,8 @@ import (
 
 // ProxyCanaryChain is the chain a service proxy passes to
 // [Interface.Monitor], named as kube-proxy names it ([ChainNames.Canary]
-// for another prefix). [Cleanup] removes it from every table it is in.
+// for another prefix). [ChainNames.Cleanup] removes it from every table it
+// is in.
 const ProxyCanaryChain Chain = "KUBE-PROXY-CANARY"
 
 // cleanupTables are the tables Cleanup looks at: the two the Writer
@@ -22,17 +23,13 @@ var cleanupTables = []Table{TableFilter, TableNAT, TableMangle}
 // [CleanupChains] cleans up after.
 type ChainOwner func(t Table, c Chain) bool
 
-// IsWriterChain is the [ChainOwner] of [Cleanup]: it reports whether chain
-// c of table t is made by a Writer with [DefaultChainPrefix] or by
-// its EnsureJumpRules, or is the proxy's canary. Chains that other programs
-// make with similar names (the kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY,
-// KUBE-IPTABLES-HINT, KUBE-MARK-DROP) are not.
-func IsWriterChain(t Table, c Chain) bool { return defaultNames.IsWriterChain(t, c) }
-
-// IsWriterChain is the package's [IsWriterChain] for the chains of these
-// names: it accepts only chains with their prefix, so a [ChainOwner] made
-// from it, given to [CleanupChains], leaves another prefix's chains and the
-// jumps to them alone.
+// IsWriterChain is the [ChainOwner] of [ChainNames.Cleanup]: it reports
+// whether chain c of table t is made by a Writer with these names or by its
+// jump rules, or is the proxy's canary. It accepts only chains with these
+// names' prefix, so given to [CleanupChains] it leaves another prefix's
+// chains and the jumps to them alone. Chains that other programs make with
+// similar names (the kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY,
+// KUBE-IPTABLES-HINT, KUBE-MARK-DROP) are not the writer's.
 func (n *ChainNames) IsWriterChain(t Table, c Chain) bool {
 	if c == n.canary {
 		return true
@@ -53,15 +50,16 @@ func (n *ChainNames) IsWriterChain(t Table, c Chain) bool {
 	return false
 }
 
-// Cleanup removes what a service proxy built on this package made in ipt's
-// IP family: the Writer's chains (the top-level KUBE-SERVICES,
-// KUBE-NODEPORTS, KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-EXTERNAL-SERVICES,
-// KUBE-FORWARD and KUBE-PROXY-FIREWALL, and every per-service and
-// per-endpoint chain in the nat table), the [ProxyCanaryChain] in any table,
-// and every rule in a built-in chain that jumps to one of them (the rules
-// of [Writer.JumpRules], and any other jump a proxy may have added). Nothing else
-// is touched: chains of other programs, including the kubelet's KUBE-*
-// chains, keep their rules.
+// Cleanup removes what a service proxy built on this package, with these
+// names, made in ipt's IP family: the Writer's chains (with
+// [DefaultChainNames], the top-level KUBE-SERVICES, KUBE-NODEPORTS,
+// KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-EXTERNAL-SERVICES, KUBE-FORWARD and
+// KUBE-PROXY-FIREWALL, and every per-service and per-endpoint chain in the
+// nat table), the canary chain in any table, and every rule in a built-in
+// chain that jumps to one of them (the rules of [Writer.JumpRules], and any
+// other jump a proxy may have added). Nothing else is touched: chains of
+// other programs, including the kubelet's KUBE-* chains, and the chains of
+// another prefix, with the built-in chains' jumps to them, keep their rules.
 //
 // Each table is changed with one iptables-restore, so it is cleaned
 // entirely or not at all. A chain of the proxy that a rule of another
@@ -73,21 +71,12 @@ func (n *ChainNames) IsWriterChain(t Table, c Chain) bool {
 //
 // It returns how many chains it deleted. Errors name the table; they are
 // joined, so that a failure in one table does not stop the others.
-//
-// Cleanup removes kube-proxy's names ([DefaultChainPrefix]); for a writer
-// with another WriterConfig.ChainPrefix use [ChainNames.Cleanup].
-func Cleanup(ctx context.Context, ipt Interface) (int, error) {
-	return CleanupChains(ctx, ipt, IsWriterChain)
-}
-
-// Cleanup is the package's [Cleanup] for the chains of these names: the
-// chains of other prefixes, and the built-in chains' jumps to them, stay.
 func (n *ChainNames) Cleanup(ctx context.Context, ipt Interface) (int, error) {
 	return CleanupChains(ctx, ipt, n.IsWriterChain)
 }
 
-// CleanupChains is [Cleanup] for the chains that owned says are the
-// proxy's, in the filter, nat and mangle tables: a proxy whose chains
+// CleanupChains is [ChainNames.Cleanup] for the chains that owned says are
+// the proxy's, in the filter, nat and mangle tables: a proxy whose chains
 // differ from the Writer's (IPVS mode, or a proxier that ran in more than
 // one mode, with an owner that joins theirs) removes them the same way,
 // one iptables-restore per table, keeping what other programs still jump
@@ -99,19 +88,19 @@ func CleanupChains(ctx context.Context, ipt Interface, owned ChainOwner) (int, e
 	for _, t := range cleanupTables {
 		save.Reset()
 		if err := ipt.SaveInto(ctx, t, &save); err != nil {
-			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, err))
+			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Family(), t, err))
 			continue
 		}
 		plan := planCleanup(t, save.Bytes(), owned)
 		if len(plan.chains) > 0 || len(plan.jumps) > 0 {
 			if err := ipt.Restore(ctx, t, plan.payload(t), NoFlushTables, NoRestoreCounters); err != nil {
-				errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, err))
+				errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Family(), t, err))
 				continue
 			}
 			deleted += len(plan.chains)
 		}
 		if len(plan.kept) > 0 {
-			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Protocol(), t, plan.keptError()))
+			errs = append(errs, fmt.Errorf("cleanup of %s table %s: %w", ipt.Family(), t, plan.keptError()))
 		}
 	}
 	return deleted, errors.Join(errs...)

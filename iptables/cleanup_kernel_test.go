@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
@@ -30,7 +31,7 @@ func TestCleanupKernel(t *testing.T) {
 func testCleanupKernel(t *testing.T, backend iptables.Backend) {
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend),
+	ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend),
 		iptables.WithLockFile(filepath.Join(t.TempDir(), "xtables.lock")))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func testCleanupKernel(t *testing.T, backend iptables.Backend) {
 	}
 	var n int
 	do(func() (err error) {
-		n, err = iptables.Cleanup(ctx, ipt)
+		n, err = kubeChains.Cleanup(ctx, ipt)
 		return err
 	})
 	if diff := cmp.Diff(before, saveAll()); diff != "" {
@@ -106,7 +107,7 @@ func testCleanupKernel(t *testing.T, backend iptables.Backend) {
 	})
 	var cleanupErr error
 	do(func() error {
-		_, cleanupErr = iptables.Cleanup(ctx, ipt)
+		_, cleanupErr = kubeChains.Cleanup(ctx, ipt)
 		return nil
 	})
 	if cleanupErr == nil || !strings.Contains(cleanupErr.Error(), "KUBE-MARK-MASQ (used by CNI-HOSTPORT-SETMARK)") {

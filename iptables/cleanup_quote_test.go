@@ -42,14 +42,14 @@ func TestCleanupQuotedComments(t *testing.T) {
 	want := f.Rules(iptables.TableFilter, iptables.ChainInput)
 	want = want[len(want)-len(keep):]
 
-	if _, err := iptables.Cleanup(ctx, f); err != nil {
+	if _, err := kubeChains.Cleanup(ctx, f); err != nil {
 		t.Fatalf("Cleanup: %v\n%s", err, f.Dump())
 	}
 	if diff := cmp.Diff(want, f.Rules(iptables.TableFilter, iptables.ChainInput)); diff != "" {
 		t.Errorf("INPUT after Cleanup (-want +got):\n%s", diff)
 	}
 	for _, table := range []iptables.Table{iptables.TableFilter, iptables.TableNAT} {
-		if i := slices.IndexFunc(f.Chains(table), func(c iptables.Chain) bool { return iptables.IsWriterChain(table, c) }); i >= 0 {
+		if i := slices.IndexFunc(f.Chains(table), func(c iptables.Chain) bool { return kubeChains.IsWriterChain(table, c) }); i >= 0 {
 			t.Errorf("table %s still has the proxy's chain %s", table, f.Chains(table)[i])
 		}
 	}

@@ -122,7 +122,7 @@ func TestCleanup(t *testing.T) {
 				t.Fatal("the proxy's rules did not change the tables")
 			}
 
-			n, err := iptables.Cleanup(ctx, f)
+			n, err := kubeChains.Cleanup(ctx, f)
 			if err != nil {
 				t.Fatalf("Cleanup: %v", err)
 			}
@@ -134,7 +134,7 @@ func TestCleanup(t *testing.T) {
 			}
 
 			// A second cleanup finds nothing to do.
-			if n, err := iptables.Cleanup(ctx, f); n != 0 || err != nil {
+			if n, err := kubeChains.Cleanup(ctx, f); n != 0 || err != nil {
 				t.Errorf("second Cleanup = %d, %v; want 0, nil", n, err)
 			}
 			if diff := cmp.Diff(before, f.Dump()); diff != "" {
@@ -148,7 +148,7 @@ func TestCleanup(t *testing.T) {
 // of a proxy's restores nothing: the Fake would create the tables if it did.
 func TestCleanupNothingThere(t *testing.T) {
 	f := iptablestest.NewFake()
-	if n, err := iptables.Cleanup(context.Background(), f); n != 0 || err != nil {
+	if n, err := kubeChains.Cleanup(context.Background(), f); n != 0 || err != nil {
 		t.Errorf("Cleanup = %d, %v; want 0, nil", n, err)
 	}
 	if d := f.Dump(); d != "" {
@@ -200,7 +200,7 @@ func TestCleanupKeepsUsedChains(t *testing.T) {
 			}
 			natBefore := f.Chains(iptables.TableNAT)
 
-			_, err := iptables.Cleanup(ctx, f)
+			_, err := kubeChains.Cleanup(ctx, f)
 			if err == nil {
 				t.Fatal("Cleanup succeeded, want an error naming the kept chains")
 			}
@@ -211,7 +211,7 @@ func TestCleanupKeepsUsedChains(t *testing.T) {
 			}
 			want := map[iptables.Chain]bool{}
 			for _, c := range natBefore {
-				if slices.Contains(tc.kept, c) || (tc.keepServiceChains && iptables.IsServiceChain(c)) {
+				if slices.Contains(tc.kept, c) || (tc.keepServiceChains && kubeChains.IsServiceChain(c)) {
 					want[c] = true
 				}
 			}

@@ -43,7 +43,7 @@
 //
 // The smallest use:
 //
-//	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4)
+//	ipt, err := iptables.New(ctx, v1.IPv4Protocol)
 //	if err != nil {
 //		return err
 //	}

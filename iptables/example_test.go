@@ -7,6 +7,7 @@ import (
 
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
+	v1 "k8s.io/api/core/v1"
 )
 
 // A LineBuffer builds restore input from words; Words and EndLine write a
@@ -99,7 +100,7 @@ func ExampleChainsFromSave() {
 // methods, in the network namespace whose rules they should change.
 func ExampleNew() {
 	ctx := context.Background()
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4)
+	ipt, err := iptables.New(ctx, v1.IPv4Protocol)
 	if err != nil {
 		fmt.Println("no iptables here:", err)
 		return

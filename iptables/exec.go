@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	utilexec "k8s.io/utils/exec"
@@ -110,7 +111,7 @@ func WithCommandTimeout(d time.Duration) Option {
 type runner struct {
 	exec     utilexec.Interface
 	clock    clock.Clock
-	protocol Protocol
+	family   v1.IPFamily
 	backend  Backend
 	cmds     commands
 	version  Version
@@ -130,8 +131,9 @@ type runner struct {
 
 var _ Interface = (*runner)(nil)
 
-// New returns the Interface for protocol that runs the real iptables
-// binaries. It finds the backend (from [WithBackend], or by
+// New returns the Interface for family that runs the real iptables binaries:
+// iptables for v1.IPv4Protocol, ip6tables for v1.IPv6Protocol; any other
+// family is an error naming it. It finds the backend (from [WithBackend], or by
 // [DetectBackend]) and its binaries, and runs "iptables --version" to learn
 // what they can do; any failure there is an error. Old versions are
 // accepted, with degraded features: before 1.4.11 the rule methods that
@@ -139,7 +141,7 @@ var _ Interface = (*runner)(nil)
 // wait for the xtables lock so New's Interface takes the lock itself, and
 // HasRandomFully reports false. On platforms other than Linux, New returns
 // an error wrapping [ErrNotSupported].
-func New(ctx context.Context, protocol Protocol, opts ...Option) (Interface, error) {
+func New(ctx context.Context, family v1.IPFamily, opts ...Option) (Interface, error) {
 	if err := platformSupported(); err != nil {
 		return nil, err
 	}
@@ -147,12 +149,12 @@ func New(ctx context.Context, protocol Protocol, opts ...Option) (Interface, err
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return newRunner(ctx, protocol, o)
+	return newRunner(ctx, family, o)
 }
 
-func newRunner(ctx context.Context, protocol Protocol, o options) (*runner, error) {
-	if protocol != ProtocolIPv4 && protocol != ProtocolIPv6 {
-		return nil, fmt.Errorf("iptables: unknown protocol %v", protocol)
+func newRunner(ctx context.Context, family v1.IPFamily, o options) (*runner, error) {
+	if family != v1.IPv4Protocol && family != v1.IPv6Protocol {
+		return nil, fmt.Errorf("iptables: unknown IP family %q", family)
 	}
 	backend := o.backend
 	if backend == "" {
@@ -168,14 +170,14 @@ func newRunner(ctx context.Context, protocol Protocol, o options) (*runner, erro
 		vctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	cmds, version, err := resolveCommands(vctx, o.exec, backend, protocol)
+	cmds, version, err := resolveCommands(vctx, o.exec, backend, family)
 	if err != nil {
 		return nil, err
 	}
 	r := &runner{
 		exec:     o.exec,
 		clock:    o.clock,
-		protocol: protocol,
+		family:   family,
 		backend:  backend,
 		cmds:     cmds,
 		version:  version,
@@ -188,7 +190,7 @@ func newRunner(ctx context.Context, protocol Protocol, o options) (*runner, erro
 		r.lockFile = o.lockFile
 		r.env = append(os.Environ(), "XTABLES_LOCKFILE="+o.lockFile)
 	}
-	klog.FromContext(ctx).V(2).Info("Using iptables", "protocol", protocol, "backend", backend, "command", cmds.iptables, "version", version, "randomFully", r.feat.randomFully)
+	klog.FromContext(ctx).V(2).Info("Using iptables", "family", family, "backend", backend, "command", cmds.iptables, "version", version, "randomFully", r.feat.randomFully)
 	return r, nil
 }
 
@@ -455,10 +457,10 @@ func (r *runner) Monitor(ctx context.Context, canary Chain, tables []Table, relo
 func (r *runner) Present(ctx context.Context) error {
 	ok, err := r.ChainExists(ctx, TableNAT, ChainPostrouting)
 	if err != nil {
-		return fmt.Errorf("iptables (%s, %s) is not usable: %w", r.backend, r.protocol, err)
+		return fmt.Errorf("iptables (%s, %s) is not usable: %w", r.backend, r.family, err)
 	}
 	if !ok {
-		return fmt.Errorf("iptables (%s, %s) is not usable: the nat table has no POSTROUTING chain", r.backend, r.protocol)
+		return fmt.Errorf("iptables (%s, %s) is not usable: the nat table has no POSTROUTING chain", r.backend, r.family)
 	}
 	return nil
 }
@@ -466,8 +468,8 @@ func (r *runner) Present(ctx context.Context) error {
 // HasRandomFully is part of Interface.
 func (r *runner) HasRandomFully() bool { return r.feat.randomFully }
 
-// Protocol is part of Interface.
-func (r *runner) Protocol() Protocol { return r.protocol }
+// Family is part of Interface.
+func (r *runner) Family() v1.IPFamily { return r.family }
 
 // Backend is part of Interface.
 func (r *runner) Backend() Backend { return r.backend }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	utilexec "k8s.io/utils/exec"
 )
@@ -158,7 +159,7 @@ func allBinaries() map[string]bool {
 // newTestRunner returns a runner of version (as "iptables --version"
 // prints it) over a scriptExec whose other commands are answered by
 // handle.
-func newTestRunner(t *testing.T, backend Backend, protocol Protocol, version string, handle func(name string, args []string, stdin string) result) (*runner, *scriptExec) {
+func newTestRunner(t *testing.T, backend Backend, family v1.IPFamily, version string, handle func(name string, args []string, stdin string) result) (*runner, *scriptExec) {
 	t.Helper()
 	e := &scriptExec{paths: allBinaries()}
 	e.handle = func(name string, args []string, stdin string) result {
@@ -173,7 +174,7 @@ func newTestRunner(t *testing.T, backend Backend, protocol Protocol, version str
 		}
 		return handle(name, args, stdin)
 	}
-	r, err := newRunner(context.Background(), protocol, options{exec: e, backend: backend, clock: clocktesting.NewFakeClock(time.Now()), lockWait: DefaultLockWait})
+	r, err := newRunner(context.Background(), family, options{exec: e, backend: backend, clock: clocktesting.NewFakeClock(time.Now()), lockWait: DefaultLockWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,45 +185,45 @@ func newTestRunner(t *testing.T, backend Backend, protocol Protocol, version str
 func TestRunnerCommands(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name     string
-		backend  Backend
-		protocol Protocol
-		version  string
-		do       func(r *runner) error
-		want     []string
+		name    string
+		backend Backend
+		family  v1.IPFamily
+		version string
+		do      func(r *runner) error
+		want    []string
 	}{
 		{
-			name: "EnsureChain on 1.8.9 legacy", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.8.9 (legacy)",
+			name: "EnsureChain on 1.8.9 legacy", backend: BackendLegacy, family: v1.IPv4Protocol, version: "iptables v1.8.9 (legacy)",
 			do:   func(r *runner) error { _, err := r.EnsureChain(ctx, TableNAT, "KUBE-SERVICES"); return err },
 			want: []string{"iptables-legacy -w 5 -t nat -N KUBE-SERVICES"},
 		},
 		{
-			name: "IPv6 nft", backend: BackendNFT, protocol: ProtocolIPv6, version: "ip6tables v1.8.9 (nf_tables)",
+			name: "IPv6 nft", backend: BackendNFT, family: v1.IPv6Protocol, version: "ip6tables v1.8.9 (nf_tables)",
 			do:   func(r *runner) error { return r.FlushChain(ctx, TableFilter, "X") },
 			want: []string{"ip6tables-nft -w 5 -t filter -F X"},
 		},
 		{
-			name: "1.6.1 adds -W", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.6.1",
+			name: "1.6.1 adds -W", backend: BackendLegacy, family: v1.IPv4Protocol, version: "iptables v1.6.1",
 			do:   func(r *runner) error { return r.DeleteChain(ctx, TableFilter, "X") },
 			want: []string{"iptables-legacy -w 5 -W 100000 -t filter -X X"},
 		},
 		{
-			name: "1.4.21 waits forever", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.4.21",
+			name: "1.4.21 waits forever", backend: BackendLegacy, family: v1.IPv4Protocol, version: "iptables v1.4.21",
 			do:   func(r *runner) error { return r.DeleteChain(ctx, TableFilter, "X") },
 			want: []string{"iptables-legacy -w -t filter -X X"},
 		},
 		{
-			name: "1.4.19 cannot wait", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.4.19",
+			name: "1.4.19 cannot wait", backend: BackendLegacy, family: v1.IPv4Protocol, version: "iptables v1.4.19",
 			do:   func(r *runner) error { return r.DeleteChain(ctx, TableFilter, "X") },
 			want: []string{"iptables-legacy -t filter -X X"},
 		},
 		{
-			name: "ChainExists lists one rule", backend: BackendNFT, protocol: ProtocolIPv4, version: "iptables v1.8.9 (nf_tables)",
+			name: "ChainExists lists one rule", backend: BackendNFT, family: v1.IPv4Protocol, version: "iptables v1.8.9 (nf_tables)",
 			do:   func(r *runner) error { _, err := r.ChainExists(ctx, TableNAT, "C"); return err },
 			want: []string{"iptables-nft -w 5 -t nat -S C 1"},
 		},
 		{
-			name: "EnsureRule checks then appends", backend: BackendNFT, protocol: ProtocolIPv4, version: "iptables v1.8.9 (nf_tables)",
+			name: "EnsureRule checks then appends", backend: BackendNFT, family: v1.IPv4Protocol, version: "iptables v1.8.9 (nf_tables)",
 			do: func(r *runner) error {
 				_, err := r.EnsureRule(ctx, Append, TableNAT, "C", "-m", "comment", "--comment", "a b", "-j", "RETURN")
 				return err
@@ -233,37 +234,37 @@ func TestRunnerCommands(t *testing.T) {
 			},
 		},
 		{
-			name: "Restore one table with wait", backend: BackendNFT, protocol: ProtocolIPv4, version: "iptables v1.8.9 (nf_tables)",
+			name: "Restore one table with wait", backend: BackendNFT, family: v1.IPv4Protocol, version: "iptables v1.8.9 (nf_tables)",
 			do: func(r *runner) error {
 				return r.Restore(ctx, TableNAT, []byte("*nat\nCOMMIT\n"), NoFlushTables, RestoreCounters)
 			},
 			want: []string{"iptables-nft-restore -w 5 -T nat --noflush --counters"},
 		},
 		{
-			name: "RestoreAll flushing", backend: BackendNFT, protocol: ProtocolIPv6, version: "ip6tables v1.8.9 (nf_tables)",
+			name: "RestoreAll flushing", backend: BackendNFT, family: v1.IPv6Protocol, version: "ip6tables v1.8.9 (nf_tables)",
 			do: func(r *runner) error {
 				return r.RestoreAll(ctx, []byte("*nat\nCOMMIT\n"), FlushTables, NoRestoreCounters)
 			},
 			want: []string{"ip6tables-nft-restore -w 5"},
 		},
 		{
-			name: "restore 1.6.2 waits with interval", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.6.2",
+			name: "restore 1.6.2 waits with interval", backend: BackendLegacy, family: v1.IPv4Protocol, version: "iptables v1.6.2",
 			do:   func(r *runner) error { return r.RestoreAll(ctx, nil, NoFlushTables, NoRestoreCounters) },
 			want: []string{"iptables-legacy-restore -w 5 -W 100000 --noflush"},
 		},
 		{
-			name: "SaveInto", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.8.9 (legacy)",
+			name: "SaveInto", backend: BackendLegacy, family: v1.IPv4Protocol, version: "iptables v1.8.9 (legacy)",
 			do:   func(r *runner) error { return r.SaveInto(ctx, TableMangle, &bytes.Buffer{}) },
 			want: []string{"iptables-legacy-save -t mangle"},
 		},
 		{
-			name: "Present", backend: BackendLegacy, protocol: ProtocolIPv4, version: "iptables v1.8.9 (legacy)",
+			name: "Present", backend: BackendLegacy, family: v1.IPv4Protocol, version: "iptables v1.8.9 (legacy)",
 			do:   func(r *runner) error { return r.Present(ctx) },
 			want: []string{"iptables-legacy -w 5 -t nat -S POSTROUTING 1"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, e := newTestRunner(t, tc.backend, tc.protocol, tc.version, nil)
+			r, e := newTestRunner(t, tc.backend, tc.family, tc.version, nil)
 			if err := tc.do(r); err != nil {
 				t.Fatal(err)
 			}
@@ -361,7 +362,7 @@ func TestRunnerResults(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, _ := newTestRunner(t, BackendLegacy, ProtocolIPv4, "iptables v1.8.9 (legacy)", func(string, []string, string) result { return tc.reply })
+			r, _ := newTestRunner(t, BackendLegacy, v1.IPv4Protocol, "iptables v1.8.9 (legacy)", func(string, []string, string) result { return tc.reply })
 			got, err := tc.do(r)
 			if tc.wantErr == nil && err != nil {
 				t.Fatalf("unexpected error: %v", err)
@@ -386,7 +387,7 @@ func TestChainExistsNFTIncompatible(t *testing.T) {
 		{save: "*nat\n:PREROUTING ACCEPT [0:0]\n:C - [0:0]\nCOMMIT\n", want: true},
 		{save: "*nat\n:PREROUTING ACCEPT [0:0]\n:CC - [0:0]\nCOMMIT\n", want: false},
 	} {
-		r, e := newTestRunner(t, BackendNFT, ProtocolIPv4, "iptables v1.8.9 (nf_tables)", func(name string, args []string, _ string) result {
+		r, e := newTestRunner(t, BackendNFT, v1.IPv4Protocol, "iptables v1.8.9 (nf_tables)", func(name string, args []string, _ string) result {
 			if name == "iptables-nft-save" {
 				return result{stdout: tc.save}
 			}
@@ -418,7 +419,7 @@ func TestCommandTimeout(t *testing.T) {
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
-			r, _ := newTestRunner(t, BackendNFT, ProtocolIPv4, "iptables v1.8.9 (nf_tables)", func(string, []string, string) result {
+			r, _ := newTestRunner(t, BackendNFT, v1.IPv4Protocol, "iptables v1.8.9 (nf_tables)", func(string, []string, string) result {
 				return result{hang: true}
 			})
 			r.timeout = timeout
@@ -457,7 +458,7 @@ func TestCommandTimeoutOption(t *testing.T) {
 			e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result {
 				return result{stdout: "iptables v1.8.9 (legacy)\n"}
 			}}
-			ipt, err := New(context.Background(), ProtocolIPv4, append([]Option{WithExec(e), WithBackend(BackendLegacy)}, tc.opts...)...)
+			ipt, err := New(context.Background(), v1.IPv4Protocol, append([]Option{WithExec(e), WithBackend(BackendLegacy)}, tc.opts...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -479,7 +480,7 @@ func TestRunnerFeatures(t *testing.T) {
 		{version: "iptables v1.6.1", randomFully: false},
 		{version: "iptables v1.4.10", randomFully: false, checkErr: true},
 	} {
-		r, e := newTestRunner(t, BackendLegacy, ProtocolIPv4, tc.version, nil)
+		r, e := newTestRunner(t, BackendLegacy, v1.IPv4Protocol, tc.version, nil)
 		if got := r.HasRandomFully(); got != tc.randomFully {
 			t.Errorf("%s: HasRandomFully = %v, want %v", tc.version, got, tc.randomFully)
 		}
@@ -495,7 +496,7 @@ func TestRunnerFeatures(t *testing.T) {
 
 func TestLockFileOption(t *testing.T) {
 	e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{stdout: "iptables v1.8.9 (legacy)\n"} }}
-	r, err := newRunner(context.Background(), ProtocolIPv4, options{exec: e, backend: BackendLegacy, lockFile: "/tmp/my.lock", lockWait: time.Second})
+	r, err := newRunner(context.Background(), v1.IPv4Protocol, options{exec: e, backend: BackendLegacy, lockFile: "/tmp/my.lock", lockWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,13 +515,29 @@ func TestLockFileOption(t *testing.T) {
 	}
 }
 
-func TestUnknownBackendAndProtocol(t *testing.T) {
-	e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{stdout: "iptables v1.8.9\n"} }}
-	if _, err := newRunner(context.Background(), ProtocolIPv4, options{exec: e, backend: "ebpf"}); err == nil {
-		t.Error("backend ebpf accepted")
-	}
-	if _, err := newRunner(context.Background(), Protocol(7), options{exec: e, backend: BackendNFT}); err == nil {
-		t.Error("protocol 7 accepted")
+// TestNewRefuses checks that New refuses an unknown backend or IP family
+// with an error naming it, before it runs anything.
+func TestNewRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		family  v1.IPFamily
+		backend Backend
+		want    string
+	}{
+		{name: "unknown backend", family: v1.IPv4Protocol, backend: "ebpf", want: `unknown iptables backend "ebpf"`},
+		{name: "unknown family", family: "IPv5", backend: BackendNFT, want: `iptables: unknown IP family "IPv5"`},
+		{name: "empty family", family: "", backend: BackendNFT, want: `iptables: unknown IP family ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{stdout: "iptables v1.8.9\n"} }}
+			ipt, err := New(context.Background(), tc.family, WithExec(e), WithBackend(tc.backend))
+			if err == nil {
+				t.Fatalf("New(%q, %q) = %v, want an error", tc.family, tc.backend, ipt)
+			}
+			if diff := cmp.Diff(tc.want, err.Error()); diff != "" {
+				t.Errorf("New(%q, %q) error (-want +got):\n%s", tc.family, tc.backend, diff)
+			}
+		})
 	}
 }
 
@@ -528,7 +545,7 @@ func TestUnknownBackendAndProtocol(t *testing.T) {
 // "iptables --version" that never returns, after the command timeout.
 func TestNewVersionProbeTimeout(t *testing.T) {
 	e := &scriptExec{paths: allBinaries(), handle: func(string, []string, string) result { return result{hang: true} }}
-	_, err := New(context.Background(), ProtocolIPv4, WithExec(e), WithBackend(BackendNFT), WithCommandTimeout(20*time.Millisecond))
+	_, err := New(context.Background(), v1.IPv4Protocol, WithExec(e), WithBackend(BackendNFT), WithCommandTimeout(20*time.Millisecond))
 	if err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("New with a hung --version: error %v, want one saying it was killed", err)
 	}
@@ -555,7 +572,7 @@ func TestCommandTimeoutRealProcess(t *testing.T) {
 		}
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	ipt, err := New(context.Background(), ProtocolIPv4, WithBackend(BackendNFT), WithCommandTimeout(200*time.Millisecond))
+	ipt, err := New(context.Background(), v1.IPv4Protocol, WithBackend(BackendNFT), WithCommandTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

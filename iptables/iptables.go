@@ -3,8 +3,9 @@ package iptables
 import (
 	"bytes"
 	"context"
-	"strconv"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // Interface runs iptables, iptables-restore and iptables-save for one IP
@@ -102,8 +103,9 @@ type Interface interface {
 	// --random-fully (iptables 1.6.2 and later).
 	HasRandomFully() bool
 
-	// Protocol returns the IP family this Interface manages.
-	Protocol() Protocol
+	// Family returns the IP family this Interface manages,
+	// v1.IPv4Protocol or v1.IPv6Protocol.
+	Family() v1.IPFamily
 
 	// Backend returns the backend this Interface runs: [BackendLegacy] or
 	// [BackendNFT].
@@ -112,27 +114,6 @@ type Interface interface {
 	// Version returns the iptables version that "iptables --version"
 	// reported when the Interface was made.
 	Version() Version
-}
-
-// Protocol is an IP family.
-type Protocol byte
-
-const (
-	// ProtocolIPv4 selects iptables, iptables-save and iptables-restore.
-	ProtocolIPv4 Protocol = iota + 1
-	// ProtocolIPv6 selects ip6tables, ip6tables-save and ip6tables-restore.
-	ProtocolIPv6
-)
-
-// String returns "IPv4" or "IPv6" ("Protocol(N)" for anything else).
-func (p Protocol) String() string {
-	switch p {
-	case ProtocolIPv4:
-		return "IPv4"
-	case ProtocolIPv6:
-		return "IPv6"
-	}
-	return "Protocol(" + strconv.Itoa(int(p)) + ")"
 }
 
 // Table is an iptables table name: "filter", "nat", "mangle", "raw" or

@@ -43,9 +43,4 @@ func TestTablesAndChains(t *testing.T) {
 			t.Errorf("%s.IsBuiltin(%s) = %v", tc.c, tc.t, got)
 		}
 	}
-	for p, want := range map[Protocol]string{ProtocolIPv4: "IPv4", ProtocolIPv6: "IPv6", 9: "Protocol(9)"} {
-		if p.String() != want {
-			t.Errorf("%d.String() = %q, want %q", p, p.String(), want)
-		}
-	}
 }

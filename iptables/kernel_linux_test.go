@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
@@ -48,7 +49,7 @@ type nsIPT struct {
 // otherwise, it uses the namespace's own xtables lock (lockFile(ns)):
 // legacy tables are per namespace, and other tests on the machine may hold
 // the host's lock for seconds.
-func newNSIPT(t testing.TB, ns *kerneltest.NS, backend iptables.Backend, p iptables.Protocol, opts ...iptables.Option) *nsIPT {
+func newNSIPT(t testing.TB, ns *kerneltest.NS, backend iptables.Backend, p v1.IPFamily, opts ...iptables.Option) *nsIPT {
 	t.Helper()
 	n := &nsIPT{t: t, ns: ns}
 	t.Cleanup(func() { os.Remove(lockFile(ns)) })
@@ -115,9 +116,9 @@ func normalizeSave(s string) string {
 
 // ruleset returns restore input for services with endpoints each, in the
 // nat and filter tables, for family p.
-func ruleset(p iptables.Protocol, services, endpoints int) []byte {
+func ruleset(p v1.IPFamily, services, endpoints int) []byte {
 	addr := func(a, b int) string {
-		if p == iptables.ProtocolIPv6 {
+		if p == v1.IPv6Protocol {
 			return fmt.Sprintf("fd00:%x::%x", a, b)
 		}
 		return fmt.Sprintf("10.%d.%d.%d", a, b/256, b%256)
@@ -148,7 +149,7 @@ func ruleset(p iptables.Protocol, services, endpoints int) []byte {
 				b.Write("-A", svc, "-j", sep)
 			}
 			ep := addr(244, s*endpoints+e)
-			if p == iptables.ProtocolIPv6 {
+			if p == v1.IPv6Protocol {
 				ep = "[" + ep + "]"
 			}
 			b.Write("-A", sep, "-p", "tcp", "-j", "DNAT", "--to-destination", ep+":8080")
@@ -158,17 +159,17 @@ func ruleset(p iptables.Protocol, services, endpoints int) []byte {
 	return append([]byte(nil), b.Bytes()...)
 }
 
-func forEachBackend(t *testing.T, fn func(t *testing.T, backend iptables.Backend, p iptables.Protocol)) {
+func forEachBackend(t *testing.T, fn func(t *testing.T, backend iptables.Backend, p v1.IPFamily)) {
 	requireKernel(t)
 	for _, backend := range backends {
-		for _, p := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		for _, p := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 			t.Run(fmt.Sprintf("%s/%s", backend, p), func(t *testing.T) { fn(t, backend, p) })
 		}
 	}
 }
 
-func newFake(backend iptables.Backend, p iptables.Protocol) *iptablestest.Fake {
-	if p == iptables.ProtocolIPv6 {
+func newFake(backend iptables.Backend, p v1.IPFamily) *iptablestest.Fake {
+	if p == v1.IPv6Protocol {
 		return iptablestest.NewIPv6Fake(iptablestest.WithBackend(backend))
 	}
 	return iptablestest.NewFake(iptablestest.WithBackend(backend))
@@ -178,7 +179,7 @@ func newFake(backend iptables.Backend, p iptables.Protocol) *iptablestest.Fake {
 // with SaveInto, changes one chain with a --noflush restore, and checks
 // that every state equals the Fake's after the same operations.
 func TestKernelRestoreAndSave(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, backend iptables.Backend, p iptables.Protocol) {
+	forEachBackend(t, func(t *testing.T, backend iptables.Backend, p v1.IPFamily) {
 		ctx := context.Background()
 		n := newNSIPT(t, kerneltest.NewNS(t), backend, p)
 		fake := newFake(backend, p)
@@ -236,7 +237,7 @@ func TestKernelRestoreAndSave(t *testing.T) {
 // TestKernelRestoreFailure checks that an invalid rule fails the restore
 // with the line iptables-restore blamed, and leaves the rules as they were.
 func TestKernelRestoreFailure(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, backend iptables.Backend, p iptables.Protocol) {
+	forEachBackend(t, func(t *testing.T, backend iptables.Backend, p v1.IPFamily) {
 		ctx := context.Background()
 		n := newNSIPT(t, kerneltest.NewNS(t), backend, p)
 		n.must(func(ipt iptables.Interface) error {
@@ -268,12 +269,12 @@ func TestKernelRestoreFailure(t *testing.T) {
 // TestKernelEnsureAndDelete checks the single-command methods, and that
 // EnsureRule and DeleteRule are idempotent.
 func TestKernelEnsureAndDelete(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, backend iptables.Backend, p iptables.Protocol) {
+	forEachBackend(t, func(t *testing.T, backend iptables.Backend, p v1.IPFamily) {
 		ctx := context.Background()
 		n := newNSIPT(t, kerneltest.NewNS(t), backend, p)
 		const chain = iptables.Chain("PROXYKIT-TEST")
 		src := "10.1.2.3"
-		if p == iptables.ProtocolIPv6 {
+		if p == v1.IPv6Protocol {
 			src = "fd00::3"
 		}
 		rule := []string{"-s", src, "-p", "tcp", "--dport", "80", "-m", "comment", "--comment", "a test rule", "-j", "ACCEPT"}
@@ -363,8 +364,8 @@ func TestKernelEnsureAndDelete(t *testing.T) {
 		}
 		var v iptables.Version
 		n.must(func(ipt iptables.Interface) error { v = ipt.Version(); return nil })
-		if !v.AtLeast(iptables.Version{Major: 1, Minor: 6, Patch: 2}) || !n.ipt.HasRandomFully() || n.ipt.Backend() != backend || n.ipt.Protocol() != p {
-			t.Errorf("version %v, random-fully %v, backend %v, protocol %v", v, n.ipt.HasRandomFully(), n.ipt.Backend(), n.ipt.Protocol())
+		if !v.AtLeast(iptables.Version{Major: 1, Minor: 6, Patch: 2}) || !n.ipt.HasRandomFully() || n.ipt.Backend() != backend || n.ipt.Family() != p {
+			t.Errorf("version %v, random-fully %v, backend %v, protocol %v", v, n.ipt.HasRandomFully(), n.ipt.Backend(), n.ipt.Family())
 		}
 	})
 }
@@ -388,7 +389,7 @@ func TestKernelMonitor(t *testing.T) {
 		} {
 			t.Run(string(backend)+"/"+tc.name, func(t *testing.T) {
 				ns := kerneltest.NewNS(t)
-				n := newNSIPT(t, ns, backend, iptables.ProtocolIPv4)
+				n := newNSIPT(t, ns, backend, v1.IPv4Protocol)
 				ctx, cancel := context.WithCancel(context.Background())
 				reloads := make(chan struct{}, 10)
 				done := make(chan error)
@@ -479,7 +480,7 @@ func TestKernelXtablesLock(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name+" waits", func(t *testing.T) {
-			n := newNSIPT(t, ns, iptables.BackendLegacy, iptables.ProtocolIPv4, iptables.WithLockFile("/run/xtables.lock"))
+			n := newNSIPT(t, ns, iptables.BackendLegacy, v1.IPv4Protocol, iptables.WithLockFile("/run/xtables.lock"))
 			release := hold()
 			result := make(chan error, 1)
 			go func() { result <- n.do(tc.op) }()
@@ -495,7 +496,7 @@ func TestKernelXtablesLock(t *testing.T) {
 			}
 		})
 		t.Run(tc.name+" times out", func(t *testing.T) {
-			n := newNSIPT(t, ns, iptables.BackendLegacy, iptables.ProtocolIPv4, iptables.WithLockFile("/run/xtables.lock"), iptables.WithLockWait(time.Second))
+			n := newNSIPT(t, ns, iptables.BackendLegacy, v1.IPv4Protocol, iptables.WithLockFile("/run/xtables.lock"), iptables.WithLockWait(time.Second))
 			release := hold()
 			defer release()
 			err := n.do(tc.op)
@@ -539,7 +540,7 @@ func TestKernelDetectBackend(t *testing.T) {
 	}
 	// New detects the same when not told.
 	var ipt iptables.Interface
-	if err := ns.Do(func() (err error) { ipt, err = iptables.New(context.Background(), iptables.ProtocolIPv4); return err }); err != nil {
+	if err := ns.Do(func() (err error) { ipt, err = iptables.New(context.Background(), v1.IPv4Protocol); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if ipt.Backend() != iptables.BackendLegacy {

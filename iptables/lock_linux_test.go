@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestRestoreTakesLockForOldVersions(t *testing.T) {
 	lockFile := t.TempDir() + "/xtables.lock"
 	heldDuringRestore := false
-	r, e := newTestRunner(t, BackendLegacy, ProtocolIPv4, "iptables v1.6.1", func(name string, args []string, stdin string) result {
+	r, e := newTestRunner(t, BackendLegacy, v1.IPv4Protocol, "iptables v1.6.1", func(name string, args []string, stdin string) result {
 		f, err := os.OpenFile(lockFile, os.O_RDWR, 0)
 		if err != nil {
 			t.Errorf("opening the lock file: %v", err)

@@ -187,7 +187,7 @@ func (f failingSaveIPT) SaveInto(ctx context.Context, table iptables.Table, buf 
 func TestIPTablesBackendDriftCheckServiceChains(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	web := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
-	sep := iptables.EndpointChain(web, "10.244.0.11:8080")
+	sep := iptables.DefaultChainNames().Endpoint(web, "10.244.0.11:8080")
 
 	f := newFakeIPTablesFamily(t, iptablestest.NewFake())
 	if !f.sync(t) {
@@ -234,7 +234,7 @@ func TestIPTablesBackendStaleChainsAtStart(t *testing.T) {
 	ctx := context.Background()
 	fake := iptablestest.NewFake()
 	gone := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "gone"}, Port: "http", Protocol: v1.ProtocolTCP}
-	svc, sep := iptables.ServiceClusterChain(gone), iptables.EndpointChain(gone, "10.244.0.99:8080")
+	svc, sep := iptables.DefaultChainNames().ServiceCluster(gone), iptables.DefaultChainNames().Endpoint(gone, "10.244.0.99:8080")
 	stale := "*nat\n:" + string(svc) + " - [0:0]\n:" + string(sep) + " - [0:0]\n-A " + string(svc) + " -j " + string(sep) +
 		"\n-A " + string(sep) + " -p tcp -j DNAT --to-destination 10.244.0.99:8080\nCOMMIT\n"
 	if err := fake.Restore(ctx, iptables.TableNAT, []byte(stale), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
@@ -249,7 +249,7 @@ func TestIPTablesBackendStaleChainsAtStart(t *testing.T) {
 		}
 	}
 	web := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
-	for _, c := range []iptables.Chain{iptables.ServiceClusterChain(web), iptables.EndpointChain(web, "10.244.0.11:8080")} {
+	for _, c := range []iptables.Chain{iptables.DefaultChainNames().ServiceCluster(web), iptables.DefaultChainNames().Endpoint(web, "10.244.0.11:8080")} {
 		if !hasChain(chains, c) {
 			t.Errorf("chain %s of the live service is missing", c)
 		}
@@ -299,7 +299,7 @@ func TestIPTablesBackendPassesServiceCIDRs(t *testing.T) {
 		if !f.sync(t) {
 			t.Errorf("ranges %v: partial sync, want full", step.cidrs)
 		}
-		if got := hasChain(natChains(t, f.fake), iptables.ServiceClusterChain(web)); got != step.wantWeb {
+		if got := hasChain(natChains(t, f.fake), iptables.DefaultChainNames().ServiceCluster(web)); got != step.wantWeb {
 			t.Errorf("ranges %v: %s has its chain: %v, want %v", step.cidrs, web, got, step.wantWeb)
 		}
 	}

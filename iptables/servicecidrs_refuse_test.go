@@ -45,10 +45,10 @@ func TestWriterRefusesClusterIPOutsideServiceCIDRs(t *testing.T) {
 		if i > 0 && !res.Full {
 			t.Errorf("%s: a change of service CIDRs made a partial sync", step.Name)
 		}
-		if f.Rules(iptables.TableNAT, iptables.ServiceClusterChain(inside)) == nil {
+		if f.Rules(iptables.TableNAT, kubeChains.ServiceCluster(inside)) == nil {
 			t.Errorf("%s: the inside port has no rules", step.Name)
 		}
-		if got := f.Rules(iptables.TableNAT, iptables.ServiceClusterChain(outside)) != nil; got != step.OutsideKept {
+		if got := f.Rules(iptables.TableNAT, kubeChains.ServiceCluster(outside)) != nil; got != step.OutsideKept {
 			t.Errorf("%s: the outside port has rules: %v, want %v", step.Name, got, step.OutsideKept)
 		}
 		var wantLogs []string

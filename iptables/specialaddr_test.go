@@ -47,11 +47,11 @@ func TestWriterRefusesSpecialAddresses(t *testing.T) {
 			if err != nil {
 				t.Fatalf("applying the sync: %v\n%s", err, res.Payload)
 			}
-			hasBad := f.Rules(iptables.TableNAT, iptables.ServiceClusterChain(bad)) != nil
+			hasBad := f.Rules(iptables.TableNAT, kubeChains.ServiceCluster(bad)) != nil
 			if hasBad != tc.Kept {
 				t.Errorf("%s has rules: %v, want %v", bad, hasBad, tc.Kept)
 			}
-			if f.Rules(iptables.TableNAT, iptables.ServiceClusterChain(svcPortName("ns", "good", "p"))) == nil {
+			if f.Rules(iptables.TableNAT, kubeChains.ServiceCluster(svcPortName("ns", "good", "p"))) == nil {
 				t.Errorf("the good port has no rules")
 			}
 			var want []string

@@ -77,7 +77,7 @@ func TestWriterDriftRepairKernel(t *testing.T) {
 func testDriftRepairKernel(t *testing.T, backend iptables.Backend) {
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
-	ipt := newNSIPT(t, ns, backend, iptables.ProtocolIPv4)
+	ipt := newNSIPT(t, ns, backend, v1.IPv4Protocol)
 	c := scnCluster()
 	c.LoadBench(100, 10)
 	w := kernelWriter(t, ipt, backend, c)
@@ -90,7 +90,7 @@ func testDriftRepairKernel(t *testing.T, backend iptables.Backend) {
 	want := natSave()
 	chains := 0
 	for _, ch := range iptables.ChainsFromSave([]byte(want)) {
-		if iptables.IsServiceChain(ch) {
+		if kubeChains.IsServiceChain(ch) {
 			chains++
 		}
 	}
@@ -113,7 +113,7 @@ func testDriftRepairKernel(t *testing.T, backend iptables.Backend) {
 		}
 	}
 
-	svc := iptables.ServiceClusterChain(portName("bench", "svc-1", "p", v1.ProtocolTCP))
+	svc := kubeChains.ServiceCluster(portName("bench", "svc-1", "p", v1.ProtocolTCP))
 	var jump []string
 	var sep iptables.Chain
 	var buf bytes.Buffer
@@ -188,7 +188,7 @@ func BenchmarkCheckDriftKernel(b *testing.B) {
 				kerneltest.Require(b, kernelTools(backend)...)
 				ctx := context.Background()
 				ns := kerneltest.NewNS(b)
-				ipt := newNSIPT(b, ns, backend, iptables.ProtocolIPv4)
+				ipt := newNSIPT(b, ns, backend, v1.IPv4Protocol)
 				c := benchCluster(size)
 				w := kernelWriter(b, ipt, backend, c)
 				var top, save time.Duration

@@ -54,7 +54,7 @@ func forKernelBenchSizes(t *testing.T, sizes []benchSize, fn func(t *testing.T, 
 func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize) {
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
-	ipt := newNSIPT(t, ns, backend, iptables.ProtocolIPv4)
+	ipt := newNSIPT(t, ns, backend, v1.IPv4Protocol)
 	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}, RandomFully: ipt.ipt.HasRandomFully()}
 	if backend == iptables.BackendNFT {
 		cfg.ChainsPerCommit = iptables.NFTChainsPerCommit
@@ -114,7 +114,7 @@ func testCheckDriftKernel(t *testing.T, backend iptables.Backend, size benchSize
 
 	// A service's jump and chain deleted by hand, and a node port's
 	// reject rule.
-	svc1 := iptables.ServiceClusterChain(portName("bench", "svc-1", "p", v1.ProtocolTCP))
+	svc1 := kubeChains.ServiceCluster(portName("bench", "svc-1", "p", v1.ProtocolTCP))
 	var buf bytes.Buffer
 	ipt.must(func(i iptables.Interface) error {
 		return i.ListRules(ctx, iptables.TableNAT, iptables.KubeServicesChain, &buf)

@@ -91,7 +91,7 @@ func ExampleWriter() {
 	}
 
 	web := changetracker.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
-	for _, rule := range ipt.Rules(iptables.TableNAT, iptables.ServiceClusterChain(web)) {
+	for _, rule := range ipt.Rules(iptables.TableNAT, iptables.DefaultChainNames().ServiceCluster(web)) {
 		fmt.Println(rule)
 	}
 	// Output:

@@ -213,11 +213,11 @@ func TestWriterSkipsBadInput(t *testing.T) {
 			if tc.absent != "" && strings.Contains(payload, tc.absent) {
 				t.Errorf("the payload holds %q:\n%s", tc.absent, payload)
 			}
-			hasBad := f.Rules(iptables.TableNAT, iptables.ServiceClusterChain(bad)) != nil
+			hasBad := f.Rules(iptables.TableNAT, kubeChains.ServiceCluster(bad)) != nil
 			if hasBad != tc.portKept {
 				t.Errorf("%s has rules: %v, want %v", bad, hasBad, tc.portKept)
 			}
-			if f.Rules(iptables.TableNAT, iptables.ServiceClusterChain(svcPortName("ns", "good", "p"))) == nil {
+			if f.Rules(iptables.TableNAT, kubeChains.ServiceCluster(svcPortName("ns", "good", "p"))) == nil {
 				t.Errorf("the good port has no rules")
 			}
 			// A Service added while the bad port is there gets its rules in
@@ -229,7 +229,7 @@ func TestWriterSkipsBadInput(t *testing.T) {
 			if res.Full {
 				t.Fatalf("the second sync is full")
 			}
-			if f.Rules(iptables.TableNAT, iptables.ServiceClusterChain(svcPortName("ns", "later", "p"))) == nil {
+			if f.Rules(iptables.TableNAT, kubeChains.ServiceCluster(svcPortName("ns", "later", "p"))) == nil {
 				t.Errorf("the Service added later has no rules after the partial sync:\n%s", res.Payload)
 			}
 		})
@@ -266,7 +266,7 @@ func TestWriterAllowAllSourceRanges(t *testing.T) {
 			w := mustWriter(t, iptables.WriterConfig{Family: tc.family, Node: proxy.NodeConfig{Name: "node-a"}})
 			syncFake(t, w, f, c.input())
 			name := svcPortName("ns", "lb", "p")
-			hasFW := f.Rules(iptables.TableNAT, iptables.ServiceFirewallChain(name)) != nil
+			hasFW := f.Rules(iptables.TableNAT, kubeChains.ServiceFirewall(name)) != nil
 			dropRules := len(f.Rules(iptables.TableFilter, iptables.KubeProxyFirewallChain))
 			if hasFW != tc.wantFW || (dropRules > 0) != tc.wantFW {
 				t.Errorf("KUBE-FW chain: %v, KUBE-PROXY-FIREWALL rules: %d; want a firewall: %v\n%s", hasFW, dropRules, tc.wantFW, f.Dump())
@@ -361,7 +361,7 @@ func FuzzWriterNames(f *testing.F) {
 		}
 		checkOwnership(t, fake)
 
-		svcChain := iptables.ServiceClusterChain(fuzzed)
+		svcChain := kubeChains.ServiceCluster(fuzzed)
 		rules := fake.Rules(iptables.TableNAT, svcChain)
 		accepted := rules != nil
 		text := fuzzed.String()
@@ -419,7 +419,7 @@ func checkOwnership(t *testing.T, fake *iptablestest.Fake) {
 				if !slices.Equal(got, want) {
 					t.Errorf("%s %s: rules %q, want %q", table, chain, got, want)
 				}
-			case !iptables.IsWriterChain(table, chain):
+			case !kubeChains.IsWriterChain(table, chain):
 				t.Errorf("%s %s is not the writer's chain", table, chain)
 			}
 		}

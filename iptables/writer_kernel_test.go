@@ -60,7 +60,7 @@ func newKernelNode(t *testing.T, backend iptables.Backend) *kernelNode {
 	nw := kerneltest.NewProxyNetwork(t, nc)
 	k.node, k.client, k.pods = nw.Node, nw.Client, nw.Pods
 
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend))
+	ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend))
 	if err != nil {
 		t.Fatalf("iptables %s: %v", backend, err)
 	}
@@ -132,7 +132,7 @@ func (k *kernelNode) checkChains(t *testing.T) {
 		t.Errorf("the Fake (-) and the kernel (+) hold different rules:\n%s", diff)
 	}
 	for _, c := range iptables.ChainsFromSave(kernel) {
-		if iptables.IsServiceChain(c) && !bytes.Contains(kernel, []byte("-j "+string(c)+"\n")) {
+		if kubeChains.IsServiceChain(c) && !bytes.Contains(kernel, []byte("-j "+string(c)+"\n")) {
 			t.Errorf("stale chain %s: no rule jumps to it", c)
 		}
 	}
@@ -303,7 +303,7 @@ func testWriterKernel(t *testing.T, backend iptables.Backend) {
 		}
 		k.expectOnly(t, "tcp", scnWebIP, 80, 40, "pod-a")
 		k.checkChains(t)
-		k.checkChainGone(t, iptables.EndpointChain(webTCP, scnPodB+":8080"))
+		k.checkChainGone(t, kubeChains.Endpoint(webTCP, scnPodB+":8080"))
 
 		scnAddService(k.c)
 		if res := k.sync(t); res.Full {
@@ -323,8 +323,8 @@ func testWriterKernel(t *testing.T, backend iptables.Backend) {
 			t.Errorf("deleted service's cluster IP still reaches %s", r.Name)
 		}
 		k.checkChains(t)
-		k.checkChainGone(t, iptables.ServiceClusterChain(npPort))
-		k.checkChainGone(t, iptables.ServiceExternalChain(npPort))
+		k.checkChainGone(t, kubeChains.ServiceCluster(npPort))
+		k.checkChainGone(t, kubeChains.ServiceExternal(npPort))
 		// Everything else still works.
 		k.expectBalanced(t, "tcp", scnLocalIP, 80, 40, "pod-a", "pod-b")
 	})
@@ -399,7 +399,7 @@ func TestWriterRestoreTime(t *testing.T) {
 func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {
 	ctx := context.Background()
 	ns := kerneltest.NewNS(t)
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend))
+	ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func testRestoreTime(t *testing.T, backend iptables.Backend, size benchSize) {
 	apply("first full sync", w.Sync(ctx, c.input()))
 	svc0 := portName("bench", "svc-0", "p", v1.ProtocolTCP)
 	first := c.EndpointsMap[svc0][0]
-	gone := iptables.EndpointChain(svc0, first.String())
+	gone := kubeChains.Endpoint(svc0, first.String())
 	if !exists(gone) {
 		t.Fatalf("chain %s of the first sync is missing", gone)
 	}
@@ -506,7 +506,7 @@ func testWriterKernelIPv6(t *testing.T, backend iptables.Backend) {
 	})
 	node, client := nw.Node, nw.Client
 
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv6, iptables.WithBackend(backend))
+	ipt, err := iptables.New(ctx, v1.IPv6Protocol, iptables.WithBackend(backend))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -262,8 +262,8 @@ func TestWriterPartialSyncs(t *testing.T) {
 	webTCP := portName(scnNS, "web", "tcp", v1.ProtocolTCP)
 	np := portName(scnNS, "np", "p", v1.ProtocolTCP)
 	added := portName(scnNS, "added", "p", v1.ProtocolTCP)
-	sepA := string(iptables.EndpointChain(webTCP, scnPodA+":8080"))
-	sepB := string(iptables.EndpointChain(webTCP, scnPodB+":8080"))
+	sepA := string(kubeChains.Endpoint(webTCP, scnPodA+":8080"))
+	sepB := string(kubeChains.Endpoint(webTCP, scnPodB+":8080"))
 	runSteps(t, scnConfig(), scnCluster(), []step{{
 		name:   "remove an endpoint",
 		change: scnRemoveEndpoint,
@@ -271,7 +271,7 @@ func TestWriterPartialSyncs(t *testing.T) {
 			// Endpoint changes never touch the top-level chains, and the
 			// endpoint chain that did not change is not rewritten.
 			mustNotContain(t, "remove an endpoint", p, "KUBE-SERVICES", "KUBE-NODEPORTS", ":"+sepA, "*filter", "ns/np", "ns/lb")
-			mustContain(t, "remove an endpoint", p, ":"+string(iptables.ServiceClusterChain(webTCP))+" ", ":"+sepB+" ", "-X "+sepB+"\n")
+			mustContain(t, "remove an endpoint", p, ":"+string(kubeChains.ServiceCluster(webTCP))+" ", ":"+sepB+" ", "-X "+sepB+"\n")
 		},
 	}, {
 		name:   "add an endpoint back",
@@ -294,8 +294,8 @@ func TestWriterPartialSyncs(t *testing.T) {
 				"-D KUBE-SERVICES -m comment --comment \"demo/np:p cluster IP\"",
 				"-D KUBE-SERVICES -m comment --comment \"demo/np:p external IP\"",
 				"-D KUBE-NODEPORTS -m comment --comment demo/np:p ",
-				"-X "+string(iptables.ServiceClusterChain(np))+"\n",
-				"-X "+string(iptables.ServiceExternalChain(np))+"\n")
+				"-X "+string(kubeChains.ServiceCluster(np))+"\n",
+				"-X "+string(kubeChains.ServiceExternal(np))+"\n")
 			mustNotContain(t, "delete a service", p, ":KUBE-SERVICES", "added")
 		},
 	}, {
@@ -307,7 +307,7 @@ func TestWriterPartialSyncs(t *testing.T) {
 			mustContain(t, "lose endpoints", p,
 				"-D KUBE-SERVICES -m comment --comment \"demo/added:p cluster IP\"",
 				"*filter\n-A KUBE-SERVICES -m comment --comment \"demo/added:p has no endpoints\"",
-				"-X "+string(iptables.ServiceClusterChain(added))+"\n")
+				"-X "+string(kubeChains.ServiceCluster(added))+"\n")
 		},
 	}, {
 		name:   "service gets endpoints again",
@@ -528,11 +528,11 @@ func TestWriterDeletesLeftoverChains(t *testing.T) {
 	leftover := "*nat\n" +
 		":KUBE-SERVICES - [0:0]\n" +
 		":KUBE-CUSTOM - [0:0]\n" +
-		":" + string(iptables.ServiceClusterChain(gone)) + " - [0:0]\n" +
-		":" + string(iptables.EndpointChain(gone, "10.9.9.9:80")) + " - [0:0]\n" +
-		":" + string(iptables.ServiceClusterChain(web)) + " - [0:0]\n" +
-		"-A KUBE-SERVICES -d 10.96.9.9/32 -j " + string(iptables.ServiceClusterChain(gone)) + "\n" +
-		"-A " + string(iptables.ServiceClusterChain(gone)) + " -j " + string(iptables.EndpointChain(gone, "10.9.9.9:80")) + "\n" +
+		":" + string(kubeChains.ServiceCluster(gone)) + " - [0:0]\n" +
+		":" + string(kubeChains.Endpoint(gone, "10.9.9.9:80")) + " - [0:0]\n" +
+		":" + string(kubeChains.ServiceCluster(web)) + " - [0:0]\n" +
+		"-A KUBE-SERVICES -d 10.96.9.9/32 -j " + string(kubeChains.ServiceCluster(gone)) + "\n" +
+		"-A " + string(kubeChains.ServiceCluster(gone)) + " -j " + string(kubeChains.Endpoint(gone, "10.9.9.9:80")) + "\n" +
 		"COMMIT\n"
 	f := iptablestest.NewFake()
 	if err := f.RestoreAll(ctx, []byte(leftover), iptables.NoFlushTables, iptables.NoRestoreCounters); err != nil {
@@ -549,12 +549,12 @@ func TestWriterDeletesLeftoverChains(t *testing.T) {
 		t.Errorf("ChainsDeleted = %d, want 2", res.ChainsDeleted)
 	}
 	chains := f.Chains(iptables.TableNAT)
-	for _, c := range []iptables.Chain{iptables.ServiceClusterChain(gone), iptables.EndpointChain(gone, "10.9.9.9:80")} {
+	for _, c := range []iptables.Chain{kubeChains.ServiceCluster(gone), kubeChains.Endpoint(gone, "10.9.9.9:80")} {
 		if slices.Contains(chains, c) {
 			t.Errorf("leftover chain %s not deleted", c)
 		}
 	}
-	for _, c := range []iptables.Chain{"KUBE-CUSTOM", iptables.ServiceClusterChain(web)} {
+	for _, c := range []iptables.Chain{"KUBE-CUSTOM", kubeChains.ServiceCluster(web)} {
 		if !slices.Contains(chains, c) {
 			t.Errorf("chain %s deleted", c)
 		}
@@ -694,7 +694,7 @@ func TestWriterNodeIPs(t *testing.T) {
 	c.NodeIPs = []netip.Addr{addr("192.168.0.10")}
 	w, f := mustWriter(t, cfg), iptablestest.NewFake()
 	syncFake(t, w, f, c.input())
-	fwChain := iptables.ServiceFirewallChain(svcPortName("ns", "lb", "p"))
+	fwChain := kubeChains.ServiceFirewall(svcPortName("ns", "lb", "p"))
 	admitsVIP := func() bool {
 		return strings.Contains(strings.Join(f.Rules(iptables.TableNAT, fwChain), "\n"), "-s 203.0.113.5/32")
 	}

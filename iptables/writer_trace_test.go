@@ -113,7 +113,7 @@ func TestWriterTrace(t *testing.T) {
 
 	t.Run("3 ClientIP affinity", func(t *testing.T) {
 		sticky := portName(scnNS, "sticky", "p", v1.ProtocolTCP)
-		sepB := string(iptables.EndpointChain(sticky, ep8080(scnPodB)))
+		sepB := string(kubeChains.Endpoint(sticky, ep8080(scnPodB)))
 		p := scnPacket("tcp", scnClientIP, scnStickyIP, 80)
 		n.expect(t, "first connection", p, balanced)
 		outs, err := n.f.Trace(p)
@@ -121,7 +121,7 @@ func TestWriterTrace(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, o := range outs {
-			want := string(iptables.EndpointChain(sticky, netip.AddrPortFrom(o.Destination, o.DestinationPort).String()))
+			want := string(kubeChains.Endpoint(sticky, netip.AddrPortFrom(o.Destination, o.DestinationPort).String()))
 			if len(o.RecentSet) != 1 || o.RecentSet[0] != want {
 				t.Errorf("connection to %s:%d recorded the client in %v, want [%s]", o.Destination, o.DestinationPort, o.RecentSet, want)
 			}

@@ -57,14 +57,14 @@ type ApplyResult struct {
 // NewApplier returns an applier that reconciles virtual servers with
 // ipvs, sets with sets (made with [SetPrefix], or the Names.SetPrefix
 // of the translations' ChainPrefix) and applies each family's
-// rules with the one of ipts whose Protocol is that family.
+// rules with the one of ipts whose Family is that family.
 func NewApplier(ipvs *ipvs.Reconciler, sets *ipset.Reconciler, ipts ...iptables.Interface) *Applier {
 	a := &Applier{ipvs: ipvs, sets: sets, ipt: map[v1.IPFamily]iptables.Interface{}}
 	for _, ipt := range ipts {
-		switch ipt.Protocol() {
-		case iptables.ProtocolIPv4:
+		switch ipt.Family() {
+		case v1.IPv4Protocol:
 			a.ipt[v1.IPv4Protocol] = ipt
-		case iptables.ProtocolIPv6:
+		case v1.IPv6Protocol:
 			a.ipt[v1.IPv6Protocol] = ipt
 		}
 	}

@@ -65,7 +65,7 @@ func Cleanup(ctx context.Context, c CleanupConfig) error {
 	var errs []error
 	for _, ipt := range c.IPTables {
 		if _, err := iptables.CleanupChains(ctx, ipt, names.IsModeChain); err != nil {
-			errs = append(errs, fmt.Errorf("IPVS mode cleanup, %s rules: %w", ipt.Protocol(), err))
+			errs = append(errs, fmt.Errorf("IPVS mode cleanup, %s rules: %w", ipt.Family(), err))
 		}
 	}
 	if c.IPSets != nil {
@@ -154,14 +154,14 @@ func cleanupVirtualServers(ctx context.Context, iface ipvs.Interface, exclude []
 // until the first sync (kubernetes#75360).
 type Leftovers struct {
 	// IPVSMode is set when a chain only IPVS mode makes (one IsModeChain
-	// accepts and iptables.IsWriterChain does not) is there:
+	// accepts and iptables.DefaultChainNames().IsWriterChain does not) is there:
 	// KUBE-NODE-PORT, KUBE-LOAD-BALANCER, KUBE-SOURCE-RANGES-FIREWALL or
 	// KUBE-IPVS-FILTER. Cleanup removes them.
 	IPVSMode bool
 	// IPTablesMode is set when a chain only the iptables rule writer
 	// makes (the other way round) is there: KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-SERVICES
 	// in the filter table, a per-service or per-endpoint chain, or its
-	// iptables.ProxyCanaryChain. iptables.Cleanup removes them.
+	// iptables.ProxyCanaryChain. iptables.DefaultChainNames().Cleanup removes them.
 	IPTablesMode bool
 }
 
@@ -178,7 +178,7 @@ func (n *Names) FindLeftovers(ctx context.Context, ipt iptables.Interface) (Left
 	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
 		buf.Reset()
 		if err := ipt.SaveInto(ctx, t, &buf); err != nil {
-			return l, fmt.Errorf("looking for leftover rules in %s table %s: %w", ipt.Protocol(), t, err)
+			return l, fmt.Errorf("looking for leftover rules in %s table %s: %w", ipt.Family(), t, err)
 		}
 		for _, c := range iptables.ChainsFromSave(buf.Bytes()) {
 			ipvsMode, writer := n.IsModeChain(t, c), n.chains.IsWriterChain(t, c)

@@ -215,7 +215,7 @@ func TestFindLeftovers(t *testing.T) {
 				}
 			}
 			if got.IPTablesMode && !got.IPVSMode {
-				if _, err := iptables.Cleanup(ctx, n.ipt[v1.IPv4Protocol]); err != nil {
+				if _, err := iptables.DefaultChainNames().Cleanup(ctx, n.ipt[v1.IPv4Protocol]); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -55,7 +55,7 @@ func newModeNode(t *testing.T) *modeNode {
 	m := &modeNode{Topology: tp}
 	lock := filepath.Join(t.TempDir(), "xtables.lock")
 	err := d.Do(func() (err error) {
-		m.ipt, err = iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(iptables.BackendLegacy), iptables.WithLockFile(lock))
+		m.ipt, err = iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(iptables.BackendLegacy), iptables.WithLockFile(lock))
 		return err
 	})
 	if err != nil {
@@ -246,7 +246,7 @@ func TestVMModeDualStack(t *testing.T) {
 	ctx := context.Background()
 	lock := filepath.Join(t.TempDir(), "xtables.lock")
 	var ipts []iptables.Interface
-	for _, p := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+	for _, p := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		err := d.Do(func() error {
 			ipt, err := iptables.New(ctx, p, iptables.WithBackend(iptables.BackendLegacy), iptables.WithLockFile(lock))
 			ipts = append(ipts, ipt)

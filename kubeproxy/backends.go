@@ -34,7 +34,7 @@ func RealHost() *Host {
 		DetectBackend: func(ctx context.Context) (iptables.Backend, error) {
 			return iptables.DetectBackend(ctx, nil)
 		},
-		NewIPTables: func(ctx context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
+		NewIPTables: func(ctx context.Context, p v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
 			return iptables.New(ctx, p, iptables.WithBackend(b), iptables.WithLockFile(lockFile))
 		},
 		Conntrack: conntrack.New(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
@@ -25,7 +26,7 @@ type Host struct {
 	// DetectBackend picks the iptables backend (legacy or nft) this node
 	// uses; NewIPTables makes the Interface of one family for it.
 	DetectBackend func(ctx context.Context) (iptables.Backend, error)
-	NewIPTables   func(ctx context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error)
+	NewIPTables   func(ctx context.Context, p v1.IPFamily, b iptables.Backend) (iptables.Interface, error)
 	// Conntrack clears stale flows after each sync; nil turns that off.
 	Conntrack conntrack.Interface
 	// Kernel reads and sets sysctls and modules.

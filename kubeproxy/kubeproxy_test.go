@@ -57,7 +57,7 @@ func untouchable(t *testing.T) *Host {
 	}
 	return &Host{
 		DetectBackend: func(context.Context) (iptables.Backend, error) { return "", fail("iptables backend") },
-		NewIPTables: func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
+		NewIPTables: func(context.Context, v1.IPFamily, iptables.Backend) (iptables.Interface, error) {
 			return nil, fail("iptables")
 		},
 		OpenIPVS: func(context.Context, bool) (*ipvsmode.Handles, error) { return nil, fail("IPVS") },
@@ -157,8 +157,8 @@ func newFakeHost(t *testing.T) (*fakeHost, *Host) {
 	}
 	return f, &Host{
 		DetectBackend: func(context.Context) (iptables.Backend, error) { return iptables.BackendNFT, nil },
-		NewIPTables: func(_ context.Context, p iptables.Protocol, _ iptables.Backend) (iptables.Interface, error) {
-			if p == iptables.ProtocolIPv6 {
+		NewIPTables: func(_ context.Context, p v1.IPFamily, _ iptables.Backend) (iptables.Interface, error) {
+			if p == v1.IPv6Protocol {
 				return f.ipt6, nil
 			}
 			return f.ipt4, nil

@@ -65,7 +65,7 @@ func Cleanup(ctx context.Context, cfg *Config, opts ...Option) error {
 		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
 	cleaned := 0
-	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+	for _, proto := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		ipt, err := s.host.NewIPTables(ctx, proto, b)
 		if err != nil {
 			logger.Info("Nothing to clean up: no usable iptables for this family", "family", proto, "backend", b, "reason", err)
@@ -140,7 +140,7 @@ func (s *setup) removeIPTablesModes(ctx context.Context) {
 		return
 	}
 	ipvsMode := false
-	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+	for _, proto := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		ipt, err := s.host.NewIPTables(ctx, proto, b)
 		if err != nil {
 			logger.V(2).Info("Not looking for the rules of iptables or IPVS mode in this family: no usable iptables", "family", proto, "reason", err)
@@ -183,9 +183,9 @@ func (s *setup) removeModeRules(ctx context.Context, ipts []iptables.Interface, 
 			continue
 		}
 		seen = true
-		logger.Info("Removing the rules of a proxier that ran here in another mode", "mode", mode, "family", ipt.Protocol())
+		logger.Info("Removing the rules of a proxier that ran here in another mode", "mode", mode, "family", ipt.Family())
 		if _, err := s.cleanupRules(ctx, ipt); err != nil {
-			logger.Error(err, "Removing the rules of the other mode", "mode", mode, "family", ipt.Protocol())
+			logger.Error(err, "Removing the rules of the other mode", "mode", mode, "family", ipt.Family())
 		}
 	}
 	return seen
@@ -234,9 +234,9 @@ func (s *setup) familyIPTables(ctx context.Context, families []v1.IPFamily) ([]i
 }
 
 func (s *setup) usableIPTables(ctx context.Context, family v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
-	proto := iptables.ProtocolIPv4
+	proto := v1.IPv4Protocol
 	if family == v1.IPv6Protocol {
-		proto = iptables.ProtocolIPv6
+		proto = v1.IPv6Protocol
 	}
 	ipt, err := s.host.NewIPTables(ctx, proto, b)
 	if err != nil {

@@ -3,15 +3,16 @@
 package nftables
 
 import (
-	"errors"
+	"fmt"
+	"runtime"
 
 	"sigs.k8s.io/knftables"
 )
 
-// NewKernelState returns a KernelState whose methods fail: nf_tables
-// exists on Linux only. A Writer given it rewrites its table at every
-// periodic resync, as without one. It is an io.Closer, as on Linux, whose
-// Close does nothing.
+// NewKernelState returns a KernelState whose methods fail with an error
+// wrapping [ErrNotSupported]: nf_tables exists on Linux only. A Writer
+// given it rewrites its table at every periodic resync, as without one. It
+// is an io.Closer, as on Linux, whose Close does nothing.
 func NewKernelState(netnsPath string) KernelState { return unsupportedState{} }
 
 // KernelState is NewKernelState: a KernelState whose methods fail.
@@ -22,7 +23,8 @@ func (Netlink) WatchKernel(netnsPath string) (*KernelWatcher, error) { return Wa
 
 type unsupportedState struct{}
 
-var errUnsupported = errors.New("nftables netlink: not supported on this platform")
+// errUnsupported is what needs nf_tables' netlink fails with here.
+var errUnsupported = fmt.Errorf("%w on %s", ErrNotSupported, runtime.GOOS)
 
 // Close does nothing.
 func (unsupportedState) Close() error { return nil }

@@ -93,7 +93,7 @@ type TableChanges struct {
 }
 
 // ErrTableNotFound is wrapped by KernelState.RuleCounts's error when the
-// table does not exist.
+// table does not exist. Test for it with [IsNotFound].
 var ErrTableNotFound = errors.New("nftables table not found")
 
 // ElementState is what KernelState.CheckElements found for one element.

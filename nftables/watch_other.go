@@ -8,7 +8,8 @@ import "sigs.k8s.io/knftables"
 // only.
 type KernelWatcher struct{ unsupportedState }
 
-// WatchKernel fails: nf_tables exists on Linux only.
+// WatchKernel fails with an error wrapping [ErrNotSupported]: nf_tables
+// exists on Linux only.
 func WatchKernel(netnsPath string) (*KernelWatcher, error) { return nil, errUnsupported }
 
 // Quiet returns fn's error.

@@ -257,7 +257,7 @@ func (k *apiNode) editService(t *testing.T, name string, edit func(*v1.Service))
 // name ns/name:port.
 func (k *apiNode) hasRules(t *testing.T, svc string) bool {
 	t.Helper()
-	return strings.Contains(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), `"`+e2eNS+"/"+svc+":http")
+	return strings.Contains(k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S"), `"`+e2eNS+"/"+svc+":http")
 }
 
 // TestAPIServerServices runs the proxier against a real API server through
@@ -446,7 +446,7 @@ func TestAPIServerServices(t *testing.T) {
 				t.Errorf("the proxier's log has no %q with %s; it has:\n%s", msg, want, lines)
 			}
 		}
-		if strings.Contains(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), "239.1.2.") {
+		if strings.Contains(k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S"), "239.1.2.") {
 			t.Error("a rule mentions a multicast address")
 		}
 		check(t, k.reach("tcp", "10.96.0.10", 80, 10, "pod-a"))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/ipset"
@@ -97,16 +98,16 @@ func TestVMIPVSModeSwitchAndCleanup(t *testing.T) {
 	t.Cleanup(binder.Close)
 
 	// Other programs' state, which must outlive all of it.
-	k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-N", "KUBE-FIREWALL")
-	k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
-	k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
-	k.iptables(t, iptables.ProtocolIPv6, "-t", "nat", "-A", "POSTROUTING", "-s", "fd00:244::/64", "!", "-d", "fd00:244::/64", "-j", "MASQUERADE")
+	k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-N", "KUBE-FIREWALL")
+	k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
+	k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+	k.iptables(t, v1.IPv6Protocol, "-t", "nat", "-A", "POSTROUTING", "-s", "fd00:244::/64", "!", "-d", "fd00:244::/64", "-j", "MASQUERADE")
 	if err := sets.Create(ctx, ipset.Set{Name: "calico-things", Type: ipset.HashIP}); err != nil {
 		t.Fatal(err)
 	}
 	saveAll := func() string {
 		var all string
-		for _, p := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		for _, p := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 			for _, table := range []string{"filter", "nat", "mangle"} {
 				all += k.iptables(t, p, "-t", table, "-S")
 			}
@@ -157,7 +158,7 @@ func TestVMIPVSModeSwitchAndCleanup(t *testing.T) {
 			}
 		}
 		check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
-		for _, p := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		for _, p := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 			nat := k.iptables(t, p, "-t", "nat", "-S")
 			if mode == modeIPVS && strings.Contains(nat, "KUBE-SVC-") {
 				t.Errorf("--mode ipvs: iptables mode's chains are left in %s:\n%s", p, nat)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/proxykit/proxykit/iptables"
 )
 
@@ -39,10 +41,10 @@ func TestE2EDriftRepair(t *testing.T) {
 		if m.mode == modeNFTables {
 			k.nft(t, "delete", "table", "ip", "kube-proxy")
 		} else {
-			victim := string(iptables.ServiceClusterChain(portName("victim", "http")))
+			victim := string(iptables.DefaultChainNames().ServiceCluster(portName("victim", "http")))
 			k.deleteRule(t, "KUBE-SERVICES", "e2e/victim:http cluster IP")
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-F", victim)
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-X", victim)
+			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-F", victim)
+			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-X", victim)
 		}
 		deleted := time.Now()
 		k.eventually(e2eSyncPeriod+5*time.Second, "the deleted service answering again", func() error {
@@ -87,7 +89,7 @@ func TestE2EStaleChainsAfterRestart(t *testing.T) {
 				return k.nftChains(t)
 			}
 			var names []string
-			for _, c := range iptables.ChainsFromSave([]byte(strings.ReplaceAll(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), "-N ", ":"))) {
+			for _, c := range iptables.ChainsFromSave([]byte(strings.ReplaceAll(k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S"), "-N ", ":"))) {
 				names = append(names, string(c))
 			}
 			return names
@@ -102,8 +104,8 @@ func TestE2EStaleChainsAfterRestart(t *testing.T) {
 			// newE2EModeNode) or a Local external policy have chains.
 			live = []string{k.nftChainOf(t, "service-", "-e2e/sticky/tcp/http"), k.nftChainOf(t, "endpoint-", "-e2e/sticky/tcp/http__10.244.0.11/8080")}
 		} else {
-			stale = []string{string(iptables.ServiceClusterChain(victim)), string(iptables.EndpointChain(victim, "10.244.0.13:8080"))}
-			live = []string{string(iptables.ServiceClusterChain(portName("ext", "http"))), string(iptables.EndpointChain(portName("ext", "http"), "10.244.0.11:8080"))}
+			stale = []string{string(iptables.DefaultChainNames().ServiceCluster(victim)), string(iptables.DefaultChainNames().Endpoint(victim, "10.244.0.13:8080"))}
+			live = []string{string(iptables.DefaultChainNames().ServiceCluster(portName("ext", "http"))), string(iptables.DefaultChainNames().Endpoint(portName("ext", "http"), "10.244.0.11:8080"))}
 		}
 		before := chains()
 		for _, c := range append(append([]string(nil), stale...), live...) {
@@ -139,7 +141,7 @@ func TestE2EStaleChainsAfterRestart(t *testing.T) {
 func countServiceChains(chains []string) int {
 	n := 0
 	for _, c := range chains {
-		if iptables.IsServiceChain(iptables.Chain(c)) || strings.Contains(c, "/") {
+		if iptables.DefaultChainNames().IsServiceChain(iptables.Chain(c)) || strings.Contains(c, "/") {
 			n++
 		}
 	}

@@ -280,7 +280,7 @@ func newE2ENode(t *testing.T, backend iptables.Backend, cluster *e2eCluster, ipv
 	}
 	nw := kerneltest.NewProxyNetwork(t, cfg)
 	k.node, k.client, k.pods = nw.Node, nw.Client, nw.Pods
-	k.iptables(t, iptables.ProtocolIPv4, "-t", "mangle", "-N", "KUBE-IPTABLES-HINT")
+	k.iptables(t, v1.IPv4Protocol, "-t", "mangle", "-N", "KUBE-IPTABLES-HINT")
 	k.writeManifest()
 	return k
 }
@@ -302,10 +302,10 @@ func (k *e2eNode) writeManifest() {
 
 // iptables runs the real iptables binary of the test's backend in the
 // node, with the proxier's xtables lock.
-func (k *e2eNode) iptables(t testing.TB, p iptables.Protocol, args ...string) string {
+func (k *e2eNode) iptables(t testing.TB, p v1.IPFamily, args ...string) string {
 	t.Helper()
 	name := "iptables-" + string(k.backend)
-	if p == iptables.ProtocolIPv6 {
+	if p == v1.IPv6Protocol {
 		name = "ip6tables-" + string(k.backend)
 	}
 	var stdout, stderr bytes.Buffer
@@ -379,7 +379,7 @@ func (k *e2eNode) start(args ...string) {
 		}
 		return
 	}
-	save := k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S", "KUBE-SERVICES")
+	save := k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S", "KUBE-SERVICES")
 	if !strings.Contains(save, "-A KUBE-SERVICES") {
 		t.Fatalf("the %s backend holds no service rules; the proxier picked the wrong one:\n%s", k.backend, save)
 	}
@@ -615,8 +615,8 @@ func testE2E(t *testing.T, m e2eMode) {
 			k.nft(t, "flush", "ruleset")
 		} else {
 			for _, table := range []string{"mangle", "nat", "filter"} {
-				k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-F")
-				k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-X")
+				k.iptables(t, v1.IPv4Protocol, "-t", table, "-F")
+				k.iptables(t, v1.IPv4Protocol, "-t", table, "-X")
 			}
 		}
 		// Whether traffic fails in between depends on how soon the
@@ -700,8 +700,8 @@ func testE2E(t *testing.T, m e2eMode) {
 				}
 			}
 		} else {
-			victim := iptables.ServiceClusterChain(portName("victim", "http"))
-			if strings.Contains(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S"), string(victim)) {
+			victim := iptables.DefaultChainNames().ServiceCluster(portName("victim", "http"))
+			if strings.Contains(k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S"), string(victim)) {
 				t.Errorf("victim's chain %s is still there", victim)
 			}
 		}
@@ -732,9 +732,9 @@ func testE2E(t *testing.T, m e2eMode) {
 			// between two nft commands, before the rule is in it.
 			k.nft(t, "add", "chain", "ip", "kube-proxy", "e2e-user", ";", "add", "rule", "ip", "kube-proxy", "e2e-user", "jump", added)
 		} else {
-			added := iptables.ServiceClusterChain(portName("added", "http"))
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-N", "E2E-USER")
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "E2E-USER", "-j", string(added))
+			added := iptables.DefaultChainNames().ServiceCluster(portName("added", "http"))
+			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-N", "E2E-USER")
+			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-A", "E2E-USER", "-j", string(added))
 		}
 		failures := k.metric(k.syncFailures())
 		k.cluster.delete("added")
@@ -759,8 +759,8 @@ func testE2E(t *testing.T, m e2eMode) {
 		if got := k.metric(k.syncFailures()); got < failures+2 {
 			t.Errorf("%v restore failures, want at least %v: the syncs should keep failing", got, failures+2)
 		}
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-F", "E2E-USER")
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-X", "E2E-USER")
+		k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-F", "E2E-USER")
+		k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-X", "E2E-USER")
 		k.eventually(e2eSyncPeriod+10*time.Second, "/healthz recovering", func() error {
 			return expectGet(k, "http://"+e2eNodeIP+":10256/healthz", 200, `"healthy":true`)
 		})
@@ -860,13 +860,13 @@ func portName(svc, port string) changetracker.ServicePortName {
 func (k *e2eNode) deleteRule(t *testing.T, chain, comment string) {
 	t.Helper()
 	n := 0
-	for line := range strings.Lines(k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-S", chain)) {
+	for line := range strings.Lines(k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S", chain)) {
 		if !strings.HasPrefix(line, "-A ") {
 			continue
 		}
 		n++
 		if strings.Contains(line, `"`+comment+`"`) {
-			k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-D", chain, fmt.Sprint(n))
+			k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-D", chain, fmt.Sprint(n))
 			return
 		}
 	}
@@ -985,14 +985,14 @@ func (k *e2eNode) churn(t *testing.T, n e2eCounts, proxierClearsFlows bool) {
 func TestE2EOnceAndCleanup(t *testing.T) {
 	forEachE2EMode(t, false, func(t *testing.T, m e2eMode) {
 		k := newE2EModeNode(t, m, e2eScenario(), false)
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-N", "KUBE-FIREWALL")
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
-		k.iptables(t, iptables.ProtocolIPv4, "-t", "nat", "-A", "POSTROUTING", "-s", e2eClusterCIDR, "!", "-d", e2eClusterCIDR, "-j", "MASQUERADE")
+		k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-N", "KUBE-FIREWALL")
+		k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
+		k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+		k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-A", "POSTROUTING", "-s", e2eClusterCIDR, "!", "-d", e2eClusterCIDR, "-j", "MASQUERADE")
 		saveAll := func() string {
 			var all string
 			for _, table := range []string{"filter", "nat", "mangle"} {
-				all += k.iptables(t, iptables.ProtocolIPv4, "-t", table, "-S")
+				all += k.iptables(t, v1.IPv4Protocol, "-t", table, "-S")
 			}
 			if m.mode == modeNFTables {
 				// Stateless: the counters of the other programs' rules move.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/knftables"
@@ -64,7 +65,7 @@ func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 		t.Error("a dry run detected the iptables backend")
 		return "", fmt.Errorf("not in a dry run")
 	}
-	env.NewIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
+	env.NewIPTables = func(context.Context, v1.IPFamily, iptables.Backend) (iptables.Interface, error) {
 		t.Error("a dry run made an iptables Interface")
 		return nil, fmt.Errorf("not in a dry run")
 	}

@@ -406,7 +406,7 @@ func bareRestore(t *testing.T, backend iptables.Backend, objs []runtime.Object, 
 			ServiceChanges: svcMap.Update(svcTracker), EndpointChanges: epMap.Update(epTracker), NodeIPs: objsNodeIPs(objs)})
 	}
 	ns := kerneltest.NewNS(t)
-	ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend), iptables.WithLockFile(filepath.Join(t.TempDir(), "xtables.lock")))
+	ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend), iptables.WithLockFile(filepath.Join(t.TempDir(), "xtables.lock")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/ipset"
@@ -267,7 +268,7 @@ func TestModeSwitch(t *testing.T) {
 		t.Errorf("after switching to IPVS mode the node holds %+v:\n%s\nlog:\n%s", l, node.ipt4.Dump(), log)
 	}
 	for _, c := range node.ipt4.Chains(iptables.TableNAT) {
-		if iptables.IsServiceChain(c) {
+		if iptables.DefaultChainNames().IsServiceChain(c) {
 			t.Errorf("iptables mode's chain %s is left", c)
 		}
 	}
@@ -433,7 +434,7 @@ func TestWithoutNFT(t *testing.T) {
 // iptables works, rather than reporting success.
 func TestCleanupWithoutIPTables(t *testing.T) {
 	env := newFakeNode(t).environment(t, io.Discard)
-	env.NewIPTables = func(context.Context, iptables.Protocol, iptables.Backend) (iptables.Interface, error) {
+	env.NewIPTables = func(context.Context, v1.IPFamily, iptables.Backend) (iptables.Interface, error) {
 		return nil, errors.New("iptables: not found")
 	}
 	if _, err := runArgs(t, env, "--cleanup"); err == nil || !strings.Contains(err.Error(), "no iptables of backend nft works here") {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
@@ -214,11 +215,11 @@ func (b *fakeBinder) setAddrs(addrs []netip.Addr) {
 func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 	return &environment{stdout: stdout, Host: &kubeproxy.Host{
 		DetectBackend: func(context.Context) (iptables.Backend, error) { return iptables.BackendNFT, nil },
-		NewIPTables: func(_ context.Context, p iptables.Protocol, b iptables.Backend) (iptables.Interface, error) {
+		NewIPTables: func(_ context.Context, p v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
 			if b != iptables.BackendNFT {
 				t.Errorf("newIPTables for backend %s, want the detected nft", b)
 			}
-			if p == iptables.ProtocolIPv6 {
+			if p == v1.IPv6Protocol {
 				return n.ipt6, nil
 			}
 			return n.ipt4, nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
@@ -21,12 +22,12 @@ type realIPTables struct {
 	t       *testing.T
 	ns      *kerneltest.NS
 	backend iptables.Backend
-	family  iptables.Protocol
+	family  v1.IPFamily
 }
 
 func (r *realIPTables) binary(suffix string) string {
 	base := "iptables"
-	if r.family == iptables.ProtocolIPv6 {
+	if r.family == v1.IPv6Protocol {
 		base = "ip6tables"
 	}
 	return base + "-" + string(r.backend) + suffix
@@ -182,7 +183,7 @@ func TestCrossCheckRestoreErrors(t *testing.T) {
 	requireBinaries(t)
 	for _, backend := range backends() {
 		t.Run(string(backend), func(t *testing.T) {
-			r := &realIPTables{t: t, ns: kerneltest.NewNS(t), backend: backend, family: iptables.ProtocolIPv4}
+			r := &realIPTables{t: t, ns: kerneltest.NewNS(t), backend: backend, family: v1.IPv4Protocol}
 			for _, tc := range restoreErrorCases {
 				t.Run(tc.name, func(t *testing.T) {
 					r.t = t
@@ -229,7 +230,7 @@ func TestCrossCheckRestores(t *testing.T) {
 		name, initial, input string
 		flush                iptables.FlushFlag
 		only                 iptables.Table
-		family               iptables.Protocol
+		family               v1.IPFamily
 		// backend, if set, is the only backend the case is about.
 		backend    iptables.Backend
 		nftCrashes bool
@@ -242,11 +243,11 @@ func TestCrossCheckRestores(t *testing.T) {
 	}
 	for _, file := range []struct {
 		path   string
-		family iptables.Protocol
+		family v1.IPFamily
 		sets   []string
 	}{
-		{"testdata/canonical-input.txt", iptables.ProtocolIPv4, []string{"myset"}},
-		{"testdata/canonical6-input.txt", iptables.ProtocolIPv6, nil},
+		{"testdata/canonical-input.txt", v1.IPv4Protocol, []string{"myset"}},
+		{"testdata/canonical6-input.txt", v1.IPv6Protocol, nil},
 	} {
 		data, err := os.ReadFile(file.path)
 		if err != nil {
@@ -262,8 +263,8 @@ func TestCrossCheckRestores(t *testing.T) {
 		t.Run(string(backend), func(t *testing.T) {
 			ns := kerneltest.NewNS(t)
 			for _, tc := range cases {
-				if tc.family == 0 {
-					tc.family = iptables.ProtocolIPv4
+				if tc.family == "" {
+					tc.family = v1.IPv4Protocol
 				}
 				t.Run(tc.name, func(t *testing.T) {
 					if tc.backend != "" && tc.backend != backend {
@@ -282,14 +283,14 @@ func TestCrossCheckRestores(t *testing.T) {
 					r := &realIPTables{t: t, ns: ns, backend: backend, family: tc.family}
 					for _, set := range tc.sets {
 						family := "inet"
-						if tc.family == iptables.ProtocolIPv6 {
+						if tc.family == v1.IPv6Protocol {
 							family = "inet6"
 						}
 						ns.MustExec(t, "ipset", "-exist", "create", set, "hash:ip,port", "family", family)
 					}
 					r.reset(tc.initial)
 					newFake := NewFake
-					if tc.family == iptables.ProtocolIPv6 {
+					if tc.family == v1.IPv6Protocol {
 						newFake = NewIPv6Fake
 					}
 					f := newFake(WithBackend(backend), WithIPSets(func(name string) bool {

@@ -26,12 +26,12 @@ import (
 // A new Fake has no tables. A table comes into being, with its built-in
 // chains empty and accepting, when a command or restore first changes it.
 type Fake struct {
-	mu       sync.Mutex
-	env      fakeEnv
-	protocol iptables.Protocol
-	version  iptables.Version
-	clock    clock.Clock
-	tables   map[iptables.Table]*table
+	mu      sync.Mutex
+	env     fakeEnv
+	family  v1.IPFamily
+	version iptables.Version
+	clock   clock.Clock
+	tables  map[iptables.Table]*table
 	// scratch is reused to build rule text; guarded by mu.
 	scratch []byte
 	words   []string
@@ -116,21 +116,21 @@ func WithIPSetFake(sets IPSets) Option {
 
 // NewFake returns an empty IPv4 Fake.
 func NewFake(opts ...Option) *Fake {
-	return newFake(iptables.ProtocolIPv4, opts)
+	return newFake(v1.IPv4Protocol, opts)
 }
 
 // NewIPv6Fake returns an empty IPv6 Fake (ip6tables).
 func NewIPv6Fake(opts ...Option) *Fake {
-	return newFake(iptables.ProtocolIPv6, opts)
+	return newFake(v1.IPv6Protocol, opts)
 }
 
-func newFake(p iptables.Protocol, opts []Option) *Fake {
+func newFake(p v1.IPFamily, opts []Option) *Fake {
 	f := &Fake{
-		protocol: p,
-		version:  iptables.Version{Major: 1, Minor: 8, Patch: 9},
-		clock:    clock.RealClock{},
-		tables:   map[iptables.Table]*table{},
-		env:      fakeEnv{family: p, backend: iptables.BackendNFT},
+		family:  p,
+		version: iptables.Version{Major: 1, Minor: 8, Patch: 9},
+		clock:   clock.RealClock{},
+		tables:  map[iptables.Table]*table{},
+		env:     fakeEnv{family: p, backend: iptables.BackendNFT},
 
 		maxBranches: maxBranches,
 	}
@@ -142,7 +142,7 @@ func newFake(p iptables.Protocol, opts []Option) *Fake {
 }
 
 func (f *Fake) binary(suffix string) string {
-	if f.protocol == iptables.ProtocolIPv6 {
+	if f.family == v1.IPv6Protocol {
 		return "ip6tables" + suffix
 	}
 	return "iptables" + suffix
@@ -452,8 +452,8 @@ func (f *Fake) Present(ctx context.Context) error { return nil }
 // version before 1.6.2.
 func (f *Fake) HasRandomFully() bool { return f.env.randomFully }
 
-// Protocol is part of Interface.
-func (f *Fake) Protocol() iptables.Protocol { return f.protocol }
+// Family is part of Interface.
+func (f *Fake) Family() v1.IPFamily { return f.family }
 
 // Backend is part of Interface: the backend given with [WithBackend], nft
 // by default.

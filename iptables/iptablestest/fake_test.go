@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/iptables"
 )
@@ -147,19 +148,19 @@ func TestFakeSaveInto(t *testing.T) {
 func TestFakeProperties(t *testing.T) {
 	for _, tc := range []struct {
 		fake        *Fake
-		protocol    iptables.Protocol
+		family      v1.IPFamily
 		backend     iptables.Backend
 		version     iptables.Version
 		randomFully bool
 	}{
-		{fake: NewFake(), protocol: iptables.ProtocolIPv4, backend: iptables.BackendNFT, version: iptables.Version{Major: 1, Minor: 8, Patch: 9}, randomFully: true},
+		{fake: NewFake(), family: v1.IPv4Protocol, backend: iptables.BackendNFT, version: iptables.Version{Major: 1, Minor: 8, Patch: 9}, randomFully: true},
 		{fake: NewIPv6Fake(WithBackend(iptables.BackendLegacy), WithVersion(iptables.Version{Major: 1, Minor: 6, Patch: 1})),
-			protocol: iptables.ProtocolIPv6, backend: iptables.BackendLegacy, version: iptables.Version{Major: 1, Minor: 6, Patch: 1}},
+			family: v1.IPv6Protocol, backend: iptables.BackendLegacy, version: iptables.Version{Major: 1, Minor: 6, Patch: 1}},
 	} {
 		f := tc.fake
-		if f.Protocol() != tc.protocol || f.Backend() != tc.backend || f.Version() != tc.version || f.HasRandomFully() != tc.randomFully {
-			t.Errorf("got %v %v %v %v, want %v %v %v %v", f.Protocol(), f.Backend(), f.Version(), f.HasRandomFully(),
-				tc.protocol, tc.backend, tc.version, tc.randomFully)
+		if f.Family() != tc.family || f.Backend() != tc.backend || f.Version() != tc.version || f.HasRandomFully() != tc.randomFully {
+			t.Errorf("got %v %v %v %v, want %v %v %v %v", f.Family(), f.Backend(), f.Version(), f.HasRandomFully(),
+				tc.family, tc.backend, tc.version, tc.randomFully)
 		}
 		if err := f.Present(context.Background()); err != nil {
 			t.Errorf("Present: %v", err)

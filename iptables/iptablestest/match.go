@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proxykit/proxykit/iptables"
+	v1 "k8s.io/api/core/v1"
 )
 
 // newMatch loads match module name ("-m name").
@@ -709,7 +709,7 @@ func (m *recentMatch) option(p *ruleParser, opt string, neg bool) (bool, error) 
 		m.name = v
 	case "--mask":
 		a, err := netip.ParseAddr(v)
-		if err != nil || a.Is4() != (p.env.family == iptables.ProtocolIPv4) {
+		if err != nil || a.Is4() != (p.env.family == v1.IPv4Protocol) {
 			return true, usagef("recent: bad mask %q", v)
 		}
 		m.mask = a
@@ -729,7 +729,7 @@ func (m *recentMatch) final(p *ruleParser) error {
 		return failf("recent: --seconds and --hitcount need --rcheck or --update")
 	}
 	if !m.mask.IsValid() {
-		if p.env.family == iptables.ProtocolIPv4 {
+		if p.env.family == v1.IPv4Protocol {
 			m.mask = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 		} else {
 			m.mask = netip.AddrFrom16([16]byte{255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255})

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/iptables"
 )
@@ -68,7 +69,7 @@ func TestCanonicalFormMatchesIPTablesSave(t *testing.T) {
 			}
 			// The canonical form is a fixed point.
 			g := NewFake(WithIPSets(func(string) bool { return true }))
-			if tc.fake.Protocol() == iptables.ProtocolIPv6 {
+			if tc.fake.Family() == v1.IPv6Protocol {
 				g = NewIPv6Fake()
 			}
 			if err := g.ParseDump(got); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/iptables"
+	v1 "k8s.io/api/core/v1"
 )
 
 // cmdError is a command failing the way an iptables binary would: with an
@@ -135,7 +136,7 @@ type portRange struct {
 
 // ruleEnv is what parsing a rule needs to know about where it goes.
 type ruleEnv struct {
-	family      iptables.Protocol
+	family      v1.IPFamily
 	table       iptables.Table
 	chain       iptables.Chain
 	randomFully bool
@@ -416,13 +417,13 @@ func appendQuoted(b []byte, s string) []byte {
 
 // parseAddr parses "-s"/"-d" values: an address with an optional prefix
 // length or dotted mask. Host bits are cleared, as iptables does.
-func parseAddr(v string, family iptables.Protocol) (netip.Prefix, error) {
+func parseAddr(v string, family v1.IPFamily) (netip.Prefix, error) {
 	if strings.Contains(v, ",") {
 		return netip.Prefix{}, unsupportedf("address lists (%q): iptables makes one rule per address", v)
 	}
 	addrText, maskText, hasMask := strings.Cut(v, "/")
 	addr, err := netip.ParseAddr(addrText)
-	if err != nil || addr.Zone() != "" || addr.Is4() != (family == iptables.ProtocolIPv4) || addr.Is4In6() {
+	if err != nil || addr.Zone() != "" || addr.Is4() != (family == v1.IPv4Protocol) || addr.Is4In6() {
 		return netip.Prefix{}, usagef("host/network `%s' not found", addrText)
 	}
 	bits := addr.BitLen()

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/iptables"
+	v1 "k8s.io/api/core/v1"
 )
 
 // table is one table of the fake kernel.
@@ -85,7 +86,7 @@ func (t *table) dump(b *strings.Builder) {
 
 // fakeEnv is what a transaction needs to know about the fake.
 type fakeEnv struct {
-	family      iptables.Protocol
+	family      v1.IPFamily
 	backend     iptables.Backend
 	randomFully bool
 	setExists   func(string) bool

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/iptables"
+	v1 "k8s.io/api/core/v1"
 )
 
 // targetKinds maps the targets the fake models to their kind.
@@ -169,7 +170,7 @@ func (p *ruleParser) finalTarget() error {
 	case targetReject:
 		if t.rejectWith == "" {
 			t.rejectWith = "icmp-port-unreachable"
-			if env.family == iptables.ProtocolIPv6 {
+			if env.family == v1.IPv6Protocol {
 				t.rejectWith = "icmp6-port-unreachable"
 			}
 		}
@@ -338,9 +339,9 @@ var rejectTypes6 = map[string]string{
 	"tcp-reset": "tcp-reset", "tcp-rst": "tcp-reset",
 }
 
-func rejectType(v string, family iptables.Protocol) (string, bool) {
+func rejectType(v string, family v1.IPFamily) (string, bool) {
 	m := rejectTypes4
-	if family == iptables.ProtocolIPv6 {
+	if family == v1.IPv6Protocol {
 		m = rejectTypes6
 	}
 	name, ok := m[v]
@@ -370,11 +371,11 @@ func logLevel(v string) (int, bool) {
 // parseNATSpec parses DNAT's --to-destination and SNAT's --to-source:
 // "ADDR[-ADDR][:PORT[-PORT]]", with IPv6 addresses in brackets when a
 // port follows.
-func parseNATSpec(v string, family iptables.Protocol) (natSpec, error) {
+func parseNATSpec(v string, family v1.IPFamily) (natSpec, error) {
 	bad := usagef("Invalid address format")
 	var addrs, ports string
 	hasPorts := false
-	if family == iptables.ProtocolIPv6 && strings.HasPrefix(v, "[") {
+	if family == v1.IPv6Protocol && strings.HasPrefix(v, "[") {
 		end := strings.Index(v, "]")
 		if end < 0 {
 			return natSpec{}, bad
@@ -387,7 +388,7 @@ func parseNATSpec(v string, family iptables.Protocol) (natSpec, error) {
 			}
 			ports, hasPorts = rest[1:], true
 		}
-	} else if family == iptables.ProtocolIPv6 {
+	} else if family == v1.IPv6Protocol {
 		addrs = v
 	} else {
 		addrs, ports, hasPorts = strings.Cut(v, ":")
@@ -398,7 +399,7 @@ func parseNATSpec(v string, family iptables.Protocol) (natSpec, error) {
 	}
 	lo, hi, isRange := strings.Cut(addrs, "-")
 	a, err := netip.ParseAddr(lo)
-	if err != nil || a.Is4() != (family == iptables.ProtocolIPv4) || a.Zone() != "" {
+	if err != nil || a.Is4() != (family == v1.IPv4Protocol) || a.Zone() != "" {
 		return natSpec{}, bad
 	}
 	spec.minAddr, spec.maxAddr = a, a

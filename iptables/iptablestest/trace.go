@@ -280,9 +280,9 @@ type tracer struct {
 
 func (tr *tracer) init() error {
 	p := tr.p
-	want4 := tr.f.protocol == iptables.ProtocolIPv4
+	want4 := tr.f.family == v1.IPv4Protocol
 	if !p.Source.IsValid() || !p.Destination.IsValid() || p.Source.Is4() != want4 || p.Destination.Is4() != want4 {
-		return fmt.Errorf("trace: source %s and destination %s must be %s addresses", p.Source, p.Destination, tr.f.protocol)
+		return fmt.Errorf("trace: source %s and destination %s must be %s addresses", p.Source, p.Destination, tr.f.family)
 	}
 	n, err := parseProto(p.Protocol)
 	if err != nil || n == 0 {

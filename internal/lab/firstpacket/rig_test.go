@@ -226,7 +226,7 @@ func (r *rig) loadIPTables(t testing.TB, c *cluster) error {
 	// The xtables lock is host-wide: each node namespace has its own.
 	lock := t.TempDir() + "/xtables.lock"
 	return r.nw.Node.Do(func() error {
-		ipt, err := iptables.New(ctx, iptables.ProtocolIPv4, iptables.WithBackend(backend), iptables.WithLockFile(lock))
+		ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend), iptables.WithLockFile(lock))
 		if err != nil {
 			return err
 		}
