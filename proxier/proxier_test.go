@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -49,7 +50,8 @@ type recordingBackend struct {
 	shortResults int
 	// full counts the good syncs whose inputs said Full.
 	full int
-	// inputs are those of the last good sync.
+	// inputs are copies of those of the last good sync, their maps
+	// cloned: the Proxier changes its own between syncs.
 	inputs []*proxy.FamilyInput
 	lost   chan func()
 }
@@ -87,7 +89,12 @@ func (b *recordingBackend) Sync(_ context.Context, ins []*proxy.FamilyInput) ([]
 	if len(ins) > 0 && ins[0].Full {
 		b.full++
 	}
-	b.inputs = ins
+	b.inputs = b.inputs[:0]
+	for _, in := range ins {
+		cp := *in
+		cp.Services, cp.Endpoints, cp.NodeLabels = maps.Clone(in.Services), maps.Clone(in.Endpoints), maps.Clone(in.NodeLabels)
+		b.inputs = append(b.inputs, &cp)
+	}
 	return results, nil
 }
 
