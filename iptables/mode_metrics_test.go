@@ -3,6 +3,7 @@ package iptables_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -21,10 +22,15 @@ import (
 type restoreRecorder struct {
 	*iptablestest.Fake
 	last []byte
+	// fail, if set, is returned by RestoreAll, which then applies nothing.
+	fail error
 }
 
 func (r *restoreRecorder) RestoreAll(ctx context.Context, data []byte, flush iptables.FlushFlag, counters iptables.RestoreCountersFlag) error {
 	r.last = bytes.Clone(data)
+	if r.fail != nil {
+		return r.fail
+	}
 	return r.Fake.RestoreAll(ctx, data, flush, counters)
 }
 
@@ -65,7 +71,8 @@ func writtenRules(payload []byte, table iptables.Table) float64 {
 // TestIPTablesModeRuleGauges checks kube-proxy's rule gauges after each
 // kind of sync of a Mode over the fake: ..._iptables_total, by table and
 // ip_family, equals the rules the fake holds in the writer's chains, and
-// ..._iptables_last the rules the sync's payload added.
+// ..._iptables_last the rules the sync's payload added; a failed restore
+// leaves both as they were.
 func TestIPTablesModeRuleGauges(t *testing.T) {
 	web := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
@@ -139,5 +146,29 @@ func TestIPTablesModeRuleGauges(t *testing.T) {
 				t.Errorf("a full sync writes every rule, but _last %v differs from _total %v", got["kubeproxy_sync_proxy_rules_iptables_last"], got["kubeproxy_sync_proxy_rules_iptables_total"])
 			}
 		})
+	}
+
+	// A failed restore applied nothing: the gauges keep the last applied
+	// sync's values.
+	before := map[string]map[string]float64{}
+	for _, name := range []string{"kubeproxy_sync_proxy_rules_iptables_total", "kubeproxy_sync_proxy_rules_iptables_last"} {
+		before[name] = f.m.Series(t, name)
+	}
+	rec.fail = errors.New("iptables-restore: line 2 failed")
+	f.svcTracker.Update(nil, web)
+	in := &proxy.FamilyInput{Family: v1.IPv4Protocol, Services: f.svcMap, Endpoints: f.epMap,
+		ServiceChanges: f.svcMap.Update(f.svcTracker), EndpointChanges: f.epMap.Update(f.epTracker), NodeLabels: map[string]string{}}
+	if _, err := f.b.Sync(ctx, []*proxy.FamilyInput{in}); err == nil {
+		t.Fatal("Sync with a failing restore succeeded")
+	}
+	if len(rec.last) == 0 {
+		t.Fatal("the failed sync restored nothing; the test does not test the failure")
+	}
+	after := map[string]map[string]float64{}
+	for name := range before {
+		after[name] = f.m.Series(t, name)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("rule gauges after a failed restore (-before +after):\n%s", diff)
 	}
 }
