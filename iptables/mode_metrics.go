@@ -70,9 +70,13 @@ func (mm modeMetrics) setRules(family string, t *ruleTally, written map[Table]in
 // removes one, "-X" deletes the chain. A full payload declares every chain
 // the writer keeps, so it starts the count afresh. The jumps from the
 // built-in chains (EnsureJumpRules) are not counted, as kube-proxy does not
-// count them. Its cost is that of reading the payload once.
+// count them. Its cost is that of reading the payload once, with a map
+// look-up per run of one chain's lines.
 type ruleTally struct {
-	chains map[Table]map[string]int
+	// chains holds each table's chains and their rules. The counts are
+	// pointers, and a full payload zeroes them rather than clearing the
+	// map, so that a chain seen before costs no allocation.
+	chains map[Table]map[string]*int
 	total  map[Table]int
 }
 
@@ -80,19 +84,34 @@ type ruleTally struct {
 // the rules it added per table: kube-proxy's sync_proxy_rules_iptables_last.
 func (t *ruleTally) note(payload []byte, full bool) map[Table]int {
 	if t.chains == nil {
-		t.chains, t.total = map[Table]map[string]int{}, map[Table]int{}
+		t.chains, t.total = map[Table]map[string]*int{}, map[Table]int{}
 	}
 	if full {
-		// Cleared, not made again: a map keeps its room, which the next
-		// full payload's chains need anyway.
 		for _, chains := range t.chains {
-			clear(chains)
+			for _, n := range chains {
+				*n = 0
+			}
 		}
 		clear(t.total)
 	}
 	written := map[Table]int{}
-	var chains map[string]int
+	var chains map[string]*int
 	var table Table
+	// last and count are the chain of the previous line and its count.
+	var last []byte
+	var count *int
+	chain := func(name []byte) *int {
+		if count != nil && bytes.Equal(name, last) {
+			return count
+		}
+		n := chains[string(name)]
+		if n == nil {
+			n = new(int)
+			chains[string(name)] = n
+		}
+		last, count = name, n
+		return n
+	}
 	for len(payload) > 0 {
 		var line []byte
 		line, payload, _ = bytes.Cut(payload, []byte{'\n'})
@@ -102,9 +121,10 @@ func (t *ruleTally) note(payload []byte, full bool) map[Table]int {
 		if line[0] == '*' {
 			table = Table(line[1:])
 			if chains = t.chains[table]; chains == nil {
-				chains = map[string]int{}
+				chains = map[string]*int{}
 				t.chains[table] = chains
 			}
+			last, count = nil, nil
 			continue
 		}
 		if chains == nil {
@@ -112,8 +132,9 @@ func (t *ruleTally) note(payload []byte, full bool) map[Table]int {
 		}
 		if line[0] == ':' {
 			name, _, _ := bytes.Cut(line[1:], []byte{' '})
-			t.total[table] -= chains[string(name)]
-			chains[string(name)] = 0
+			n := chain(name)
+			t.total[table] -= *n
+			*n = 0
 			continue
 		}
 		if len(line) < 3 || line[0] != '-' || line[2] != ' ' {
@@ -122,17 +143,18 @@ func (t *ruleTally) note(payload []byte, full bool) map[Table]int {
 		name, _, _ := bytes.Cut(line[3:], []byte{' '})
 		switch line[1] {
 		case 'A', 'I':
-			chains[string(name)]++
+			*chain(name)++
 			t.total[table]++
 			written[table]++
 		case 'D':
-			if chains[string(name)] > 0 {
-				chains[string(name)]--
+			if n := chain(name); *n > 0 {
+				*n--
 				t.total[table]--
 			}
 		case 'X':
-			t.total[table] -= chains[string(name)]
+			t.total[table] -= *chain(name)
 			delete(chains, string(name))
+			last, count = nil, nil
 		}
 	}
 	return written
