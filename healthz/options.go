@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 )
 
@@ -21,6 +22,9 @@ type options struct {
 	clock     clock.PassiveClock
 	listen    ListenFunc
 	addresses []netip.Addr
+	// healthzTotal and livezTotal count the proxy health server's
+	// answers by status code; nil counts nothing.
+	healthzTotal, livezTotal *prometheus.CounterVec
 }
 
 func newOptions(opts []Option) options {
@@ -71,5 +75,20 @@ func WithNodeAddresses(addrs ...netip.Addr) Option {
 				o.addresses = append(o.addresses, a)
 			}
 		}
+	}
+}
+
+// WithProbeCounters makes the proxy health server count its answers by
+// status: each /healthz response adds one to healthz's series whose "code"
+// label is the status code ("200" or "503"), each /livez response to
+// livez's. The vectors must have the one label "code"; the caller
+// registers them where it wants them (kube-proxy's are
+// kubeproxy_proxy_healthz_total and kubeproxy_proxy_livez_total, which
+// package proxier registers on its registerer). Either may be nil, which
+// counts nothing for that path; the service health server ignores the
+// option.
+func WithProbeCounters(healthz, livez *prometheus.CounterVec) Option {
+	return func(o *options) {
+		o.healthzTotal, o.livezTotal = healthz, livez
 	}
 }

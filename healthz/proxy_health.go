@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -58,6 +60,8 @@ type ProxyHealthServer struct {
 	healthTimeout time.Duration
 	clock         clock.PassiveClock
 	listen        ListenFunc
+	// healthzTotal and livezTotal count the answers; nil counts nothing.
+	healthzTotal, livezTotal *prometheus.CounterVec
 
 	mu           sync.RWMutex
 	lastUpdated  map[v1.IPFamily]time.Time
@@ -70,7 +74,7 @@ type ProxyHealthServer struct {
 // unhealthy when a family has had an update queued for longer than
 // healthTimeout without a sync; kube-proxy uses twice its sync period. The
 // node counts as eligible until [ProxyHealthServer.SyncNode] says
-// otherwise. Options: [WithClock], [WithListenFunc].
+// otherwise. Options: [WithClock], [WithListenFunc], [WithProbeCounters].
 func NewProxyHealthServer(addr string, healthTimeout time.Duration, opts ...Option) *ProxyHealthServer {
 	o := newOptions(opts)
 	return &ProxyHealthServer{
@@ -78,6 +82,8 @@ func NewProxyHealthServer(addr string, healthTimeout time.Duration, opts ...Opti
 		healthTimeout: healthTimeout,
 		clock:         o.clock,
 		listen:        o.listen,
+		healthzTotal:  o.healthzTotal,
+		livezTotal:    o.livezTotal,
 		lastUpdated:   map[v1.IPFamily]time.Time{},
 		oldestQueued:  map[v1.IPFamily]time.Time{},
 		nodeEligible:  true,
@@ -181,6 +187,13 @@ func (s *ProxyHealthServer) serve(w http.ResponseWriter, withNode bool) {
 	if h.Healthy {
 		status = http.StatusOK
 		h.LastUpdated = h.CurrentTime
+	}
+	counter := s.livezTotal
+	if withNode {
+		counter = s.healthzTotal
+	}
+	if counter != nil {
+		counter.WithLabelValues(strconv.Itoa(status)).Inc()
 	}
 	writeJSON(w, status, h)
 }

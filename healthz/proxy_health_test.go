@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
@@ -283,5 +284,93 @@ func TestProxyHealthRunBindError(t *testing.T) {
 	var oe *net.OpError
 	if !errors.As(err, &oe) {
 		t.Errorf("Run with an unbindable address = %v, want the listen error", err)
+	}
+}
+
+// TestProxyHealthProbeCounters checks that WithProbeCounters counts each
+// answer under its path's vector and its status code, /healthz's node
+// eligibility included, and /livez's without it.
+func TestProxyHealthProbeCounters(t *testing.T) {
+	type counts map[string]map[string]float64 // metric → code → value
+	tests := []struct {
+		name  string
+		setup func(s *ProxyHealthServer, clk *clocktesting.FakePassiveClock)
+		paths []string
+		want  counts
+	}{{
+		name:  "healthy",
+		paths: []string{"/healthz", "/healthz", "/livez"},
+		want:  counts{"test_healthz_total": {"200": 2}, "test_livez_total": {"200": 1}},
+	}, {
+		name: "sync overdue",
+		setup: func(s *ProxyHealthServer, clk *clocktesting.FakePassiveClock) {
+			s.QueuedUpdate(v1.IPv4Protocol)
+			clk.SetTime(t0.Add(healthTimeout + time.Second))
+		},
+		paths: []string{"/healthz", "/livez", "/livez"},
+		want:  counts{"test_healthz_total": {"503": 1}, "test_livez_total": {"503": 2}},
+	}, {
+		name: "node being deleted fails /healthz alone",
+		setup: func(s *ProxyHealthServer, _ *clocktesting.FakePassiveClock) {
+			s.SyncNode(taintedNode(ToBeDeletedTaint))
+		},
+		paths: []string{"/healthz", "/livez"},
+		want:  counts{"test_healthz_total": {"503": 1}, "test_livez_total": {"200": 1}},
+	}, {
+		name:  "unknown path counts nothing",
+		paths: []string{"/metrics"},
+		want:  counts{},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			healthzTotal := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_healthz_total", Help: "h"}, []string{"code"})
+			livezTotal := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_livez_total", Help: "l"}, []string{"code"})
+			reg.MustRegister(healthzTotal, livezTotal)
+			clk := clocktesting.NewFakePassiveClock(t0)
+			s := NewProxyHealthServer("", healthTimeout, WithClock(clk), WithProbeCounters(healthzTotal, livezTotal))
+			if tt.setup != nil {
+				tt.setup(s, clk)
+			}
+			for _, path := range tt.paths {
+				s.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+			}
+			families, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := counts{}
+			for _, f := range families {
+				for _, m := range f.GetMetric() {
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					if len(labels) != 1 {
+						t.Errorf("%s has labels %v, want code alone", f.GetName(), labels)
+					}
+					if got[f.GetName()] == nil {
+						got[f.GetName()] = map[string]float64{}
+					}
+					got[f.GetName()][labels["code"]] = m.GetCounter().GetValue()
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("counters (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestProxyHealthWithoutProbeCounters checks that a server made without
+// the option, or with nil vectors, answers as before.
+func TestProxyHealthWithoutProbeCounters(t *testing.T) {
+	for _, opts := range [][]Option{nil, {WithProbeCounters(nil, nil)}} {
+		s := NewProxyHealthServer("", healthTimeout, opts...)
+		for _, path := range []string{"/healthz", "/livez"} {
+			if code, _ := get(t, s.Handler(), path); code != http.StatusOK {
+				t.Errorf("%s with options %v: %d, want 200", path, opts, code)
+			}
+		}
 	}
 }

@@ -10,3 +10,10 @@ func (m *Mode) CheckDrift(ctx context.Context, lost func()) { m.checkDrift(ctx, 
 
 // SetInterface replaces the Interface m applies and reads through.
 func (m *Mode) SetInterface(ipt Interface) { m.ipt = ipt }
+
+// RuleTally is Mode's count of the rules of applied payloads, for its
+// benchmark.
+type RuleTally = ruleTally
+
+// Note is note.
+func (t *ruleTally) Note(payload []byte, full bool) map[Table]int { return t.note(payload, full) }

@@ -29,6 +29,8 @@ type Mode struct {
 	// reg is where NewMode registers metrics.
 	reg     *proxy.Metrics
 	metrics modeMetrics
+	// rules counts the rules of the applied payloads, for the gauges.
+	rules ruleTally
 	// canaryInterval is how often run checks the canary.
 	canaryInterval time.Duration
 	// driftCheckPeriod is how often run compares the rules with what the
@@ -60,7 +62,13 @@ func WithDryRun(out io.Writer) ModeOption {
 // kube-proxy's names: kubeproxy_sync_proxy_rules_iptables_restore_failures_total
 // and ..._partial_restore_failures_total, and proxykit's
 // ..._iptables_drift_repairs_total (the drift checks that called lost),
-// each by ip_family. Without it they are counted nowhere.
+// each by ip_family; and kube-proxy's rule gauges
+// kubeproxy_sync_proxy_rules_iptables_total (the rules in the proxy's
+// chains) and ..._iptables_last (the rules the last sync added), by table
+// (filter, nat) and ip_family, set after each applied sync. The jumps
+// from the built-in chains are not counted, as in kube-proxy; unlike
+// kube-proxy's, ..._last is 0 after a partial sync that changed nothing,
+// which writes no payload. Without it they are counted nowhere.
 func WithMetrics(m *proxy.Metrics) ModeOption {
 	return func(b *Mode) { b.reg = m }
 }
@@ -164,6 +172,9 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	if b.ipt == nil {
 		_, err := fmt.Fprintf(b.out, "# %s: %s input\n%s", b.family, restoreCommand(b.family), res.Payload)
 		b.w.Applied(err)
+		if err == nil {
+			b.noteRules(res)
+		}
 		return out, err
 	}
 	var err error
@@ -184,10 +195,21 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	// The writer must hear the outcome either way: after a failure its
 	// next sync is full.
 	b.w.Applied(err)
+	if err == nil {
+		b.noteRules(res)
+	}
 	if err != nil {
 		return out, fmt.Errorf("%s %s sync: %w", b.family, syncKind(res.Full), err)
 	}
 	return out, nil
+}
+
+// noteRules counts the rules of res, whose payload was applied, into the
+// rule gauges. A failed restore leaves them at the last applied sync's
+// values: the next sync is full and counts afresh.
+func (b *Mode) noteRules(res SyncResult) {
+	written := b.rules.note(res.Payload, res.Full)
+	b.metrics.setRules(string(b.family), &b.rules, written)
 }
 
 // RouteLocalnet reports whether the rules serve IPv4 node ports on

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -217,4 +218,26 @@ func syncMemory(b *testing.B, size benchSize) (retained, peak float64) {
 	// peak: the maps (live before) plus everything the sync allocated.
 	peak = float64(before.HeapAlloc) + float64(after.TotalAlloc-before.TotalAlloc)
 	return float64(done.HeapAlloc), peak
+}
+
+// BenchmarkRuleTally measures what iptables mode adds to a sync for its
+// rule gauges: reading a full payload of a loaded cluster into the count
+// (a tally that has seen it before, as after the first full sync), and a
+// partial payload of one changed endpoint.
+func BenchmarkRuleTally(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.String(), func(b *testing.B) {
+			_, w := loadedWriter(b, size)
+			w.RequestFullSync()
+			res := w.Sync(context.Background(), benchCluster(size).input())
+			payload := slices.Clone(res.Payload)
+			var tally iptables.RuleTally
+			tally.Note(payload, true)
+			b.ReportAllocs()
+			for b.Loop() {
+				tally.Note(payload, true)
+			}
+			b.ReportMetric(float64(len(payload)), "payload-B")
+		})
+	}
 }

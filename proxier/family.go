@@ -199,7 +199,9 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 	// through them. A full sync also cleans, which catches flows left
 	// from before a restart.
 	if p.ct != nil && (out.Full || p.conntrackDue || p.deletedUDP.Len() > 0) {
+		start := time.Now()
 		n, err := p.ct.CleanStaleEntries(ctx, p.family, p.svcMap, p.epMap, p.deletedUDP)
+		p.metrics.conntrackDuration.WithLabelValues(family).Observe(time.Since(start).Seconds())
 		p.metrics.conntrackDeleted.WithLabelValues(family).Add(float64(n))
 		if err != nil {
 			logger.Error(err, "Clearing stale conntrack entries; will try again after the next sync", "deleted", n)

@@ -14,7 +14,8 @@ import (
 // Like kube-proxy's, the per-sync ones carry an ip_family label.
 const subsystem = "kubeproxy"
 
-// syncBuckets are kube-proxy's buckets for sync durations: 1ms to 16s.
+// syncBuckets are kube-proxy's buckets for sync durations, and for those
+// of conntrack cleanups: 1ms to 16s.
 var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
 
 // programmingBuckets are kube-proxy's buckets for network programming
@@ -40,6 +41,11 @@ type metrics struct {
 	backend          *proxy.Metrics
 	noLocalEndpoints *prometheus.GaugeVec
 	conntrackDeleted *prometheus.CounterVec
+	// conntrackDuration times each conntrack cleanup, failed or not.
+	conntrackDuration *prometheus.HistogramVec
+	// healthzTotal and livezTotal count the proxy health server's
+	// answers by status code (healthz.WithProbeCounters).
+	healthzTotal, livezTotal *prometheus.CounterVec
 }
 
 // newMetrics makes the proxier's metrics and registers them on reg, or on
@@ -87,6 +93,16 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 		}, []string{"ip_family", "traffic_policy"}),
 		conntrackDeleted: counter("conntrack_reconciler_deleted_entries_total",
 			"Stale conntrack entries deleted after syncs."),
+		conntrackDuration: histogram("conntrack_reconciler_sync_duration_seconds",
+			"How long a cleanup of stale conntrack entries after a sync took, failed or not.", syncBuckets),
+		healthzTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: subsystem, Name: "proxy_healthz_total",
+			Help: "Answers of the proxy health server's /healthz, by HTTP status code.",
+		}, []string{"code"}),
+		livezTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: subsystem, Name: "proxy_livez_total",
+			Help: "Answers of the proxy health server's /livez, by HTTP status code.",
+		}, []string{"code"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -94,7 +110,8 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 	collectors := []prometheus.Collector{
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.networkProgramming,
 		m.lastSync, m.lastQueued, m.serviceChanges, m.endpointChanges,
-		m.noLocalEndpoints, m.conntrackDeleted,
+		m.noLocalEndpoints, m.conntrackDeleted, m.conntrackDuration,
+		m.healthzTotal, m.livezTotal,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_pending",
 			Help: "Services with a change not yet synced.",

@@ -134,7 +134,8 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 	var hs *healthz.ProxyHealthServer
 	if longRunning && p.o.healthzAddress != "" {
 		// kube-proxy's timeout: twice the sync period.
-		hs = healthz.NewProxyHealthServer(p.o.healthzAddress, 2*p.o.maxSyncPeriod, healthz.WithListenFunc(p.o.listen))
+		hs = healthz.NewProxyHealthServer(p.o.healthzAddress, 2*p.o.maxSyncPeriod, healthz.WithListenFunc(p.o.listen),
+			healthz.WithProbeCounters(p.metrics.healthzTotal, p.metrics.livezTotal))
 	}
 
 	// This node: its topology labels (for CategorizeEndpoints), its

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -552,15 +551,7 @@ func TestRunRefusesBadGroups(t *testing.T) {
 func TestProxierNodeEligibility(t *testing.T) {
 	node := testNode("192.168.0.1")
 	client := fake.NewClientset(node)
-	listening := make(chan string, 1)
-	listen := func(ctx context.Context, network, _ string) (net.Listener, error) {
-		var lc net.ListenConfig
-		l, err := lc.Listen(ctx, network, "127.0.0.1:0")
-		if err == nil {
-			listening <- l.Addr().String()
-		}
-		return l, err
-	}
+	listen, listening := listenLoopback()
 	b := newRecordingBackend()
 	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		return []proxier.BackendGroup{{Backend: b, Families: n.Families}}, nil

@@ -555,6 +555,10 @@ func TestProxierWithFakes(t *testing.T) {
 		`kubeproxy_sync_proxy_rules_endpoint_changes_pending`,
 		`kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`,
 		`kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`,
+		`kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family="IPv4"}`,
+		`kubeproxy_proxy_healthz_total{code="200"}`,
+		`kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",table="nat"}`,
+		`kubeproxy_sync_proxy_rules_iptables_last{ip_family="IPv4",table="filter"}`,
 		`process_start_time_seconds`,
 	} {
 		if _, ok := m[name]; !ok {

@@ -3,6 +3,7 @@
 package metricstest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,4 +63,29 @@ func (r *Registry) Value(t testing.TB, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// Series returns the counter or gauge value of each series of the metric
+// named name, keyed by its labels as "name=value" joined with commas in
+// the registry's (sorted) order; an empty map when it has none.
+func (r *Registry) Series(t testing.TB, name string) map[string]float64 {
+	t.Helper()
+	families, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got[strings.Join(labels, ",")] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return got
 }
