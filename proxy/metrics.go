@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,40 +26,48 @@ const MetricsSubsystem = "kubeproxy"
 type Metrics struct {
 	reg  prometheus.Registerer
 	mu   sync.Mutex
-	vecs map[string]prometheus.Collector
+	vecs map[string]registered
+}
+
+// registered is a vector made by a Metrics, with its label names.
+type registered struct {
+	vec    prometheus.Collector
+	labels []string
 }
 
 // NewMetrics returns a Metrics that registers on reg; nil registers
 // nowhere.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	return &Metrics{reg: reg, vecs: map[string]prometheus.Collector{}}
+	return &Metrics{reg: reg, vecs: map[string]registered{}}
 }
 
 // CounterVec returns the counter vector of opts and labels, made and
-// registered at its first request. It fails when an earlier request made
-// that name as another kind of metric, or the registerer refuses it (it
-// holds another metric of that name, say).
+// registered at its first request; a later request of the same name gets
+// the same vector (its help is the first request's). It fails when an
+// earlier request made that name as another kind of metric or with other
+// label names, or the registerer refuses it (it holds another metric of
+// that name, say).
 func (m *Metrics) CounterVec(opts prometheus.CounterOpts, labels []string) (*prometheus.CounterVec, error) {
-	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), func() *prometheus.CounterVec {
+	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), labels, func() *prometheus.CounterVec {
 		return prometheus.NewCounterVec(opts, labels)
 	})
 }
 
 // GaugeVec is CounterVec for a gauge.
 func (m *Metrics) GaugeVec(opts prometheus.GaugeOpts, labels []string) (*prometheus.GaugeVec, error) {
-	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), func() *prometheus.GaugeVec {
+	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), labels, func() *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(opts, labels)
 	})
 }
 
 // HistogramVec is CounterVec for a histogram.
 func (m *Metrics) HistogramVec(opts prometheus.HistogramOpts, labels []string) (*prometheus.HistogramVec, error) {
-	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), func() *prometheus.HistogramVec {
+	return vec(m, prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), labels, func() *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(opts, labels)
 	})
 }
 
-func vec[V prometheus.Collector](m *Metrics, name string, newVec func() V) (V, error) {
+func vec[V prometheus.Collector](m *Metrics, name string, labels []string, newVec func() V) (V, error) {
 	var zero V
 	if m == nil {
 		return newVec(), nil
@@ -66,12 +75,15 @@ func vec[V prometheus.Collector](m *Metrics, name string, newVec func() V) (V, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.vecs == nil {
-		m.vecs = map[string]prometheus.Collector{}
+		m.vecs = map[string]registered{}
 	}
-	if c, ok := m.vecs[name]; ok {
-		v, ok := c.(V)
+	if r, ok := m.vecs[name]; ok {
+		v, ok := r.vec.(V)
 		if !ok {
 			return zero, fmt.Errorf("proxy: metric %s is registered as another kind", name)
+		}
+		if !slices.Equal(r.labels, labels) {
+			return zero, fmt.Errorf("proxy: metric %s is registered with labels %q, not %q", name, r.labels, labels)
 		}
 		return v, nil
 	}
@@ -85,6 +97,6 @@ func vec[V prometheus.Collector](m *Metrics, name string, newVec func() V) (V, e
 			return zero, fmt.Errorf("proxy: registering metric %s: %w", name, err)
 		}
 	}
-	m.vecs[name] = v
+	m.vecs[name] = registered{vec: v, labels: slices.Clone(labels)}
 	return v, nil
 }
