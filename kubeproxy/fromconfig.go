@@ -52,6 +52,15 @@ func FromConfiguration(kc *kubeproxyconfig.KubeProxyConfiguration) (*Config, err
 	default:
 		return nil, fmt.Errorf("mode: %q is not a mode this proxier has; want %q, %q or %q", kc.Mode, ModeIPTables, ModeIPVS, ModeNFTables)
 	}
+	switch kc.DetectLocalMode {
+	case "", "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix":
+		// kube-proxy's values; those proxykit does not implement are
+		// named by Unsupported, and the caller warns.
+	default:
+		// kube-proxy refuses it too: a typo must not run the node
+		// without local-traffic detection.
+		return nil, fmt.Errorf("detectLocalMode: %q is not a mode kube-proxy has; want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", kc.DetectLocalMode)
+	}
 
 	// kube-proxy defaults both servers' addresses to bindAddress's family.
 	healthz, metrics := "0.0.0.0:"+DefaultHealthzPort, "127.0.0.1:"+DefaultMetricsPort

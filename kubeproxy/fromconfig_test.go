@@ -56,6 +56,8 @@ func TestFromConfiguration(t *testing.T) {
 			want: defaults(func(c *Config) {
 				c.Mode, c.NodePortAddresses = ModeNFTables, []netip.Prefix{p("0.0.0.0/0"), p("::/0")}
 			})},
+		{name: "detectLocalMode", data: "detectLocalMode: PodCIDR\n", wantErr: `detectLocalMode: "PodCIDR" is not a mode kube-proxy has; want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix`},
+		{name: "detectLocalMode, hostile", data: "detectLocalMode: \"a\\nb\"\n", wantErr: `detectLocalMode: "a\nb" is not a mode`},
 		{name: "mode", data: "mode: kernelspace\n", wantErr: `mode: "kernelspace" is not a mode this proxier has; want "iptables", "ipvs" or "nftables"`},
 		{name: "masqueradeBit", data: "iptables:\n  masqueradeBit: 32\n", wantErr: "iptables.masqueradeBit: 32: must be within the range [0, 31]"},
 		{name: "minSyncPeriod", data: "iptables:\n  syncPeriod: 1s\n  minSyncPeriod: 2s\n", wantErr: "iptables.minSyncPeriod: 2s: must not be longer than iptables.syncPeriod (1s)"},
