@@ -61,10 +61,10 @@
 // # Writing a proxy with a custom Backend
 //
 // A proxy built on proxykit writes only its datapath: a proxy.Backend,
-// whose Sync gets each IP family's ServicePortMap and EndpointsMap and what
-// changed in them, whose RequestFullSync asks for everything to be
-// rewritten, and whose Run watches between syncs for its state being
-// removed. proxier.New(client, nodeName, newBackends, options...) and Run
+// whose Sync gets each IP family's ServicePortMap and EndpointsMap, what
+// changed in them, the node's addresses and whether everything must be
+// rewritten (proxy.FamilyInput), and whose Run watches between syncs for
+// its state being removed. proxier.New(client, nodeName, newBackends, options...) and Run
 // do the rest: informers with kube-proxy's selectors, trackers per family,
 // runners with min, max and retry periods, node topology, conntrack
 // cleanup, the health servers and kube-proxy's metrics on a registerer of
@@ -93,11 +93,11 @@
 //
 // # The reference composition
 //
-// The example binary in examples/proxier is main over the proxier package:
+// The example binary in examples/proxier is main over package kubeproxy:
 // kube-proxy's flags, --manifests (bundled YAML instead of an API server),
 // --dry-run, --once and --cleanup, in iptables, IPVS or nftables mode
 // (--mode ipvs, --mode nftables); starting in one mode removes what the
-// others left. Its backends.go makes the modes' Backends with the node
+// others left. Package kubeproxy makes the modes' Backends with the node
 // set-up each needs:
 //
 //	go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a

@@ -6,15 +6,9 @@
 // interface ([AddressBinder]), and a [Reconciler] that brings all three to
 // a desired list of services with the fewest netlink writes.
 //
-// It also holds IPVS mode itself: a [Translator] renders, for one IP
-// family, the tracker's maps (package changetracker) into the virtual
-// servers, the ipsets (package ipset) and the few iptables rules (package
-// iptables) that kube-proxy's IPVS mode programs, with its names; an
-// [Applier] applies the translations of a node's families in the order the
-// kernel needs, and [Cleanup] removes all of it. Every sync is a full
-// reconcile, cheap when nothing changed. [ModeNames] names its chains and
-// ipsets from a prefix (TranslatorConfig.ChainPrefix), kube-proxy's KUBE by
-// default, so that two proxies' chains and sets stay apart.
+// IPVS mode itself (the translation of the tracker's maps into virtual
+// servers, ipsets and rules, and its Backend) is package
+// github.com/proxykit/proxykit/ipvsmode, built on this one.
 //
 // It is what an IPVS-mode service proxier, or a kube-router-style load
 // balancer, needs under its own sync loop. It is not the proxier: it does
@@ -25,8 +19,8 @@
 // kernel that cannot run IPVS mode. The package ipvs/ipvstest has strict
 // in-memory fakes of [Interface] and [AddressBinder].
 //
-// The smallest use of the kernel side, as root on a node with IPVS (see the
-// Translator's example for IPVS mode):
+// The smallest use of the kernel side, as root on a node with IPVS (see
+// ipvsmode's Writer example for IPVS mode):
 //
 //	lb, err := ipvs.New(ctx) // checks the kernel first
 //	if err != nil { ... }    // ipvs.IsNotSupported(err) on a kernel without IPVS

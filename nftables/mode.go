@@ -43,10 +43,11 @@ type Mode struct {
 	// means no bound (WithCommandTimeout).
 	timeout time.Duration
 	// applyElements, when not nil, sends the elements of a split first
-	// load (WithSplitFirstLoad).
+	// load (withSplitFirstLoad; the default over a real Interface).
 	applyElements func([]*knftables.Element) error
 	// applyBatch, when not nil, sends the element changes of a partial
-	// sync that changes only elements (WithNetlinkElementSyncs).
+	// sync that changes only elements (withNetlinkElementSyncs; the
+	// default over a real Interface).
 	applyBatch func(ElementBatch) error
 	// watcher follows nf_tables' commits for the periodic resync; nil
 	// in a dry run, or when the monitor group could not be joined.
@@ -180,9 +181,8 @@ func WithTableLookup(f TableLookup) ModeOption {
 
 // WithCommandTimeout bounds each nft command the Mode runs (through
 // BoundedInterface) and each nf_tables netlink request of its
-// own (Netlink): the element batches of WithSplitFirstLoad and
-// WithNetlinkElementSyncs given nil, and the reads of the periodic
-// resync. A command or batch that runs longer is killed or given up on,
+// own (Netlink): the element batches of the first load and of partial
+// syncs of elements alone, and the reads of the periodic resync. A command or batch that runs longer is killed or given up on,
 // and its sync fails with an error for which IsCommandTimeout is
 // true; its transaction may have been committed or not, so the next sync
 // is full, as after any failed sync, and the Proxier retries it. Zero or

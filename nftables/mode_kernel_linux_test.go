@@ -291,7 +291,7 @@ func TestKernelPeriodicResync(t *testing.T) {
 }
 
 // TestKernelSplitFirstLoad checks, with the real nft and kernel and for
-// each family, that WithSplitFirstLoad's first sync (into a missing table)
+// each family, that withSplitFirstLoad's first sync (into a missing table)
 // leaves the endpoints in the kernel although they went through netlink,
 // and that later partial syncs work on that table.
 func TestKernelSplitFirstLoad(t *testing.T) {

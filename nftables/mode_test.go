@@ -374,7 +374,7 @@ func (c *countingFake) Run(ctx context.Context, tx *knftables.Transaction) error
 	return c.Fake.Run(ctx, tx)
 }
 
-// TestNetlinkElementSyncs checks that with WithNetlinkElementSyncs a
+// TestNetlinkElementSyncs checks that with withNetlinkElementSyncs a
 // partial sync of elements alone goes to apply as one batch and not to
 // nft, that one with chains (an affinity service) and full syncs go to
 // nft, and that a batch apply refuses fails the sync, counts a sync
@@ -438,7 +438,7 @@ func TestNetlinkElementSyncs(t *testing.T) {
 }
 
 // TestDryRunPrintsElementSyncs checks that a dry run ignores
-// WithNetlinkElementSyncs: a partial sync of elements alone is printed as
+// withNetlinkElementSyncs: a partial sync of elements alone is printed as
 // nft -f takes it, and nothing is sent.
 func TestDryRunPrintsElementSyncs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)

@@ -24,7 +24,7 @@ func batchTransaction(fake *knftables.Fake, b *nftables.ElementBatch) *knftables
 	return tx
 }
 
-// syncBatch syncs w as a proxier with WithNetlinkElementSyncs does: the
+// syncBatch syncs w as nftables.Mode over a real Interface does: the
 // transaction, or the batch in its place, runs on fake (checked against
 // what the kernel refuses first), and the outcome goes to Applied.
 func syncBatch(t testing.TB, w *nftables.Writer, fake *knftables.Fake, in *proxy.FamilyInput) nftables.SyncResult {
