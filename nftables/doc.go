@@ -280,7 +280,7 @@
 // and Netlink gives each netlink request (a batch, or a read of the
 // KernelState) a deadline on its socket; both fail with an error for
 // which IsCommandTimeout is true, after DefaultCommandTimeout unless told
-// otherwise (proxier/nftablesbackend's WithCommandTimeout sets both). A
+// otherwise (the Mode's WithCommandTimeout sets both). A
 // transaction or batch that timed out may have been committed or not:
 // reported to Applied like any failure, it makes the next sync full. A
 // KernelState read that timed out is a failed read: the writer compares

@@ -260,7 +260,7 @@ func TestKernelDriftPeriodicCheck(t *testing.T) {
 // period after the one before. It runs only with PROXYKIT_NFT_BENCH=1
 // and logs the figures (go test -v):
 //
-//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./proxier/nftablesbackend/ -run TestKernelDriftRepairTimes -v -timeout 20m
+//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./nftables/ -run TestKernelDriftRepairTimes -v -timeout 20m
 func TestKernelDriftRepairTimes(t *testing.T) {
 	if os.Getenv("PROXYKIT_NFT_BENCH") != "1" {
 		t.Skip("set PROXYKIT_NFT_BENCH=1 to measure (loads a 10,000-service table)")
@@ -320,7 +320,7 @@ func TestKernelDriftRepairTimes(t *testing.T) {
 // does at most once a full sync period. It runs only with
 // PROXYKIT_NFT_BENCH=1:
 //
-//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./proxier/nftablesbackend/ -run '^$' -bench BenchmarkDriftCheck -benchmem -benchtime 5x -timeout 20m
+//	PROXYKIT_NFT_BENCH=1 PROXYKIT_REQUIRE_KERNEL=1 go test ./nftables/ -run '^$' -bench BenchmarkDriftCheck -benchmem -benchtime 5x -timeout 20m
 func BenchmarkDriftCheck(b *testing.B) {
 	if os.Getenv("PROXYKIT_NFT_BENCH") != "1" {
 		b.Skip("set PROXYKIT_NFT_BENCH=1 to measure (loads 10,000-service tables)")
