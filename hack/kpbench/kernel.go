@@ -20,14 +20,19 @@ import (
 
 // nftRecorder stands for knftables' nft -f: Run serialises the transaction
 // with knftables (Transaction.String, the text knftables writes to nft's
-// stdin) and counts its bytes. List answers from the chains and sets the
-// transactions added and deleted, which kube-proxy asks for on every sync
-// and proxykit's writer on its first; the bookkeeping for that is kept off
-// the Go heap, and the thread CPU it takes is counted apart (overhead) so
-// that it can be taken out of the proxy's figure.
+// stdin) and counts its bytes. List and ListElements answer from the
+// chains, sets, maps and elements the transactions so far left, as the
+// kernel would: kube-proxy lists the chains and sets on every sync and the
+// elements of its maps on every full sync (and writes only the elements
+// that differ), proxykit's writer lists the chains and sets on its first.
+// The model is kept off the Go heap, and the thread CPU its bookkeeping
+// takes is counted apart (overhead) so that it can be taken out of the
+// proxy's figure; the listings' own cost stays the proxy's, far below what
+// reading them from the kernel costs.
 type nftRecorder struct {
-	// Fake gives transactions their family and table (NewTransaction);
-	// its own Run and List are not used.
+	// Fake gives transactions their family and table (NewTransaction).
+	// Its table is never made, so its List methods answer not found,
+	// as nft does for a missing table.
 	*knftables.Fake
 	bytes    int64
 	overhead time.Duration
@@ -35,8 +40,11 @@ type nftRecorder struct {
 	// knftables refused), which nft would not have been given.
 	failed int
 	table  bool
-	chains *nameSet
-	sets   *nameSet
+	chains *offHeapMap
+	sets   *offHeapMap
+	// elems holds the elements of each set and map, key to value, their
+	// parts joined by " . " as nft writes them.
+	elems map[string]*offHeapMap
 }
 
 var _ knftables.Interface = (*nftRecorder)(nil)
@@ -44,8 +52,9 @@ var _ knftables.Interface = (*nftRecorder)(nil)
 func newNFTRecorder() *nftRecorder {
 	return &nftRecorder{
 		Fake:   knftables.NewFake(knftables.IPv4Family, "kube-proxy"),
-		chains: newNameSet(),
-		sets:   newNameSet(),
+		chains: newOffHeapMap(),
+		sets:   newOffHeapMap(),
+		elems:  map[string]*offHeapMap{},
 	}
 }
 
@@ -63,8 +72,8 @@ func (r *nftRecorder) Run(_ context.Context, tx *knftables.Transaction) error {
 	return nil
 }
 
-// note applies the table, chain and set additions and deletions of one
-// transaction's text ("add chain ip kube-proxy NAME …") to the model.
+// note applies one transaction's text ("add chain ip kube-proxy NAME …",
+// "add element ip kube-proxy NAME { KEY : VALUE }") to the model.
 func (r *nftRecorder) note(text string) {
 	for len(text) > 0 {
 		line := text
@@ -74,40 +83,73 @@ func (r *nftRecorder) note(text string) {
 			text = ""
 		}
 		verb, rest, _ := strings.Cut(line, " ")
-		var add bool
-		switch verb {
-		case "add", "create":
-			add = true
-		case "delete", "destroy":
-		default:
-			continue
-		}
 		kind, rest, _ := strings.Cut(rest, " ")
-		var set *nameSet
-		switch kind {
-		case "table":
-			r.table = add
-			if !add {
+		if kind == "table" {
+			switch verb {
+			case "add", "create":
+				r.table = true
+			case "delete", "destroy":
+				r.table = false
 				r.chains.clear()
 				r.sets.clear()
+				clear(r.elems)
+			case "flush":
+				for _, m := range r.elems {
+					m.clear()
+				}
 			}
 			continue
-		case "chain":
-			set = r.chains
-		case "set":
-			set = r.sets
-		default:
-			continue
 		}
-		// family, table, then the name.
+		// family, table, the name, and what follows.
 		f := strings.SplitN(rest, " ", 4)
 		if len(f) < 3 {
 			continue
 		}
-		if add {
-			set.add(f[2])
-		} else {
-			set.remove(f[2])
+		name := f[2]
+		switch kind {
+		case "chain":
+			switch verb {
+			case "add", "create":
+				r.chains.set(name, "")
+			case "delete", "destroy":
+				r.chains.remove(name)
+			}
+		case "set", "map":
+			switch verb {
+			case "add", "create":
+				if kind == "set" {
+					r.sets.set(name, "")
+				}
+				if r.elems[name] == nil {
+					r.elems[name] = newOffHeapMap()
+				}
+			case "delete", "destroy":
+				r.sets.remove(name)
+				delete(r.elems, name)
+			case "flush":
+				if m := r.elems[name]; m != nil {
+					m.clear()
+				}
+			}
+		case "element":
+			m := r.elems[name]
+			if m == nil || len(f) < 4 {
+				continue
+			}
+			body := strings.TrimSuffix(strings.TrimPrefix(f[3], "{ "), " }")
+			key, value := body, ""
+			if i := strings.LastIndex(body, " : "); i >= 0 {
+				key, value = body[:i], body[i+3:]
+			}
+			if i := strings.Index(key, ` comment "`); i >= 0 {
+				key = key[:i]
+			}
+			switch verb {
+			case "add", "create":
+				m.set(key, value)
+			case "delete", "destroy":
+				m.remove(key)
+			}
 		}
 	}
 }
@@ -116,17 +158,39 @@ func (r *nftRecorder) note(text string) {
 // or knftables' not-found error when it does not exist, as nft answers.
 func (r *nftRecorder) List(ctx context.Context, objectType string) ([]string, error) {
 	if !r.table {
-		// The Fake's table was never made: its error is nft's for a
-		// missing table.
 		return r.Fake.List(ctx, objectType)
 	}
 	switch objectType {
 	case "chain", "chains":
-		return r.chains.list(), nil
+		return r.chains.keys(), nil
 	case "set", "sets":
-		return r.sets.list(), nil
+		return r.sets.keys(), nil
 	}
 	return nil, nil
+}
+
+// ListElements is part of knftables.Interface: the elements of a set or
+// map, or not found.
+func (r *nftRecorder) ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error) {
+	m := r.elems[name]
+	if !r.table || m == nil {
+		return r.Fake.ListElements(ctx, objectType, name)
+	}
+	out := make([]*knftables.Element, 0, m.n)
+	m.each(func(k, v string) {
+		// Copies: the model's strings point into memory it reuses.
+		e := &knftables.Element{Key: strings.Split(strings.Clone(k), " . ")}
+		if v != "" {
+			e.Value = strings.Split(strings.Clone(v), " . ")
+		}
+		if objectType == "set" {
+			e.Set = name
+		} else {
+			e.Map = name
+		}
+		out = append(out, e)
+	})
+	return out, nil
 }
 
 // iptRecorder stands for kube-proxy's iptables Interface: RestoreAll counts

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 )
 
@@ -85,9 +86,10 @@ func TestDriveSmall(t *testing.T) {
 	}
 }
 
-// TestNFTRecorderList checks the stand-in kernel's answers to List, which
-// decide what kube-proxy's syncs delete: the chains and sets the
-// transactions so far left, and not-found before the table exists.
+// TestNFTRecorderList checks the stand-in kernel's answers to List and
+// ListElements, which decide what kube-proxy's syncs delete and which
+// elements they rewrite: what the transactions so far left, and not found
+// before the table exists and after it is deleted.
 func TestNFTRecorderList(t *testing.T) {
 	ctx := context.Background()
 	r := newNFTRecorder()
@@ -100,8 +102,10 @@ func TestNFTRecorderList(t *testing.T) {
 		tx.Add(&knftables.Chain{Name: fmt.Sprintf("endpoint-%d", i)})
 	}
 	tx.Add(&knftables.Set{Name: "affinity-a", Type: "ipv4_addr"})
-	tx.Add(&knftables.Map{Name: "service-ips", Type: "ipv4_addr : verdict"})
-	tx.Add(&knftables.Element{Map: "service-ips", Key: []string{"10.0.0.1"}, Value: []string{"drop"}})
+	tx.Add(&knftables.Map{Name: "service-ips", Type: "ipv4_addr . inet_proto . inet_service : verdict"})
+	for i := range 1000 {
+		tx.Add(&knftables.Element{Map: "service-ips", Key: []string{fmt.Sprintf("10.0.%d.%d", i/250, i%250), "tcp", "80"}, Comment: ptr.To("ns/svc"), Value: []string{fmt.Sprintf("goto service-%d", i)}})
+	}
 	if err := r.Run(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +114,12 @@ func TestNFTRecorderList(t *testing.T) {
 		tx.Delete(&knftables.Chain{Name: fmt.Sprintf("endpoint-%d", i)})
 	}
 	tx.Add(&knftables.Chain{Name: "service-x"})
+	for i := 1; i < 1000; i++ {
+		tx.Delete(&knftables.Element{Map: "service-ips", Key: []string{fmt.Sprintf("10.0.%d.%d", i/250, i%250), "tcp", "80"}})
+	}
+	// A new value for the one left.
+	tx.Delete(&knftables.Element{Map: "service-ips", Key: []string{"10.0.0.0", "tcp", "80"}})
+	tx.Add(&knftables.Element{Map: "service-ips", Key: []string{"10.0.0.0", "tcp", "80"}, Value: []string{"goto service-x"}})
 	if err := r.Run(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +131,10 @@ func TestNFTRecorderList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	elems, err := r.ListElements(ctx, "map", "service-ips")
+	if err != nil {
+		t.Fatal(err)
+	}
 	slices.Sort(chains)
 	if diff := cmp.Diff([]string{"endpoint-0", "service-x"}, chains); diff != "" {
 		t.Errorf("chains (-want +got):\n%s", diff)
@@ -128,7 +142,19 @@ func TestNFTRecorderList(t *testing.T) {
 	if diff := cmp.Diff([]string{"affinity-a"}, sets); diff != "" {
 		t.Errorf("sets (-want +got):\n%s", diff)
 	}
+	want := []*knftables.Element{{Map: "service-ips", Key: []string{"10.0.0.0", "tcp", "80"}, Value: []string{"goto service-x"}}}
+	if diff := cmp.Diff(want, elems); diff != "" {
+		t.Errorf("elements (-want +got):\n%s", diff)
+	}
 
+	tx = r.NewTransaction()
+	tx.Flush(&knftables.Map{Name: "service-ips"})
+	if err := r.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if elems, err := r.ListElements(ctx, "map", "service-ips"); err != nil || len(elems) != 0 {
+		t.Errorf("elements after a flush: %v, %v; want none", elems, err)
+	}
 	tx = r.NewTransaction()
 	tx.Delete(&knftables.Table{})
 	if err := r.Run(ctx, tx); err != nil {
@@ -136,6 +162,9 @@ func TestNFTRecorderList(t *testing.T) {
 	}
 	if _, err := r.List(ctx, "chain"); !knftables.IsNotFound(err) {
 		t.Errorf("List after the table's deletion: %v, want not found", err)
+	}
+	if _, err := r.ListElements(ctx, "map", "service-ips"); !knftables.IsNotFound(err) {
+		t.Errorf("ListElements after the table's deletion: %v, want not found", err)
 	}
 	if r.bytes == 0 || r.failed != 0 {
 		t.Errorf("recorded %d bytes and %d failures, want some bytes and no failure", r.bytes, r.failed)
