@@ -22,7 +22,19 @@ VMTESTFLAGS ?=
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./nftables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices ./nftables:FuzzEncodeElement
 
-.PHONY: all test test-tools vmtest bench fuzz lint fmt api api-check
+.PHONY: all test test-tools vmtest bench bench-kubeproxy kpbench-smoke fuzz lint fmt api api-check
+
+# The side-by-side benchmark against kube-proxy (hack/kpbench, a module of
+# its own that compiles kube-proxy's iptables and nftables Proxiers from the
+# pinned k8s.io/kubernetes): sizes as SERVICESxENDPOINTS, processes per side,
+# size and mode (kube-proxy's and proxykit's in turn), and operations of
+# each small step within a process. BENCHMARKS.md's first table is its
+# output. Too heavy for `make test`, which runs only its smoke test
+# (kpbench-smoke: the driver at 50x2, a few seconds once built).
+KPBENCH_SCALES ?= 1000x10,10000x10
+KPBENCH_MODES ?= iptables,nftables
+KPBENCH_COUNT ?= 3
+KPBENCH_REPS ?= 5
 
 all: lint test
 
@@ -34,7 +46,14 @@ test-tools:
 test: test-tools
 	bin=$$(./hack/apiserver/tier.sh) && \
 	PROXYKIT_APISERVER_BIN="$$bin" $(GO) test -race -timeout 25m $(TESTFLAGS) ./...
+	$(MAKE) --no-print-directory kpbench-smoke
 	./hack/vmtest/tier.sh $(VMTESTFLAGS) $(VMTEST_PKGS)
+
+kpbench-smoke:
+	cd hack/kpbench && GOWORK=off $(GO) vet . && GOWORK=off $(GO) test -count=1 $(TESTFLAGS) .
+
+bench-kubeproxy:
+	cd hack/kpbench && GOWORK=off $(GO) run . -scales '$(KPBENCH_SCALES)' -modes '$(KPBENCH_MODES)' -count $(KPBENCH_COUNT) -reps $(KPBENCH_REPS)
 
 vmtest:
 	./hack/vmtest/run.sh $(VMTESTFLAGS) $(VMTEST_PKGS)

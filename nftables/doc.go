@@ -189,8 +189,8 @@
 //     balancer's own VIP is allowed as a source when a range holds any of
 //     WriterConfig.NodeIPs; kube-proxy checks its one node IP of the
 //     family.
-//   - Partial syncs are O(change): kube-proxy walks every service and
-//     re-adds every map element on each sync.
+//   - Partial syncs are O(change): kube-proxy walks every service on each
+//     sync, though it sends only the elements that changed.
 //   - Stale chains are deleted in the same transaction, after the elements
 //     and rules that referred to them: kube-proxy defers them one sync for
 //     kernels older than the fix that made those references
