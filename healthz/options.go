@@ -67,15 +67,9 @@ func WithListenFunc(f ListenFunc) Option {
 // health-check node port on these addresses only (as kube-proxy does with
 // --nodeport-addresses), instead of on all addresses. Invalid addresses are
 // skipped; no valid address means all addresses.
+// ServiceHealthServer.SetNodeAddresses changes them while it runs.
 func WithNodeAddresses(addrs ...netip.Addr) Option {
-	return func(o *options) {
-		o.addresses = nil
-		for _, a := range addrs {
-			if a.IsValid() {
-				o.addresses = append(o.addresses, a)
-			}
-		}
-	}
+	return func(o *options) { o.addresses = validAddresses(addrs) }
 }
 
 // WithProbeCounters makes the proxy health server count its answers by

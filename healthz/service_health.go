@@ -8,11 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/internal/logsafe"
 )
 
 // HealthReporter is what the service health server asks about the proxy:
@@ -80,14 +83,16 @@ type ServiceHealthServer struct {
 // address.
 type healthCheck struct {
 	port    uint16
-	servers []*http.Server
+	handler http.Handler
+	// servers are by listen host, "" for every address.
+	servers map[string]*http.Server
 	wg      sync.WaitGroup
 }
 
 // NewServiceHealthServer returns a server with no ports open. nodeName is
 // used in logs. proxy says whether the proxy itself is healthy; a nil proxy
 // counts as always healthy. Options: [WithListenFunc],
-// [WithNodeAddresses].
+// [WithNodeAddresses]; SetNodeAddresses changes the addresses later.
 func NewServiceHealthServer(nodeName string, proxy HealthReporter, opts ...Option) *ServiceHealthServer {
 	o := newOptions(opts)
 	return &ServiceHealthServer{
@@ -205,30 +210,66 @@ func (s *ServiceHealthServer) open(ctx context.Context, name types.NamespacedNam
 	if port == 0 {
 		return nil, fmt.Errorf("port 0 is not a health-check node port")
 	}
-	hosts := []string{""}
-	if len(s.addresses) > 0 {
-		hosts = hosts[:0]
-		for _, a := range s.addresses {
-			hosts = append(hosts, a.String())
-		}
-	}
-	hc := &healthCheck{port: port}
-	handler := s.handler(name)
-	for _, host := range hosts {
-		ln, err := s.listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
-		if err != nil {
+	hc := &healthCheck{port: port, handler: s.handler(name), servers: map[string]*http.Server{}}
+	for _, host := range s.hosts() {
+		if err := hc.listen(ctx, s.listen, host); err != nil {
 			hc.close()
 			return nil, err
 		}
-		srv := newHTTPServer(handler)
-		hc.servers = append(hc.servers, srv)
-		hc.wg.Add(1)
-		go func() {
-			defer hc.wg.Done()
-			_ = srv.Serve(ln) // returns when close() closes srv
-		}()
 	}
 	return hc, nil
+}
+
+// hosts are the hosts to listen on: the node addresses, or "" for every
+// address when there are none.
+func (s *ServiceHealthServer) hosts() []string {
+	if len(s.addresses) == 0 {
+		return []string{""}
+	}
+	hosts := make([]string, 0, len(s.addresses))
+	for _, a := range s.addresses {
+		hosts = append(hosts, a.String())
+	}
+	return hosts
+}
+
+// listen opens hc's port on host and serves it there.
+func (hc *healthCheck) listen(ctx context.Context, listen ListenFunc, host string) error {
+	ln, err := listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(hc.port))))
+	if err != nil {
+		return err
+	}
+	srv := newHTTPServer(hc.handler)
+	hc.servers[host] = srv
+	hc.wg.Add(1)
+	go func() {
+		defer hc.wg.Done()
+		_ = srv.Serve(ln) // returns when srv is closed
+	}()
+	return nil
+}
+
+// move makes hc listen on hosts: it closes the listeners on other hosts
+// first, so that a specific address can take the place of every address
+// on the same port, and then opens the missing ones. The listeners on
+// hosts it keeps serve without a break. On failure some may be open: the
+// caller closes hc.
+func (hc *healthCheck) move(ctx context.Context, listen ListenFunc, hosts []string) error {
+	for host, srv := range hc.servers {
+		if !slices.Contains(hosts, host) {
+			_ = srv.Close() // closes the listener before it returns
+			delete(hc.servers, host)
+		}
+	}
+	for _, host := range hosts {
+		if hc.servers[host] != nil {
+			continue
+		}
+		if err := hc.listen(ctx, listen, host); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // close stops the servers and waits for them to return.
@@ -237,6 +278,74 @@ func (hc *healthCheck) close() {
 		_ = srv.Close()
 	}
 	hc.wg.Wait()
+}
+
+// SetNodeAddresses makes every open port, and those opened later, listen
+// on addrs instead of the addresses the server had (WithNodeAddresses, or
+// an earlier call), for a node whose addresses changed: a port's listeners
+// on addresses in both keep serving without a break, those on addresses
+// no longer given are closed, and new ones are opened. Invalid addresses
+// are skipped and no valid address means every address, as with
+// WithNodeAddresses; the same addresses in another order change nothing.
+// A port that cannot be opened on one of the new addresses is closed on
+// all of them (as SyncServices leaves a port open on every address or on
+// none), logged and returned as a *BindError, joined with the others, and
+// the next call of SyncServices or UpdateServices tries it again.
+func (s *ServiceHealthServer) SetNodeAddresses(ctx context.Context, addrs ...netip.Addr) error {
+	logger := klog.FromContext(ctx)
+	valid := validAddresses(addrs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sameAddresses(valid, s.addresses) {
+		return nil
+	}
+	logger.Info("Node addresses changed; moving the service health checks", "node", logsafe.KRef("", s.nodeName),
+		"oldAddresses", s.addresses, "addresses", valid, "ports", len(s.services))
+	s.addresses = valid
+	hosts := s.hosts()
+	var errs []error
+	for name, hc := range s.services {
+		if err := hc.move(ctx, s.listen, hosts); err != nil {
+			hc.close()
+			delete(s.services, name)
+			s.failed[name] = hc.port
+			berr := &BindError{Service: name, Port: hc.port, Err: err}
+			logger.Error(berr, "Failed to move service health check", "node", logsafe.KRef("", s.nodeName),
+				"service", logsafe.KRef(name.Namespace, name.Name), "port", hc.port)
+			errs = append(errs, berr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// NodeAddresses returns the addresses the server listens on, as
+// WithNodeAddresses or SetNodeAddresses gave them; none means every
+// address.
+func (s *ServiceHealthServer) NodeAddresses() []netip.Addr {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.addresses)
+}
+
+// validAddresses returns the valid ones of addrs, each once, nil when
+// there is none.
+func validAddresses(addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a.IsValid() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// sameAddresses reports whether a and b, each without repeats, hold the
+// same addresses in any order.
+func sameAddresses(a, b []netip.Addr) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, netip.Addr.Compare)
+	slices.SortFunc(b, netip.Addr.Compare)
+	return slices.Equal(a, b)
 }
 
 // SyncEndpoints records how many endpoints each Service has on this node.

@@ -415,3 +415,83 @@ func TestServiceHealthUpdateEndpoints(t *testing.T) {
 		t.Errorf("LocalEndpoints() after a negative count (-want +got):\n%s", diff)
 	}
 }
+
+// TestServiceHealthSetNodeAddresses checks that the open ports follow the
+// node's addresses: the listener on an address that stays keeps serving,
+// the one on an address that went is closed, a new address gets one, a
+// port that cannot be opened on a new address is closed everywhere and
+// tried again by the next UpdateServices, and no address means every
+// address.
+func TestServiceHealthSetNodeAddresses(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mem := newMemNet()
+	addr := netip.MustParseAddr
+	s := NewServiceHealthServer("node-1", staticHealth(true), WithListenFunc(mem.Listen), WithNodeAddresses(addr("10.0.0.1")))
+	defer s.Close()
+	s.SyncEndpoints(map[types.NamespacedName]int{svcA: 1, svcB: 1})
+	if err := s.SyncServices(ctx, map[types.NamespacedName]uint16{svcA: 30001, svcB: 30002}); err != nil {
+		t.Fatal(err)
+	}
+	listening := func() []string { return slices.Sorted(maps.Keys(mem.open())) }
+	wantListening := func(what string, want ...string) {
+		t.Helper()
+		if diff := cmp.Diff(want, listening()); diff != "" {
+			t.Errorf("%s: listeners (-want +got):\n%s", what, diff)
+		}
+		for _, a := range want {
+			if code, _ := check(t, mem, a); code != http.StatusOK {
+				t.Errorf("%s: GET %s: %d, want 200", what, a, code)
+			}
+		}
+	}
+	wantListening("at start", "10.0.0.1:30001", "10.0.0.1:30002")
+
+	// The InternalIP changed.
+	if err := s.SetNodeAddresses(ctx, addr("10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	wantListening("moved", "10.0.0.2:30001", "10.0.0.2:30002")
+	kept := mem.open()["10.0.0.2:30001"]
+
+	// An IPv6 address more, the same again in another order, and one
+	// twice: the IPv4 listeners stay as they are.
+	for _, addrs := range [][]netip.Addr{{addr("10.0.0.2"), addr("fd00::2")}, {addr("fd00::2"), addr("10.0.0.2"), addr("fd00::2")}} {
+		if err := s.SetNodeAddresses(ctx, addrs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantListening("an address added", "10.0.0.2:30001", "10.0.0.2:30002", "[fd00::2]:30001", "[fd00::2]:30002")
+	if got := mem.open()["10.0.0.2:30001"]; got != kept {
+		t.Errorf("the listener on the address that stayed was reopened (#%d, was #%d)", got, kept)
+	}
+	if diff := cmp.Diff([]netip.Addr{addr("10.0.0.2"), addr("fd00::2")}, s.NodeAddresses(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("NodeAddresses (-want +got):\n%s", diff)
+	}
+
+	// B's port cannot be opened on the next address: B is closed on every
+	// address, A moves, and B is opened once the port is free.
+	mem.fail["10.0.0.3:30002"] = syscall.EADDRINUSE
+	err := s.SetNodeAddresses(ctx, addr("10.0.0.3"))
+	if got := bindErrors(t, err); !slices.Equal(got, []string{"default/b:30002"}) {
+		t.Errorf("SetNodeAddresses returned bind errors %v, want B's", got)
+	}
+	wantListening("B failed", "10.0.0.3:30001")
+	if diff := cmp.Diff(map[types.NamespacedName]uint16{svcA: 30001}, s.Ports()); diff != "" {
+		t.Errorf("Ports (-want +got):\n%s", diff)
+	}
+	delete(mem.fail, "10.0.0.3:30002")
+	if err := s.UpdateServices(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantListening("B retried", "10.0.0.3:30001", "10.0.0.3:30002")
+
+	// No address: every address, and new ports there too.
+	if err := s.SetNodeAddresses(ctx, netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateServices(ctx, map[types.NamespacedName]uint16{svcC: 30003}); err != nil {
+		t.Fatal(err)
+	}
+	s.UpdateEndpoints(map[types.NamespacedName]int{svcC: 1})
+	wantListening("every address", ":30001", ":30002", ":30003")
+}

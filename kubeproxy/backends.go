@@ -56,35 +56,42 @@ func RealHost() *Host {
 // them in IPVS mode.
 func (s *setup) newBackends() proxier.NewBackendsFunc {
 	return func(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
-		logger := klog.FromContext(ctx)
-		for _, p := range s.cfg.ClusterCIDRs {
-			if _, ok := node.IPs[proxy.FamilyOf(p.Addr())]; !ok {
-				logger.Info("Ignoring a --cluster-cidr of an IP family the node does not have", "cidr", p)
-			}
-		}
+		var groups []proxier.BackendGroup
+		var err error
 		switch s.cfg.mode() {
 		case ModeIPVS:
-			return s.newIPVSBackends(ctx, node, m)
+			groups, err = s.newIPVSBackends(ctx, node, m)
 		case ModeNFTables:
-			return s.newNFTablesBackends(ctx, node, m)
+			groups, err = s.newNFTablesBackends(ctx, node, m)
+		default:
+			groups, err = s.newIPTablesBackends(ctx, node, m)
 		}
-		return s.newIPTablesBackends(ctx, node, m)
+		served := map[v1.IPFamily]bool{}
+		for _, g := range groups {
+			for _, f := range g.Families {
+				served[f] = true
+			}
+		}
+		for _, p := range s.cfg.ClusterCIDRs {
+			if err == nil && !served[proxy.FamilyOf(p.Addr())] {
+				klog.FromContext(ctx).Info("Ignoring a --cluster-cidr of an IP family not proxied", "cidr", p)
+			}
+		}
+		return groups, err
 	}
 }
 
-// newIPTablesBackends makes iptables mode's backends, one per family of
-// node. Unless in a dry run, it tunes conntrack, removes what IPVS and
+// newIPTablesBackends makes iptables mode's backends, one per family
+// proxied (see families). Unless in a dry run, it tunes conntrack, removes what IPVS and
 // nftables mode left, and sets route_localnet for localhost node ports.
 func (s *setup) newIPTablesBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 	c := &s.cfg
-	var ipts []iptables.Interface
-	families := node.Families
+	families, ipts, err := s.families(ctx, node)
+	if err != nil {
+		return nil, err
+	}
 	acceptInvalid := false
 	if s.dryRun == nil {
-		var err error
-		if ipts, families, err = s.familyIPTables(ctx, families); err != nil {
-			return nil, err
-		}
 		acceptInvalid = s.tuneConntrack(ctx)
 		// A node that ran IPVS mode before keeps its rules, sets, virtual
 		// servers and dummy interface until they are removed; one that
@@ -133,24 +140,24 @@ func (s *setup) setRouteLocalnet(ctx context.Context) error {
 	return nil
 }
 
-// newIPVSBackends makes IPVS mode's one backend, for every family of
-// node. Unless in a dry run, it refuses with the kernel's reason on a
+// newIPVSBackends makes IPVS mode's one backend, for every family
+// proxied (see families). Unless in a dry run, it refuses with the kernel's reason on a
 // kernel that cannot run IPVS mode (after trying to load what is
 // missing), sets the sysctls IPVS mode needs, and removes what iptables
 // and nftables mode left.
 func (s *setup) newIPVSBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
-	var ipts []iptables.Interface
 	var k *ipvsmode.Handles
-	families := node.Families
 	opts := []ipvsmode.ModeOption{ipvsmode.WithMetrics(m)}
 	if s.dryRun == nil {
 		if err := s.prepareIPVS(ctx); err != nil {
 			return nil, err
 		}
-		var err error
-		if ipts, families, err = s.familyIPTables(ctx, families); err != nil {
-			return nil, err
-		}
+	}
+	families, ipts, err := s.families(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	if s.dryRun == nil {
 		if k, err = s.host.OpenIPVS(ctx, true); err != nil {
 			return nil, fmt.Errorf("--mode ipvs: %w", err)
 		}
@@ -201,20 +208,22 @@ func (s *setup) ipvsTranslatorConfig(node proxier.Node, family v1.IPFamily) ipvs
 	}
 }
 
-// newNFTablesBackends makes nftables mode's backends, one per family of
-// node, each writing its family's table. Unless in a dry run, it tunes
-// conntrack and removes what iptables and IPVS mode left. A family other
-// than the primary whose nft cannot be used here is dropped, with a log,
-// as iptables mode drops one whose iptables does not work.
+// newNFTablesBackends makes nftables mode's backends, one per family
+// proxied (see families), each writing its family's table. Unless in a
+// dry run, it tunes conntrack and removes what iptables and IPVS mode
+// left. It fails when the nft of a family proxied cannot be used here.
 func (s *setup) newNFTablesBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 	c := &s.cfg
-	logger := klog.FromContext(ctx)
+	families, _, err := s.families(ctx, node)
+	if err != nil {
+		return nil, err
+	}
 	if s.dryRun == nil {
 		s.tuneConntrack(ctx)
 		s.removeIPTablesModes(ctx)
 	}
 	var groups []proxier.BackendGroup
-	for i, family := range node.Families {
+	for _, family := range families {
 		cfg := nftables.WriterConfig{
 			Family:    family,
 			TableName: s.nftTable,
@@ -228,12 +237,10 @@ func (s *setup) newNFTablesBackends(ctx context.Context, node proxier.Node, m *p
 			h := s.host
 			var err error
 			nft, err = h.NewNFTables(ctx, nftFamily(family), s.nftTable)
-			if err != nil && i == 0 {
-				return nil, fmt.Errorf("--mode nftables: %s: %w", family, err)
-			}
 			if err != nil {
-				logger.Error(err, "Not proxying this IP family", "ipFamily", family)
-				continue
+				// As kube-proxy, which fails to start when the nft of
+				// a family it decided to proxy does not work.
+				return nil, fmt.Errorf("--mode nftables: %s: %w", family, err)
 			}
 			if h.NFTTableLookup != nil {
 				opts = append(opts, nftables.WithTableLookup(h.NFTTableLookup(nftFamily(family), s.nftTable)))

@@ -87,6 +87,17 @@ type Config struct {
 	// "" for nowhere). New does not read it: the proxier's metrics go to
 	// the registerer given with WithProxierOptions.
 	MetricsBindAddress string
+	// ExitOnNodeChange makes the proxier exit the process with status 1,
+	// as kube-proxy does, when this node's Node object is deleted or its
+	// node IPs change from those of the first list (kube-proxy's node
+	// IPs: its first address, InternalIP before ExternalIP, and the first
+	// of the other family), so that the process restarts with the new
+	// ones. false, the default, follows the new addresses without a
+	// restart: the node ports and the health-check node ports move to
+	// them. Either way the change is logged with the old and the new
+	// addresses. WithExitFunc replaces the exit. It is proxykit's own
+	// setting, not a KubeProxyConfiguration field.
+	ExitOnNodeChange bool
 }
 
 // Validate checks c as New, InitNode and Cleanup do before they touch

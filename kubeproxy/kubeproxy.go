@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/ipvsmode"
@@ -50,6 +51,18 @@ func WithProxierOptions(opts ...proxier.Option) Option {
 	return func(s *setup) { s.proxierOpts = append(s.proxierOpts, opts...) }
 }
 
+// WithExitFunc makes Config.ExitOnNodeChange call exit instead of
+// flushing the logs and ending the process with os.Exit, as kube-proxy
+// does; tests pass a function that records the call. A nil exit is
+// ignored. InitNode and Cleanup do not read it.
+func WithExitFunc(exit func(code int)) Option {
+	return func(s *setup) {
+		if exit != nil {
+			s.exit = exit
+		}
+	}
+}
+
 // setup is one call of New, InitNode or Cleanup: the Config it works
 // with, a copy of the caller's, and its options.
 type setup struct {
@@ -58,6 +71,8 @@ type setup struct {
 	// dryRun receives a dry run's output; nil when not in one.
 	dryRun      io.Writer
 	proxierOpts []proxier.Option
+	// exit is what ExitOnNodeChange calls.
+	exit func(code int)
 	// names and nftTable are what the proxier owns in the kernel with
 	// cfg.ChainPrefix, in every mode.
 	names    *ipvsmode.Names
@@ -69,7 +84,7 @@ func newSetup(cfg *Config, opts []Option) (*setup, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &setup{cfg: *cfg}
+	s := &setup{cfg: *cfg, exit: exitProcess}
 	for _, o := range opts {
 		o(s)
 	}
@@ -88,9 +103,15 @@ func newSetup(cfg *Config, opts []Option) (*setup, error) {
 // tuning, the other modes' state removed (see Cleanup), route_localnet
 // for localhost node ports in iptables mode, and in IPVS mode the
 // kernel's check (a kernel that cannot run it fails Run with the reason)
-// and its sysctls. A family other than the node's primary one whose
-// iptables (or nft) cannot be used is not proxied, with a log, as
-// kube-proxy falls back to single stack; the primary's failing fails Run.
+// and its sysctls. The IP families proxied are those kube-proxy would
+// proxy: the node's primary one (that of its first address, IPv4 when it
+// has none), and the other one too whenever the host supports both,
+// whether or not the Node lists an address of it. A family is supported
+// unless the kernel has IPv6 off or none (for IPv6), or, in iptables and
+// IPVS mode, its iptables (or ip6tables) does not work here; Run fails
+// when the primary one is not supported, or in nftables mode when the nft
+// of a family proxied cannot be used. A dry run proxies the families the
+// node has addresses of.
 // New fails when cfg does not validate or proxier.New fails. cfg is
 // copied: later changes to it have no effect.
 func New(client kubernetes.Interface, nodeName string, cfg *Config, opts ...Option) (*proxier.Proxier, error) {
@@ -103,7 +124,7 @@ func New(client kubernetes.Interface, nodeName string, cfg *Config, opts ...Opti
 
 // proxierOptions are the proxier's options from the Config and Host: the
 // sync periods, conntrack cleanup (not in a dry run), the health servers,
-// the listener and the host's addresses.
+// the listener, the host's addresses, and the exit on a node change.
 func (s *setup) proxierOptions() []proxier.Option {
 	opts := []proxier.Option{
 		proxier.WithSyncPeriods(s.cfg.MinSyncPeriod, s.cfg.syncPeriod()),
@@ -114,6 +135,10 @@ func (s *setup) proxierOptions() []proxier.Option {
 	}
 	if s.dryRun == nil && s.host.Conntrack != nil {
 		opts = append(opts, proxier.WithConntrack(conntrack.NewCleaner(s.host.Conntrack)))
+	}
+	if s.cfg.ExitOnNodeChange && s.dryRun == nil {
+		// No context here: the handler logs through the global logger.
+		opts = append(opts, proxier.WithNodeHandler(&nodeExit{logger: klog.Background(), exit: s.exit}))
 	}
 	return opts
 }

@@ -14,8 +14,8 @@ import (
 type BackendGroup struct {
 	// Backend syncs the families; it must not be nil.
 	Backend proxy.Backend
-	// Families are those of the node the Backend serves, at least one,
-	// in the order of its Sync's inputs.
+	// Families are those of Node.Families the Backend serves, at least
+	// one, in the order of its Sync's inputs.
 	Families []v1.IPFamily
 }
 
@@ -23,21 +23,32 @@ type BackendGroup struct {
 type Node struct {
 	// Name is the node name the Proxier was made with.
 	Name string
-	// Families are the IP families of the node's addresses, the primary
-	// (that of its first address) first.
+	// Families are both IP families, the primary first: the family of
+	// the node's first address (see IPs), or IPv4 when it has none. Both
+	// are there whatever addresses the Node lists, because kube-proxy
+	// decides the families it proxies from the node's primary family and
+	// what the host supports, not from the Node's addresses: it runs
+	// both whenever the kernel (and, in its iptables and IPVS modes,
+	// iptables and ip6tables) supports both, so that the cluster IPs of
+	// the other family work from this node's pods on a node whose Node
+	// object lists one family alone, and it fails when the primary one
+	// is not supported.
 	Families []v1.IPFamily
 	// IPs are the node's addresses by family: those of its Node object
 	// (InternalIP first, then ExternalIP) or, when it has none, of the
-	// host's interfaces. Every family in Families has at least one.
+	// host's interfaces. A family may have none.
 	IPs map[v1.IPFamily][]netip.Addr
 }
 
 // NewBackendsFunc makes the backends for node, once its Node object (or
 // its absence) is known. It returns one group per runner; together they
-// must serve each family at most once, and only families of node. A
-// family no group serves is not proxied (iptables mode drops a secondary
-// family whose ip6tables does not work, as kube-proxy falls back to single
-// stack). metrics registers the Backends' own metrics where the Proxier's
+// must serve each family at most once. To proxy as kube-proxy does, it
+// serves the primary family (node.Families[0]), failing when it cannot,
+// and the other one when the host supports it, whether or not the node
+// has an address of it (package kubeproxy's modes decide so); a family no
+// group serves is not proxied. Each family's sync input carries its node
+// addresses (proxy.FamilyInput.NodeIPs), which follow the Node object's.
+// metrics registers the Backends' own metrics where the Proxier's
 // are (the ready modes' WithMetrics); it is the same at every Run of one
 // Proxier, so that a metric is registered once. An error stops
 // Proxier.Run. A Backend that implements

@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -104,4 +105,39 @@ func setOrDelete[V comparable](m, changes map[types.NamespacedName]V) {
 			m[k] = v
 		}
 	}
+}
+
+// healthAddresses moves the service health server's listeners when this
+// node's addresses change, as they move for the node ports: the addresses
+// to listen on are those the caller's function (WithServiceHealthServer)
+// gives for the node with each family's current addresses, which the
+// nodeAddresses handler, registered before it, has just set.
+type healthAddresses struct {
+	ctx       context.Context
+	server    *healthz.ServiceHealthServer
+	addresses func(Node) []netip.Addr
+	// node is the node as the backends serve it; its IPs are replaced by
+	// the families' current ones.
+	node     Node
+	families []*familyProxier
+}
+
+var _ config.NodeHandler = (*healthAddresses)(nil)
+
+func (h *healthAddresses) OnNodeAdd(*v1.Node)         { h.update() }
+func (h *healthAddresses) OnNodeUpdate(_, _ *v1.Node) { h.update() }
+func (h *healthAddresses) OnNodeDelete(*v1.Node)      {}
+func (h *healthAddresses) OnNodeSynced()              {}
+
+func (h *healthAddresses) update() {
+	n := Node{Name: h.node.Name, Families: h.node.Families, IPs: map[v1.IPFamily][]netip.Addr{}}
+	for _, fp := range h.families {
+		if ips := fp.currentNodeIPs(); len(ips) > 0 {
+			n.IPs[fp.family] = ips
+		}
+	}
+	// A port that cannot be opened on a new address is logged by the
+	// server and tried again after the next sync, which the address
+	// change has asked for.
+	_ = h.server.SetNodeAddresses(h.ctx, h.addresses(n)...)
 }

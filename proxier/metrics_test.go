@@ -86,7 +86,8 @@ func TestProxierKubeProxyMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b := newRecordingBackend()
 	startProxier(t, client, func(_ context.Context, n proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
-		return []proxier.BackendGroup{{Backend: b, Families: n.Families}}, nil
+		// The primary family alone, as on a host without IPv6.
+		return []proxier.BackendGroup{{Backend: b, Families: n.Families[:1]}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithProxyHealthServer("127.0.0.1:10256"), proxier.WithListenFunc(listen),
 		proxier.WithConntrack(&recordingCleaner{}), proxier.WithMetricsRegisterer(reg))
 	addr := <-listening

@@ -9,31 +9,46 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/proxykit/proxykit/internal/logsafe"
 	"github.com/proxykit/proxykit/proxier/config"
 	"github.com/proxykit/proxykit/proxy"
 )
 
-// newNode returns the node named name with addresses addrs, the family of
-// the first one primary.
+// newNode returns the node named name with addresses addrs. Its families
+// are both, as kube-proxy offers both to its proxiers whatever the Node
+// lists: the primary, that of the first address (IPv4 when there is
+// none), then the other.
 func newNode(name string, addrs []netip.Addr) Node {
-	n := Node{Name: name, IPs: map[v1.IPFamily][]netip.Addr{}}
+	primary := v1.IPv4Protocol
+	if len(addrs) > 0 {
+		primary = proxy.FamilyOf(addrs[0])
+	}
+	n := Node{Name: name, Families: []v1.IPFamily{primary, otherFamily(primary)}, IPs: map[v1.IPFamily][]netip.Addr{}}
 	for _, a := range addrs {
 		f := proxy.FamilyOf(a)
-		if _, ok := n.IPs[f]; !ok {
-			n.Families = append(n.Families, f)
-		}
 		n.IPs[f] = append(n.IPs[f], a)
 	}
 	return n
 }
 
+// otherFamily is the IP family that is not f.
+func otherFamily(f v1.IPFamily) v1.IPFamily {
+	if f == v1.IPv6Protocol {
+		return v1.IPv4Protocol
+	}
+	return v1.IPv6Protocol
+}
+
 // findNode returns this node's addresses from its Node object or, when
-// there is none or it has no addresses, from the host's interfaces.
+// there is none or it has no addresses, from the host's interfaces. A node
+// without any address is no error: as kube-proxy, which then takes the
+// loopback addresses as the node's, the proxier runs, with IPv4 as its
+// primary family.
 func findNode(ctx context.Context, getNode func(string) (*v1.Node, error), nodeName string, hostAddresses func() ([]netip.Addr, error)) (Node, error) {
 	logger := klog.FromContext(ctx)
 	node, err := getNode(nodeName)
 	if err != nil {
-		logger.Info("No Node object for this node; taking its addresses from the host's interfaces", "node", nodeName, "err", err)
+		logger.Info("No Node object for this node; taking its addresses from the host's interfaces", "node", logsafe.KRef("", nodeName), "err", err)
 	}
 	addrs := addressesOfNode(logger, node)
 	if len(addrs) == 0 {
@@ -41,11 +56,11 @@ func findNode(ctx context.Context, getNode func(string) (*v1.Node, error), nodeN
 			return Node{}, err
 		}
 	}
-	n := newNode(nodeName, addrs)
-	if len(n.Families) == 0 {
-		return n, fmt.Errorf("node %s has no addresses: neither its Node object nor the host's interfaces give one", nodeName)
+	if len(addrs) == 0 {
+		logger.Info("Neither the Node object nor the host's interfaces give an address of this node; IPv4 is its primary family", "node", logsafe.KRef("", nodeName))
 	}
-	logger.V(1).Info("Node addresses", "node", nodeName, "addresses", addrs, "families", n.Families)
+	n := newNode(nodeName, addrs)
+	logger.V(1).Info("Node addresses", "node", logsafe.KRef("", nodeName), "addresses", addrs, "primaryFamily", n.Families[0])
 	return n, nil
 }
 
@@ -113,9 +128,9 @@ var _ config.NodeHandler = (*nodeAddresses)(nil)
 // sync full. A family the Node no longer lists an address of keeps the
 // addresses it had (those of the host's interfaces, when the Node never
 // had any), and so does every family when the Node is deleted: the
-// Backends keep serving node ports where they did. A family the node did
-// not have at start is not added: the Backends were made for the families
-// found then.
+// Backends keep serving node ports where they did. A family no Backend
+// serves is not added when the Node gains an address of it. Every change
+// is logged with the old and the new addresses.
 type nodeAddresses struct {
 	logger   klog.Logger
 	families []*familyProxier
@@ -137,8 +152,9 @@ func (n *nodeAddresses) set(node *v1.Node) {
 		if len(ips) == 0 {
 			continue
 		}
-		if fp.setNodeIPs(ips) {
-			n.logger.Info("Node addresses changed; syncing everything", "ipFamily", fp.family, "addresses", ips)
+		if old := fp.currentNodeIPs(); fp.setNodeIPs(ips) {
+			n.logger.Info("Node addresses changed; syncing everything", "node", logsafe.KObj(node), "ipFamily", fp.family,
+				"oldAddresses", old, "addresses", ips)
 			fp.queued()
 		}
 	}

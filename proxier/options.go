@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/healthz"
+	"github.com/proxykit/proxykit/proxier/config"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -30,6 +31,7 @@ type options struct {
 	hostAddresses                             func() ([]netip.Addr, error)
 	makeServicePort                           changetracker.MakeServicePortFunc
 	makeEndpoint                              changetracker.MakeEndpointFunc
+	nodeHandlers                              []config.NodeHandler
 }
 
 func defaultOptions() options {
@@ -106,10 +108,13 @@ func WithProxyHealthServer(address string) Option {
 // WithServiceHealthServer makes Run serve the health-check node port of
 // every Service with externalTrafficPolicy Local, answering whether this
 // node has a ready endpoint of it, as kube-proxy does. addresses, called
-// once with the node as the backends serve it, gives the addresses to
-// listen on; nil (or a function returning none) means every address. A
-// port that cannot be opened is logged and tried again at the next sync.
-// RunOnce serves nothing.
+// with the node as the backends serve it, gives the addresses to listen
+// on; nil (or a function returning none) means every address. It is
+// called again, with the new addresses, whenever the Node object's
+// addresses change (see FamilyInput.NodeIPs), and the listeners move to
+// what it then returns without a restart: those on addresses it still
+// gives keep serving. A port that cannot be opened is logged and tried
+// again at the next sync. RunOnce serves nothing.
 func WithServiceHealthServer(addresses func(Node) []netip.Addr) Option {
 	return func(o *options) { o.serviceHealth, o.serviceHealthAddresses = true, addresses }
 }
@@ -166,4 +171,19 @@ func WithServicePortMaker(f changetracker.MakeServicePortFunc) Option {
 // WithEndpointMaker: see WithServicePortMaker.
 func WithEndpointMaker(f changetracker.MakeEndpointFunc) Option {
 	return func(o *options) { o.makeEndpoint = f }
+}
+
+// WithNodeHandler registers h on the Proxier's informer of this node's
+// Node object, before its first list, so that h sees every event of it,
+// the first list's included, and OnNodeSynced once that list is in.
+// Handlers are called one after the other, in the order of the options,
+// before the Proxier's own handler of the node's addresses. Package
+// kubeproxy's exit on a node change (Config.ExitOnNodeChange) is one. A
+// nil h is ignored.
+func WithNodeHandler(h config.NodeHandler) Option {
+	return func(o *options) {
+		if h != nil {
+			o.nodeHandlers = append(o.nodeHandlers, h)
+		}
+	}
 }

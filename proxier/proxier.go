@@ -84,8 +84,8 @@ func New(client kubernetes.Interface, nodeName string, newBackends NewBackendsFu
 //   - watches this node's Node object for its topology labels (a change
 //     syncs every family) and its deletion (which fails /healthz), and
 //     waits for the first list;
-//   - finds the node's addresses (Node), whose IP families are the ones
-//     proxied, and makes the backends with them;
+//   - finds the node's addresses and its primary IP family (Node), and
+//     makes the backends with them, which decide the families proxied;
 //   - gives each family a pair of change trackers, and each BackendGroup
 //     a runner.Runner, which syncs at most once per min sync period, at
 //     least once per sync period, and within the retry period after a
@@ -103,8 +103,7 @@ func New(client kubernetes.Interface, nodeName string, newBackends NewBackendsFu
 //   - runs every Backend's Run, the runners, and the health servers.
 //
 // It returns an error, having stopped what it started, when the backends
-// cannot be made, the node has no address, or a health server cannot
-// listen; ctx.Err() when ctx ends before the first lists; and an error on
+// cannot be made or a health server cannot listen; ctx.Err() when ctx ends before the first lists; and an error on
 // a second call.
 func (p *Proxier) Run(ctx context.Context) error { return p.run(ctx, true) }
 
@@ -149,6 +148,9 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 		return err
 	}
 	nodeConfig.RegisterEventHandler(topology)
+	for _, h := range p.o.nodeHandlers {
+		nodeConfig.RegisterEventHandler(h)
+	}
 	if hs != nil {
 		nodeConfig.RegisterEventHandler(nodeHealth{hs})
 	}
@@ -223,8 +225,18 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 	// may be older than the first event, so it is read again.
 	addrs := &nodeAddresses{logger: logger, families: p.all()}
 	nodeConfig.RegisterEventHandler(addrs)
+	var healthAddrs *healthAddresses
+	if svcHealth != nil && p.o.serviceHealthAddresses != nil {
+		// After addrs, which it reads the addresses from.
+		healthAddrs = &healthAddresses{ctx: ctx, server: svcHealth.server,
+			addresses: p.o.serviceHealthAddresses, node: served, families: p.all()}
+		nodeConfig.RegisterEventHandler(healthAddrs)
+	}
 	if n, err := nodeFactory.Core().V1().Nodes().Lister().Get(p.nodeName); err == nil {
 		addrs.OnNodeUpdate(nil, n)
+		if healthAddrs != nil {
+			healthAddrs.update()
+		}
 	}
 
 	// Services and EndpointSlices, through the trackers of every family,
@@ -285,7 +297,7 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 }
 
 // checkGroups checks that groups serve each family at most once and only
-// families of node, each group with a Backend and a family, and returns
+// families of node (both IP families), each group with a Backend and a family, and returns
 // node as the groups serve it: only the families they serve, in the
 // node's order.
 func checkGroups(node Node, groups []BackendGroup) (Node, error) {
@@ -298,8 +310,8 @@ func checkGroups(node Node, groups []BackendGroup) (Node, error) {
 			return Node{}, fmt.Errorf("proxier: backend group %d has no backend or no family", i)
 		}
 		for _, f := range g.Families {
-			if _, ok := node.IPs[f]; !ok {
-				return Node{}, fmt.Errorf("proxier: backend group %d serves %s, which node %s has no address of", i, f, node.Name)
+			if !slices.Contains(node.Families, f) {
+				return Node{}, fmt.Errorf("proxier: backend group %d serves %q, which is not an IP family of node %s", i, f, node.Name)
 			}
 			if seen[f] {
 				return Node{}, fmt.Errorf("proxier: %s is served by two backend groups", f)

@@ -316,7 +316,8 @@ func TestProxierRetriesAFailedSync(t *testing.T) {
 	b.failures = 2
 	reg := prometheus.NewRegistry()
 	startProxier(t, client, func(_ context.Context, node proxier.Node, _ *proxy.Metrics) ([]proxier.BackendGroup, error) {
-		return []proxier.BackendGroup{{Backend: b, Families: node.Families}}, nil
+		// The primary family alone, as on a host without IPv6.
+		return []proxier.BackendGroup{{Backend: b, Families: node.Families[:1]}}, nil
 	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithRetryPeriod(10*time.Millisecond), proxier.WithMetricsRegisterer(reg))
 	want := state{v1.IPv4Protocol: {"ns/web:p 10.96.0.10:80/TCP": {"10.244.0.1:8080"}}}
 	eventually(t, "the cluster after two failed syncs", func() error {
@@ -524,7 +525,7 @@ func TestRunRefusesBadGroups(t *testing.T) {
 		want   string
 	}{
 		{"none", nil, "made no backend"},
-		{"a family the node lacks", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{v1.IPv6Protocol}}}, "no address of"},
+		{"not an IP family", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{"IPv5"}}}, "not an IP family"},
 		{"a family twice", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{v1.IPv4Protocol}}, {Backend: b, Families: []v1.IPFamily{v1.IPv4Protocol}}}, "two backend groups"},
 		{"no backend", []proxier.BackendGroup{{Families: []v1.IPFamily{v1.IPv4Protocol}}}, "no backend or no family"},
 	} {

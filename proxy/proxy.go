@@ -38,7 +38,12 @@ const (
 // runner, conntrack cleanup, health servers, metrics) is the composition's.
 //
 // A Backend serves the families it was made for, in the order the
-// composition was told (proxier.BackendGroup). One that serves one family
+// composition was told (proxier.BackendGroup). Which families those are is
+// decided as kube-proxy decides them: the node's primary family (that of
+// its first address), and the other one too whenever the host supports
+// it, even when the node has no address of it (see proxier.Node); a
+// family's input then has no NodeIPs until the Node gains one. One that
+// serves one family
 // (iptables mode, where each family has tables of its own) gets a runner of
 // its own, so that a failing family does not hold the other back. One that
 // serves all of the node's families at once (IPVS mode, whose kernel table
@@ -109,7 +114,8 @@ type FamilyInput struct {
 	NodeLabels map[string]string
 	// NodeIPs are this node's addresses of the family: those of its Node
 	// object (InternalIP first, then ExternalIP) or, when it has none, of
-	// the host's interfaces. The proxier follows the Node object: when its
+	// the host's interfaces; none for a family served although the node
+	// has no address of it. The proxier follows the Node object: when its
 	// addresses of the family change, the next input has the new ones and
 	// Full set. A load balancer whose
 	// loadBalancerSourceRanges contain one of them also accepts traffic

@@ -114,6 +114,7 @@ var flagTable = []flagRow{
 	{"manifests", "", flagOwn, "reads the cluster from YAML instead of an API server", true},
 	{"dry-run", "", flagOwn, "prints the first sync and exits", true},
 	{"once", "", flagOwn, "applies one sync and exits", true},
+	{"exit-on-node-change", "", flagOwn, "exits (status 1) when the Node is deleted or its node IPs change, for a restart, as kube-proxy does; without it the new addresses are followed live", true},
 }
 
 // flagRowOf returns the row of flag name.

@@ -201,6 +201,7 @@ var flagCases = map[string][]flagCase{
 	"manifests":                   {{args: []string{"--manifests", "testdata"}, set: func(o *options) { o.manifests = "testdata" }}},
 	"dry-run":                     {{args: []string{"--dry-run"}, set: func(o *options) { o.dryRun = true }}},
 	"once":                        {{args: []string{"--once"}, set: func(o *options) { o.once = true }}},
+	"exit-on-node-change":         {{args: []string{"--exit-on-node-change"}, set: func(o *options) { o.exitOnNodeChange = true }}},
 }
 
 // flagDefaults are the options without flags.

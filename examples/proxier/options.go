@@ -81,6 +81,8 @@ type options struct {
 	conntrack *conntrack.Tuning
 	// ipvsScheduler is ipvs.scheduler in IPVS mode; empty means rr.
 	ipvsScheduler string
+	// exitOnNodeChange is --exit-on-node-change.
+	exitOnNodeChange bool
 }
 
 // parseOptions reads the command line args (without the program name).
@@ -162,6 +164,7 @@ func newFlagSet(stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags) {
 	fs.BoolVar(&o.once, "once", false, "Apply one full sync and exit.")
 	// Not a kube-proxy flag: kube-proxy's names are fixed.
 	fs.StringVar(&o.chainPrefix, "chain-prefix", iptables.DefaultChainPrefix, "Prefix of every iptables chain and ipset the proxier owns (KUBE-SERVICES, KUBE-SVC-*, KUBE-CLUSTER-IP, ...), at most 5 letters, digits or underscores, and the name of its nftables table, the prefix lower-cased followed by '-proxy' (KUBE: kube-proxy, kube-proxy's table): give a proxier that runs beside kube-proxy, or beside another proxier, one of its own. --cleanup and mode switches remove this prefix's only.")
+	fs.BoolVar(&o.exitOnNodeChange, "exit-on-node-change", false, "Exit (status 1) when this node's Node object is deleted or its node IPs change, so that the process restarts with the new ones, as kube-proxy does; without it the proxier follows the new addresses (node ports and health-check node ports) without a restart.")
 	// Of klog's flags, only -v, as kube-proxy users know it.
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -272,6 +275,7 @@ func (o *options) kubeProxyConfig() *kubeproxy.Config {
 		IPVSScheduler:      o.ipvsScheduler,
 		HealthzBindAddress: o.healthzBindAddress,
 		MetricsBindAddress: o.metricsBindAddress,
+		ExitOnNodeChange:   o.exitOnNodeChange,
 	}
 }
 

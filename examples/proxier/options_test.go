@@ -134,3 +134,25 @@ func TestOptionsNodeAndCIDR(t *testing.T) {
 		t.Errorf("cluster CIDRs (-want +got):\n%s", diff)
 	}
 }
+
+// TestOptionsExitOnNodeChange checks that --exit-on-node-change reaches
+// kubeproxy.Config, with and without --config (it is proxykit's own flag,
+// which applies beside the file), and is off by default.
+func TestOptionsExitOnNodeChange(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--exit-on-node-change"}, true},
+		{[]string{"--config", "testdata/config/kubeadm-default.yaml", "--exit-on-node-change"}, true},
+	} {
+		o, err := parseOptions(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.kubeProxyConfig().ExitOnNodeChange; got != tc.want {
+			t.Errorf("%q: ExitOnNodeChange %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
