@@ -81,6 +81,10 @@ type options struct {
 	conntrack *conntrack.Tuning
 	// ipvsScheduler is ipvs.scheduler in IPVS mode; empty means rr.
 	ipvsScheduler string
+	// ipvsExcludeCIDRs is ipvs.excludeCIDRs and ipvsTuning the ipvs
+	// section's strictARP and timeouts, in IPVS mode; zero sets nothing.
+	ipvsExcludeCIDRs []netip.Prefix
+	ipvsTuning       ipvsmode.Tuning
 }
 
 // parseOptions reads the command line args (without the program name).
@@ -270,6 +274,8 @@ func (o *options) kubeProxyConfig() *kubeproxy.Config {
 		ChainPrefix:        o.chainPrefix,
 		Conntrack:          o.conntrack,
 		IPVSScheduler:      o.ipvsScheduler,
+		IPVSExcludeCIDRs:   o.ipvsExcludeCIDRs,
+		IPVSTuning:         o.ipvsTuning,
 		HealthzBindAddress: o.healthzBindAddress,
 		MetricsBindAddress: o.metricsBindAddress,
 	}
