@@ -222,7 +222,7 @@ func (n *Netlink) ListRealServers(ctx context.Context, vs VirtualServer) ([]Real
 
 // SetTimeouts is part of [Interface].
 func (n *Netlink) SetTimeouts(ctx context.Context, t Timeouts) error {
-	if err := t.validate(); err != nil {
+	if err := t.Validate(); err != nil {
 		return err
 	}
 	err := n.do(ctx, func(h *mobyipvs.Handle) error {

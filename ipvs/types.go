@@ -202,9 +202,10 @@ type Timeouts struct {
 	UDP time.Duration
 }
 
-// validate checks that each timeout is a whole number of seconds that fits
-// the kernel's 32 bits.
-func (t Timeouts) validate() error {
+// Validate checks that each timeout is a whole number of seconds that
+// fits the kernel's 32 bits, as [Interface.SetTimeouts] does before it
+// sends anything; the error wraps [ErrInvalid] and names the timeout.
+func (t Timeouts) Validate() error {
 	for _, d := range []struct {
 		name string
 		d    time.Duration

@@ -17,8 +17,10 @@
 // syncs its Run deletes the real servers it left draining once their
 // connections are gone. Made without [Handles] it is a dry run that
 // prints what it would apply. [OpenHandles] opens the kernel side (the
-// IPVS table, the kube-ipvs0 dummy interface, the ipsets) and [TuneKernel]
-// sets IPVS mode's sysctls; checking that the kernel can run IPVS
-// (kernel.CanUseIPVS) and removing the other modes' state are package
-// kubeproxy's, or the caller's.
+// IPVS table, the kube-ipvs0 dummy interface, the ipsets), [TuneKernel]
+// sets IPVS mode's sysctls and [Tune] what kube-proxy's ipvs section asks
+// for on top (strict ARP, the connection timeouts); [WithExcludeCIDRs]
+// leaves other programs' virtual servers alone. Checking that the kernel
+// can run IPVS (kernel.CanUseIPVS) and removing the other modes' state
+// are package kubeproxy's, or the caller's.
 package ipvsmode

@@ -45,6 +45,8 @@ type Mode struct {
 	restoreFailures *prometheus.CounterVec
 	// families are those of the translators, in order.
 	families []v1.IPFamily
+	// exclude are the prefixes of WithExcludeCIDRs.
+	exclude []netip.Prefix
 }
 
 var _ proxy.Backend = (*Mode)(nil)
@@ -185,7 +187,7 @@ func NewMode(_ context.Context, cfgs []WriterConfig, k *Handles, ipts []iptables
 		if err != nil {
 			return nil, err
 		}
-		rec := ipvs.NewReconciler(k.IPVS, k.Binder)
+		rec := ipvs.NewReconciler(k.IPVS, k.Binder, ipvs.WithExcludeCIDRs(b.exclude...))
 		b.applier = NewApplier(rec, ipset.NewReconciler(k.IPSets, names.SetPrefix()), ipts...)
 		b.terminator = rec.Terminator()
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/iptables"
+	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/nftables"
@@ -161,7 +162,7 @@ func (s *setup) newIPVSBackends(ctx context.Context, node proxier.Node, m *proxy
 		if k, err = s.host.OpenIPVS(ctx, true); err != nil {
 			return nil, fmt.Errorf("--mode ipvs: %w", err)
 		}
-		if err := s.tuneIPVS(ctx); err != nil {
+		if err := s.tuneIPVS(ctx, k.IPVS); err != nil {
 			k.Close()
 			return nil, err
 		}
@@ -171,6 +172,7 @@ func (s *setup) newIPVSBackends(ctx context.Context, node proxier.Node, m *proxy
 	} else {
 		opts = append(opts, ipvsmode.WithDryRun(s.dryRun))
 	}
+	opts = append(opts, ipvsmode.WithExcludeCIDRs(s.cfg.IPVSExcludeCIDRs...))
 	var cfgs []ipvsmode.WriterConfig
 	for _, family := range families {
 		cfgs = append(cfgs, s.ipvsTranslatorConfig(node, family))
@@ -192,9 +194,14 @@ func (s *setup) prepareIPVS(ctx context.Context) error {
 	return nil
 }
 
-// tuneIPVS sets the sysctls IPVS mode needs.
-func (s *setup) tuneIPVS(ctx context.Context) error {
-	return ipvsmode.TuneKernel(ctx, s.host.Kernel)
+// tuneIPVS sets the sysctls IPVS mode needs, then what IPVSTuning asks
+// for, the timeouts through iface (which may be nil when it asks for
+// none).
+func (s *setup) tuneIPVS(ctx context.Context, iface ipvs.Interface) error {
+	if err := ipvsmode.TuneKernel(ctx, s.host.Kernel); err != nil {
+		return err
+	}
+	return ipvsmode.Tune(ctx, s.host.Kernel, iface, s.cfg.IPVSTuning)
 }
 
 // ipvsTranslatorConfig is the translator config of family on node.
@@ -269,7 +276,7 @@ func (s *setup) cleanupIPVSNode(ctx context.Context) error {
 	}
 	defer node.Close()
 	prefix := s.names.Chains().Prefix()
-	cfg := ipvsmode.CleanupConfig{ChainPrefix: prefix}
+	cfg := ipvsmode.CleanupConfig{ChainPrefix: prefix, ExcludeCIDRs: s.cfg.IPVSExcludeCIDRs}
 	// Virtual servers and the dummy interface carry no prefix: with
 	// another than kube-proxy's, they may be kube-proxy's, so they stay.
 	if prefix == iptables.DefaultChainPrefix {

@@ -80,6 +80,18 @@ type Config struct {
 	// IPVSScheduler is the scheduler of IPVS mode's virtual servers; ""
 	// means rr. The other modes do not read it.
 	IPVSScheduler string
+	// IPVSExcludeCIDRs are kube-proxy's ipvs.excludeCIDRs: IPVS mode's
+	// syncs, and Cleanup (whatever the mode), leave alone the virtual
+	// servers whose address is in one of them, which belong to someone
+	// else; they delete every other virtual server they do not want.
+	// The other modes do not read it.
+	IPVSExcludeCIDRs []netip.Prefix
+	// IPVSTuning is kube-proxy's ipvs.strictARP and IPVS connection
+	// timeouts, which IPVS mode (New, when the Backend is made, and
+	// InitNode) sets with ipvsmode.Tune after the sysctls IPVS mode
+	// always sets; the zero value sets nothing. The other modes do not
+	// read it.
+	IPVSTuning ipvsmode.Tuning
 	// HealthzBindAddress is the proxy health server's "IP:port"; "" turns
 	// it off.
 	HealthzBindAddress string
@@ -127,6 +139,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ipvsmode.NewNames(c.ChainPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("kubeproxy.Config: ChainPrefix: %w", err))
+	}
+	if err := c.IPVSTuning.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: IPVSTuning: %w", err))
 	}
 	if c.IPVSScheduler != "" {
 		if _, err := kernel.IPVSSchedulerModule(c.IPVSScheduler); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxier"
@@ -33,6 +34,8 @@ func TestValidate(t *testing.T) {
 		// The blocks' own wording follows the field's name.
 		{name: "chain prefix", cfg: Config{ChainPrefix: "TOOLONG"}, wantErr: "kubeproxy.Config: ChainPrefix: " + errOf(ipvsmode.NewNames("TOOLONG"))},
 		{name: "scheduler", cfg: Config{IPVSScheduler: "nope"}, wantErr: "kubeproxy.Config: IPVSScheduler: " + errOf(kernel.IPVSSchedulerModule("nope"))},
+		{name: "IPVS timeouts", cfg: Config{IPVSTuning: ipvsmode.Tuning{Timeouts: ipvs.Timeouts{UDP: -time.Second}}},
+			wantErr: "kubeproxy.Config: IPVSTuning: IPVS timeouts: invalid: udp timeout -1s is not a whole number of seconds from 0 to 2^31-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.wantErr, errString(tc.cfg.Validate())); diff != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ipvsmode"
 )
 
 // Decode decodes a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1,
@@ -211,6 +213,54 @@ func ConntrackTuning(c kubeproxyconfig.KubeProxyConntrackConfiguration) (conntra
 	return t, nil
 }
 
+// IPVSSettings returns the ipvs section's strictARP and connection
+// timeouts as ipvsmode.Tuning, and its excludeCIDRs, masked, as
+// kube-proxy reads them in IPVS mode. Like kube-proxy, it refuses a
+// negative timeout and an excludeCIDRs entry that is not a CIDR, and
+// takes a timeout in whole seconds, dropping a fraction (so that one
+// under a second leaves the kernel's, as 0 does); beyond that, it refuses
+// a timeout over 2^31-1 seconds, which the kernel cannot hold. Errors
+// name the field ("ipvs.tcpTimeout: ...", "ipvs.excludeCIDRs[1]: ...").
+// The scheduler and sync periods are read by FromConfiguration.
+func IPVSSettings(c kubeproxyconfig.KubeProxyIPVSConfiguration) (ipvsmode.Tuning, []netip.Prefix, error) {
+	t := ipvsmode.Tuning{StrictARP: c.StrictARP}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+		into  *time.Duration
+	}{
+		{"ipvs.tcpTimeout", c.TCPTimeout.Duration, &t.Timeouts.TCP},
+		{"ipvs.tcpFinTimeout", c.TCPFinTimeout.Duration, &t.Timeouts.TCPFin},
+		{"ipvs.udpTimeout", c.UDPTimeout.Duration, &t.Timeouts.UDP},
+	} {
+		var err error
+		if *d.into, err = IPVSTimeout(d.value); err != nil {
+			return t, nil, fmt.Errorf("%s: %w", d.field, err)
+		}
+	}
+	var cidrs []netip.Prefix
+	for i, s := range c.ExcludeCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return t, nil, fmt.Errorf("ipvs.excludeCIDRs[%d]: must be a valid CIDR: %w", i, err)
+		}
+		cidrs = append(cidrs, p.Masked())
+	}
+	return t, cidrs, nil
+}
+
+// IPVSTimeout checks an IPVS connection timeout as IPVSSettings does, and
+// returns it in whole seconds. The error does not name the field.
+func IPVSTimeout(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("%v: must be greater than or equal to 0", d)
+	case d/time.Second > math.MaxInt32:
+		return 0, fmt.Errorf("%v: must be at most %ds", d, math.MaxInt32)
+	}
+	return d.Truncate(time.Second), nil
+}
+
 func durationOrNil(d *metav1.Duration) *time.Duration {
 	if d == nil {
 		return nil
@@ -244,14 +294,6 @@ func Unsupported(cfg *kubeproxyconfig.KubeProxyConfiguration) []string {
 	}
 	add(cfg.EnableProfiling, "enableProfiling")
 	add(cfg.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion")
-	if cfg.Mode == ModeIPVS {
-		i := cfg.IPVS
-		add(len(i.ExcludeCIDRs) > 0, "ipvs.excludeCIDRs")
-		add(i.StrictARP, "ipvs.strictARP")
-		add(i.TCPTimeout.Duration != 0, "ipvs.tcpTimeout")
-		add(i.TCPFinTimeout.Duration != 0, "ipvs.tcpFinTimeout")
-		add(i.UDPTimeout.Duration != 0, "ipvs.udpTimeout")
-	}
 	add(cfg.Winkernel != (kubeproxyconfig.KubeProxyWinkernelConfiguration{}), "winkernel")
 	add(cfg.DetectLocalMode != "" && cfg.DetectLocalMode != "ClusterCIDR", "detectLocalMode")
 	add(cfg.DetectLocal != (kubeproxyconfig.DetectLocalConfiguration{}), "detectLocal")

@@ -10,6 +10,8 @@ import (
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 )
 
 const header = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
@@ -119,6 +121,53 @@ func TestConntrackTuning(t *testing.T) {
 	}
 }
 
+func TestIPVSSettings(t *testing.T) {
+	d := func(v time.Duration) metav1.Duration { return metav1.Duration{Duration: v} }
+	for _, tc := range []struct {
+		name        string
+		section     kubeproxyconfig.KubeProxyIPVSConfiguration
+		want        ipvsmode.Tuning
+		wantExclude []netip.Prefix
+		wantErr     string
+	}{
+		{name: "unset: nothing to set"},
+		{name: "set", section: kubeproxyconfig.KubeProxyIPVSConfiguration{
+			StrictARP: true, ExcludeCIDRs: []string{"10.0.0.1/8", "fd00::/64"},
+			TCPTimeout: d(time.Hour), TCPFinTimeout: d(30 * time.Second), UDPTimeout: d(5 * time.Second),
+		}, want: ipvsmode.Tuning{StrictARP: true, Timeouts: ipvs.Timeouts{TCP: time.Hour, TCPFin: 30 * time.Second, UDP: 5 * time.Second}},
+			wantExclude: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/64")}},
+		// kube-proxy hands the kernel whole seconds.
+		{name: "fractions of a second are dropped", section: kubeproxyconfig.KubeProxyIPVSConfiguration{TCPTimeout: d(1500 * time.Millisecond), UDPTimeout: d(time.Millisecond)},
+			want: ipvsmode.Tuning{Timeouts: ipvs.Timeouts{TCP: time.Second}}},
+		{name: "negative tcpTimeout", section: kubeproxyconfig.KubeProxyIPVSConfiguration{TCPTimeout: d(-time.Second)},
+			wantErr: "ipvs.tcpTimeout: -1s: must be greater than or equal to 0"},
+		{name: "negative tcpFinTimeout", section: kubeproxyconfig.KubeProxyIPVSConfiguration{TCPFinTimeout: d(-time.Second)},
+			wantErr: "ipvs.tcpFinTimeout: -1s: must be greater than or equal to 0"},
+		{name: "negative udpTimeout", section: kubeproxyconfig.KubeProxyIPVSConfiguration{UDPTimeout: d(-time.Second)},
+			wantErr: "ipvs.udpTimeout: -1s: must be greater than or equal to 0"},
+		{name: "too long", section: kubeproxyconfig.KubeProxyIPVSConfiguration{UDPTimeout: d(100 * 365 * 24 * time.Hour)},
+			wantErr: "ipvs.udpTimeout: 876000h0m0s: must be at most 2147483647s"},
+		{name: "not a CIDR", section: kubeproxyconfig.KubeProxyIPVSConfiguration{ExcludeCIDRs: []string{"10.0.0.0/8", "10.1.0.1"}},
+			wantErr: `ipvs.excludeCIDRs[1]: must be a valid CIDR: netip.ParsePrefix("10.1.0.1"): no '/'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, exclude, err := IPVSSettings(tc.section)
+			if diff := cmp.Diff(tc.wantErr, errString(err)); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			if err != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("tuning (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantExclude, exclude, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("excluded CIDRs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestUnsupported(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -129,7 +178,7 @@ func TestUnsupported(t *testing.T) {
 		{name: "set", data: header + "bindAddress: 10.0.0.1\nfeatureGates: {A: true}\noomScoreAdj: -999\nportRange: 1-2\n",
 			want: []string{"featureGates", "bindAddress", "oomScoreAdj", "portRange"}},
 		{name: "another mode's section is not read", data: header + "ipvs:\n  strictARP: true\n"},
-		{name: "the mode's section", data: header + "mode: ipvs\nipvs:\n  strictARP: true\n", want: []string{"ipvs.strictARP"}},
+		{name: "the ipvs section is implemented", data: header + "mode: ipvs\nipvs:\n  strictARP: true\n  excludeCIDRs: [10.0.0.0/8]\n  tcpTimeout: 1m\n  tcpFinTimeout: 1m\n  udpTimeout: 1m\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Decode([]byte(tc.data))

@@ -35,7 +35,9 @@ const (
 //     nftables section's in nftables mode;
 //   - iptables.localhostNodePorts true; nodePortAddresses "primary" in
 //     nftables mode, every address in the others (see NodePortAddresses);
-//   - the conntrack section as ConntrackTuning reads it.
+//   - the conntrack section as ConntrackTuning reads it;
+//   - in IPVS mode, the ipvs section's excludeCIDRs, strictARP and
+//     timeouts as IPVSSettings reads them.
 //
 // The fields Config has and a KubeProxyConfiguration has not
 // (DriftCheckPeriod, ChainPrefix) are zero, and the fields Unsupported
@@ -140,6 +142,14 @@ func FromConfiguration(kc *kubeproxyconfig.KubeProxyConfiguration) (*Config, err
 		c.IPVSScheduler = kc.IPVS.Scheduler
 	}
 
+	if c.Mode == ModeIPVS {
+		// As kube-proxy: the ipvs section is read, and checked, in IPVS
+		// mode alone.
+		if c.IPVSTuning, c.IPVSExcludeCIDRs, err = IPVSSettings(kc.IPVS); err != nil {
+			return nil, err
+		}
+	}
+
 	tuning, err := ConntrackTuning(kc.Conntrack)
 	if err != nil {
 		return nil, err
@@ -228,6 +238,9 @@ func (c *Config) Configuration() *kubeproxyconfig.KubeProxyConfiguration {
 		n.SyncPeriod, n.MinSyncPeriod, n.MasqueradeAll, n.MasqueradeBit = sync, minSync, c.MasqueradeAll, bit
 	case ModeIPVS:
 		kc.IPVS.SyncPeriod, kc.IPVS.MinSyncPeriod, kc.IPVS.Scheduler = sync, minSync, c.IPVSScheduler
+		kc.IPVS.ExcludeCIDRs, kc.IPVS.StrictARP = prefixStrings(c.IPVSExcludeCIDRs), c.IPVSTuning.StrictARP
+		to := c.IPVSTuning.Timeouts
+		kc.IPVS.TCPTimeout, kc.IPVS.TCPFinTimeout, kc.IPVS.UDPTimeout = metav1.Duration{Duration: to.TCP}, metav1.Duration{Duration: to.TCPFin}, metav1.Duration{Duration: to.UDP}
 		// IPVS mode masquerades as the iptables section says.
 		kc.IPTables.MasqueradeAll, kc.IPTables.MasqueradeBit = c.MasqueradeAll, bit
 	default:

@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 )
 
 func TestFromConfiguration(t *testing.T) {
@@ -47,6 +49,17 @@ func TestFromConfiguration(t *testing.T) {
 				c.MasqueradeAll, c.MasqueradeBit = true, bit(15)
 				c.ClusterCIDRs = []netip.Prefix{p("10.244.0.0/16"), p("fd00:10:244::/56")}
 			})},
+		{name: "IPVS mode reads excludeCIDRs, strictARP and the timeouts",
+			data: "mode: ipvs\nipvs:\n  excludeCIDRs: [10.200.0.0/16, 'fd00:200::/64']\n  strictARP: true\n  tcpTimeout: 1h\n  tcpFinTimeout: 30s\n  udpTimeout: 10s\n",
+			want: defaults(func(c *Config) {
+				c.Mode, c.MinSyncPeriod = ModeIPVS, 0
+				c.IPVSExcludeCIDRs = []netip.Prefix{p("10.200.0.0/16"), p("fd00:200::/64")}
+				c.IPVSTuning = ipvsmode.Tuning{StrictARP: true, Timeouts: ipvs.Timeouts{TCP: time.Hour, TCPFin: 30 * time.Second, UDP: 10 * time.Second}}
+			})},
+		{name: "the ipvs section is neither read nor checked in another mode",
+			data: "ipvs:\n  excludeCIDRs: [nonsense]\n  strictARP: true\n  tcpTimeout: -1s\n", want: defaults(nil)},
+		{name: "ipvs.tcpFinTimeout", data: "mode: ipvs\nipvs:\n  tcpFinTimeout: -1s\n", wantErr: "ipvs.tcpFinTimeout: -1s: must be greater than or equal to 0"},
+		{name: "ipvs.excludeCIDRs", data: "mode: ipvs\nipvs:\n  excludeCIDRs: [10.0.0.0/8, nonsense]\n", wantErr: "ipvs.excludeCIDRs[1]: must be a valid CIDR"},
 		{name: "nftables mode: its section, node ports on the node's addresses",
 			data: "mode: nftables\niptables:\n  masqueradeAll: true\nnftables:\n  masqueradeBit: 3\n  minSyncPeriod: 2s\n",
 			want: defaults(func(c *Config) {
@@ -97,7 +110,9 @@ func TestConfigurationRoundTrip(t *testing.T) {
 			Conntrack: &conntrack.Tuning{TCPEstablishedTimeout: time.Hour, TCPCloseWaitTimeout: time.Minute}},
 		"ipvs": {Mode: ModeIPVS, HealthzBindAddress: "[::]:1", MetricsBindAddress: "[::1]:2", SyncPeriod: time.Minute, IPVSScheduler: "lc",
 			MasqueradeBit: bit(15), ClusterCIDRs: []netip.Prefix{p("10.244.0.0/16"), p("fd00::/64")},
-			Conntrack: &conntrack.Tuning{MaxPerCore: 100, Min: 5, TCPEstablishedTimeout: time.Hour, TCPBeLiberal: true, UDPTimeout: 30 * time.Second}},
+			IPVSExcludeCIDRs: []netip.Prefix{p("10.200.0.0/16"), p("fd00:200::/64")},
+			IPVSTuning:       ipvsmode.Tuning{StrictARP: true, Timeouts: ipvs.Timeouts{TCP: time.Hour, UDP: 10 * time.Second}},
+			Conntrack:        &conntrack.Tuning{MaxPerCore: 100, Min: 5, TCPEstablishedTimeout: time.Hour, TCPBeLiberal: true, UDPTimeout: 30 * time.Second}},
 		"nftables": {Mode: ModeNFTables, HealthzBindAddress: "0.0.0.0:10256", MetricsBindAddress: "0.0.0.0:9", NodePortPrimary: true,
 			SyncPeriod: 45 * time.Second, MinSyncPeriod: 3 * time.Second, MasqueradeAll: true,
 			Conntrack: &conntrack.Tuning{TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour}},

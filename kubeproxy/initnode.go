@@ -2,8 +2,11 @@ package kubeproxy
 
 import (
 	"context"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/proxykit/proxykit/ipvs"
 )
 
 // InitNode is the node set-up of cfg.Mode that needs more than
@@ -12,7 +15,8 @@ import (
 // it tunes conntrack, removes the state other modes left (see Cleanup),
 // and, per mode, sets route_localnet (iptables mode, when node ports are
 // served on 127.0.0.1) or checks and loads what IPVS mode needs and sets
-// its sysctls. It writes none of the mode's own rules: the first sync of
+// its sysctls, with Config.IPVSTuning's strict ARP and timeouts. It
+// writes none of the mode's own rules: the first sync of
 // the proxier does. It fails when IPVS mode cannot run on this kernel,
 // when the primary family's iptables does not work (iptables and IPVS
 // mode), or when a sysctl the mode needs cannot be set; a failed conntrack
@@ -29,7 +33,7 @@ func InitNode(ctx context.Context, cfg *Config, opts ...Option) error {
 		if err := s.prepareIPVS(ctx); err != nil {
 			return err
 		}
-		if err := s.tuneIPVS(ctx); err != nil {
+		if err := s.initIPVS(ctx); err != nil {
 			return err
 		}
 		s.tuneConntrack(ctx)
@@ -57,4 +61,20 @@ func InitNode(ctx context.Context, cfg *Config, opts ...Option) error {
 		}
 	}
 	return nil
+}
+
+// initIPVS sets IPVS mode's sysctls and IPVSTuning, as kube-proxy does
+// before --init-only returns; it opens the IPVS table only when there are
+// timeouts to set.
+func (s *setup) initIPVS(ctx context.Context) error {
+	var iface ipvs.Interface
+	if s.cfg.IPVSTuning.Timeouts != (ipvs.Timeouts{}) {
+		k, err := s.host.OpenIPVS(ctx, true)
+		if err != nil {
+			return fmt.Errorf("--mode ipvs: %w", err)
+		}
+		defer k.Close()
+		iface = k.IPVS
+	}
+	return s.tuneIPVS(ctx, iface)
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ipvs"
+	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 )
 
@@ -40,6 +42,9 @@ func TestConfigFile(t *testing.T) {
 	)
 	nftAll := configWith(t, nftFile, "nodePortAddresses: null", "nodePortAddresses: [all]")
 	unsupportedIPTables := configWith(t, unsupported, "mode: ipvs", "mode: iptables")
+	ipvsSettings := configWith(t, ipvsFile, "  excludeCIDRs: null", "  excludeCIDRs: [10.200.0.1/16, 'fd00:200::/64']",
+		"  strictARP: false", "  strictARP: true", "  tcpTimeout: 0s", "  tcpTimeout: 1h", "  tcpFinTimeout: 0s", "  tcpFinTimeout: 30s",
+		"  udpTimeout: 0s", "  udpTimeout: 10.5s")
 	with := func(file string, f func(*options)) *options {
 		o := kubeadmDefaults(file)
 		f(&o)
@@ -90,6 +95,16 @@ func TestConfigFile(t *testing.T) {
 			want: with(ipvsFile, ipvsWant),
 		},
 		{
+			name: "ipvs mode: excludeCIDRs, strictARP and the timeouts",
+			args: []string{"--config", ipvsSettings},
+			want: with(ipvsSettings, func(o *options) {
+				ipvsWant(o)
+				o.ipvsExcludeCIDRs = []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("fd00:200::/64")}
+				// Whole seconds, as kube-proxy hands them to the kernel.
+				o.ipvsTuning = ipvsmode.Tuning{StrictARP: true, Timeouts: ipvs.Timeouts{TCP: time.Hour, TCPFin: 30 * time.Second, UDP: 10 * time.Second}}
+			}),
+		},
+		{
 			// nftables mode reads the nftables section's periods and
 			// masquerading, and serves node ports on the node's own
 			// addresses by default, as kube-proxy.
@@ -132,8 +147,9 @@ func TestConfigFile(t *testing.T) {
 			want: with(unsupported, func(o *options) {
 				o.mode = modeIPVS
 				o.minSyncPeriod = 0
+				o.ipvsTuning.StrictARP = true
 				o.unsupported = []string{"featureGates", "logging.format", "logging.flushFrequency", "bindAddress", "enableProfiling",
-					"ipvs.strictARP", "winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
+					"winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
 			}),
 		},
 		{
@@ -216,6 +232,10 @@ func TestConfigFileInvalid(t *testing.T) {
 			wantErr: "nftables.minSyncPeriod: 1m0s: must not be longer than nftables.syncPeriod (30s)"},
 		{name: "ipvs.scheduler", file: strings.Replace(edit(`  scheduler: ""`, "  scheduler: fastest"), "mode: \"\"\n", "mode: ipvs\n", 1),
 			wantErr: "ipvs.scheduler: unknown IPVS scheduler \"fastest\""},
+		{name: "ipvs.tcpTimeout", file: strings.Replace(edit("  tcpTimeout: 0s", "  tcpTimeout: -1s"), "mode: \"\"\n", "mode: ipvs\n", 1),
+			wantErr: "ipvs.tcpTimeout: -1s: must be greater than or equal to 0"},
+		{name: "ipvs.excludeCIDRs", file: strings.Replace(edit("  excludeCIDRs: null", "  excludeCIDRs: [10.0.0.0/8, 10.1.0.1]"), "mode: \"\"\n", "mode: ipvs\n", 1),
+			wantErr: "ipvs.excludeCIDRs[1]: must be a valid CIDR"},
 		{name: "conntrack.min", file: edit("  min: null", "  min: -1"), wantErr: "conntrack.min: -1: must be greater than or equal to 0"},
 		{name: "apiVersion", file: edit("apiVersion: kubeproxy.config.k8s.io/v1alpha1", "apiVersion: kubeproxy.config.k8s.io/v1beta1"),
 			wantErr: `apiVersion: "kubeproxy.config.k8s.io/v1beta1", want "kubeproxy.config.k8s.io/v1alpha1"`},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/kernel"
@@ -80,11 +81,11 @@ var flagTable = []flagRow{
 	{"sync-period", "iptables.syncPeriod", flagOwn, "the running mode's syncPeriod", false},
 	{"min-sync-period", "iptables.minSyncPeriod", flagOwn, "the running mode's minSyncPeriod", false},
 	{"ipvs-scheduler", "ipvs.scheduler", flagHonoured, "IPVS mode", false},
-	{"ipvs-exclude-cidrs", "ipvs.excludeCIDRs", flagRefused, "not implemented in IPVS mode (no effect in the other modes, as in kube-proxy)", false},
-	{"ipvs-strict-arp", "ipvs.strictARP", flagRefused, "not implemented in IPVS mode (no effect in the other modes, as in kube-proxy)", false},
-	{"ipvs-tcp-timeout", "ipvs.tcpTimeout", flagRefused, "not implemented in IPVS mode (no effect in the other modes, as in kube-proxy)", false},
-	{"ipvs-tcpfin-timeout", "ipvs.tcpFinTimeout", flagRefused, "not implemented in IPVS mode (no effect in the other modes, as in kube-proxy)", false},
-	{"ipvs-udp-timeout", "ipvs.udpTimeout", flagRefused, "not implemented in IPVS mode (no effect in the other modes, as in kube-proxy)", false},
+	{"ipvs-exclude-cidrs", "ipvs.excludeCIDRs", flagHonoured, "IPVS mode's syncs, and --cleanup in any mode, leave the virtual servers in these CIDRs alone", false},
+	{"ipvs-strict-arp", "ipvs.strictARP", flagHonoured, "IPVS mode: sets arp_ignore=1 and arp_announce=2 at start (never unset)", false},
+	{"ipvs-tcp-timeout", "ipvs.tcpTimeout", flagHonoured, "IPVS mode, in whole seconds; 0 leaves the kernel's", false},
+	{"ipvs-tcpfin-timeout", "ipvs.tcpFinTimeout", flagHonoured, "IPVS mode, in whole seconds; 0 leaves the kernel's", false},
+	{"ipvs-udp-timeout", "ipvs.udpTimeout", flagHonoured, "IPVS mode, in whole seconds; 0 leaves the kernel's", false},
 	{"detect-local-mode", "detectLocalMode", flagRefused, "only ClusterCIDR is implemented", false},
 	{"pod-bridge-interface", "detectLocal.bridgeInterface", flagAccepted, "read only by detectLocalMode BridgeInterface, which is refused", false},
 	{"pod-interface-name-prefix", "detectLocal.interfaceNamePrefix", flagAccepted, "read only by detectLocalMode InterfaceNamePrefix, which is refused", false},
@@ -205,11 +206,11 @@ func addKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, klogFlag
 	fs.DurationVar(&k.ipvsSync, "ipvs-sync-period", 30*time.Second, "In IPVS mode, the longest time between syncs of the rules.")
 	fs.DurationVar(&k.ipvsMinSync, "ipvs-min-sync-period", time.Second, "In IPVS mode, the shortest time between syncs of the rules.")
 	fs.StringVar(&k.ipvsScheduler, "ipvs-scheduler", "", "In IPVS mode, the scheduler of the virtual servers (empty: rr).")
-	fs.StringVar(&k.ipvsExcludeCIDRs, "ipvs-exclude-cidrs", "", "Not implemented in IPVS mode: refused there.")
-	fs.BoolVar(&k.ipvsStrictARP, "ipvs-strict-arp", false, "Not implemented in IPVS mode: refused there.")
-	fs.DurationVar(&k.ipvsTCP, "ipvs-tcp-timeout", 0, "Not implemented in IPVS mode: refused there.")
-	fs.DurationVar(&k.ipvsTCPFin, "ipvs-tcpfin-timeout", 0, "Not implemented in IPVS mode: refused there.")
-	fs.DurationVar(&k.ipvsUDP, "ipvs-udp-timeout", 0, "Not implemented in IPVS mode: refused there.")
+	fs.StringVar(&k.ipvsExcludeCIDRs, "ipvs-exclude-cidrs", "", "In IPVS mode, comma-separated CIDRs whose virtual servers the proxier never deletes (another program's).")
+	fs.BoolVar(&k.ipvsStrictARP, "ipvs-strict-arp", false, "In IPVS mode, set arp_ignore to 1 and arp_announce to 2 (strict ARP).")
+	fs.DurationVar(&k.ipvsTCP, "ipvs-tcp-timeout", 0, "In IPVS mode, the IPVS timeout of idle TCP connections; 0 leaves it.")
+	fs.DurationVar(&k.ipvsTCPFin, "ipvs-tcpfin-timeout", 0, "In IPVS mode, the IPVS timeout of TCP connections after a FIN; 0 leaves it.")
+	fs.DurationVar(&k.ipvsUDP, "ipvs-udp-timeout", 0, "In IPVS mode, the IPVS timeout of UDP flows; 0 leaves it.")
 	fs.StringVar(&k.detectLocalMode, "detect-local-mode", "", "How local traffic is told apart; only ClusterCIDR (the default) is implemented.")
 	fs.StringVar(&k.podBridge, "pod-bridge-interface", "", "Accepted: read only by --detect-local-mode BridgeInterface, which is refused.")
 	fs.StringVar(&k.podPrefix, "pod-interface-name-prefix", "", "Accepted: read only by --detect-local-mode InterfaceNamePrefix, which is refused.")
@@ -260,11 +261,6 @@ func applyKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given 
 		{"feature-gates", strings.TrimSpace(k.featureGates) != ""},
 		{"profiling", k.profiling},
 		{"show-hidden-metrics-for-version", k.showHiddenMetrics != ""},
-		{"ipvs-exclude-cidrs", ipvsMode && k.ipvsExcludeCIDRs != ""},
-		{"ipvs-strict-arp", ipvsMode && k.ipvsStrictARP},
-		{"ipvs-tcp-timeout", ipvsMode && k.ipvsTCP != 0},
-		{"ipvs-tcpfin-timeout", ipvsMode && k.ipvsTCPFin != 0},
-		{"ipvs-udp-timeout", ipvsMode && k.ipvsUDP != 0},
 		{"detect-local-mode", k.detectLocalMode != "" && k.detectLocalMode != "ClusterCIDR"},
 		{"oom-score-adj", k.oomScoreAdj != defaultOOMScoreAdj},
 		{"config-sync-period", k.configSyncPeriod != defaultConfigSyncPeriod},
@@ -326,6 +322,13 @@ func applyKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given 
 		o.ipvsScheduler = k.ipvsScheduler
 	}
 
+	// --cleanup, in any mode, leaves the excluded CIDRs' virtual servers.
+	if ipvsMode || o.cleanup {
+		if err := applyIPVSFlags(fs, o, k, given); err != nil {
+			return err
+		}
+	}
+
 	if k.qps < 0 {
 		return flagError(fs, "kube-api-qps", "must not be negative")
 	}
@@ -344,6 +347,48 @@ func applyKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given 
 
 	if err := applyConntrackFlags(fs, o, k, given); err != nil {
 		return err
+	}
+	return nil
+}
+
+// applyIPVSFlags puts the IPVS flags given into o, checked as kube-proxy
+// checks ipvs.excludeCIDRs and the timeouts (see kubeproxy.IPVSSettings).
+// kube-proxy reads them in IPVS mode only; this proxier's --cleanup reads
+// them too.
+func applyIPVSFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given map[string]bool) error {
+	if given["ipvs-exclude-cidrs"] {
+		var list []string
+		for _, s := range strings.Split(k.ipvsExcludeCIDRs, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				list = append(list, s)
+			}
+		}
+		_, cidrs, err := kubeproxy.IPVSSettings(kubeproxyconfig.KubeProxyIPVSConfiguration{ExcludeCIDRs: list})
+		if err != nil {
+			return fmt.Errorf("--ipvs-exclude-cidrs=%s: %w", fs.Lookup("ipvs-exclude-cidrs").Value, err)
+		}
+		o.ipvsExcludeCIDRs = cidrs
+	}
+	if given["ipvs-strict-arp"] {
+		o.ipvsTuning.StrictARP = k.ipvsStrictARP
+	}
+	for _, t := range []struct {
+		name  string
+		value time.Duration
+		into  *time.Duration
+	}{
+		{"ipvs-tcp-timeout", k.ipvsTCP, &o.ipvsTuning.Timeouts.TCP},
+		{"ipvs-tcpfin-timeout", k.ipvsTCPFin, &o.ipvsTuning.Timeouts.TCPFin},
+		{"ipvs-udp-timeout", k.ipvsUDP, &o.ipvsTuning.Timeouts.UDP},
+	} {
+		if !given[t.name] {
+			continue
+		}
+		d, err := kubeproxy.IPVSTimeout(t.value)
+		if err != nil {
+			return flagError(fs, t.name, err.Error())
+		}
+		*t.into = d
 	}
 	return nil
 }

@@ -120,13 +120,32 @@ var flagCases = map[string][]flagCase{
 		{args: []string{"--ipvs-scheduler", "fastest", "--proxy-mode", "ipvs"}, wantErr: `--ipvs-scheduler=fastest: ipvs.scheduler: unknown IPVS scheduler "fastest"`},
 	},
 	"ipvs-exclude-cidrs": {
-		{args: []string{"--ipvs-exclude-cidrs", "10.0.0.0/8", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-exclude-cidrs=10.0.0.0/8: ipvs.excludeCIDRs: not implemented"},
-		{args: []string{"--ipvs-exclude-cidrs", "10.0.0.0/8"}, set: func(*options) {}},
+		{args: []string{"--ipvs-exclude-cidrs", "10.0.0.1/8, fd00::/64", "--proxy-mode", "ipvs"}, set: func(o *options) {
+			o.ipvsExcludeCIDRs, o.mode = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/64")}, modeIPVS
+		}},
+		{args: []string{"--ipvs-exclude-cidrs", "10.0.0.0/8,10.1.0.1", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-exclude-cidrs=10.0.0.0/8,10.1.0.1: ipvs.excludeCIDRs[1]: must be a valid CIDR"},
+		// kube-proxy reads the ipvs section in IPVS mode only.
+		{args: []string{"--ipvs-exclude-cidrs", "nonsense"}, set: func(*options) {}},
 	},
-	"ipvs-strict-arp":     {{args: []string{"--ipvs-strict-arp", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-strict-arp=true: ipvs.strictARP: not implemented"}},
-	"ipvs-tcp-timeout":    {{args: []string{"--ipvs-tcp-timeout", "1m", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-tcp-timeout=1m0s: ipvs.tcpTimeout: not implemented"}},
-	"ipvs-tcpfin-timeout": {{args: []string{"--ipvs-tcpfin-timeout", "1m", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-tcpfin-timeout=1m0s: ipvs.tcpFinTimeout: not implemented"}},
-	"ipvs-udp-timeout":    {{args: []string{"--ipvs-udp-timeout", "1m", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-udp-timeout=1m0s: ipvs.udpTimeout: not implemented"}},
+	"ipvs-strict-arp": {
+		{args: []string{"--ipvs-strict-arp", "--proxy-mode", "ipvs"}, set: func(o *options) { o.ipvsTuning.StrictARP, o.mode = true, modeIPVS }},
+		{args: []string{"--ipvs-strict-arp"}, set: func(*options) {}},
+	},
+	"ipvs-tcp-timeout": {
+		{args: []string{"--ipvs-tcp-timeout", "1m", "--proxy-mode", "ipvs"}, set: func(o *options) { o.ipvsTuning.Timeouts.TCP, o.mode = time.Minute, modeIPVS }},
+		// As kube-proxy hands the kernel whole seconds.
+		{args: []string{"--ipvs-tcp-timeout", "2.5s", "--proxy-mode", "ipvs"}, set: func(o *options) { o.ipvsTuning.Timeouts.TCP, o.mode = 2*time.Second, modeIPVS }},
+		{args: []string{"--ipvs-tcp-timeout", "-1s", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-tcp-timeout=-1s: ipvs.tcpTimeout: -1s: must be greater than or equal to 0"},
+		{args: []string{"--ipvs-tcp-timeout", "-1s"}, set: func(*options) {}},
+	},
+	"ipvs-tcpfin-timeout": {
+		{args: []string{"--ipvs-tcpfin-timeout", "30s", "--proxy-mode", "ipvs"}, set: func(o *options) { o.ipvsTuning.Timeouts.TCPFin, o.mode = 30*time.Second, modeIPVS }},
+		{args: []string{"--ipvs-tcpfin-timeout", "-1s", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-tcpfin-timeout=-1s: ipvs.tcpFinTimeout: -1s: must be greater than or equal to 0"},
+	},
+	"ipvs-udp-timeout": {
+		{args: []string{"--ipvs-udp-timeout", "10s", "--proxy-mode", "ipvs"}, set: func(o *options) { o.ipvsTuning.Timeouts.UDP, o.mode = 10*time.Second, modeIPVS }},
+		{args: []string{"--ipvs-udp-timeout", "-1s", "--proxy-mode", "ipvs"}, wantErr: "--ipvs-udp-timeout=-1s: ipvs.udpTimeout: -1s: must be greater than or equal to 0"},
+	},
 	"detect-local-mode": {
 		{args: []string{"--detect-local-mode", "ClusterCIDR"}, set: func(*options) {}},
 		{args: []string{"--detect-local-mode", "NodeCIDR"}, wantErr: "--detect-local-mode=NodeCIDR: detectLocalMode: not implemented: only ClusterCIDR"},
@@ -288,6 +307,19 @@ func TestFlagTable(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestCleanupExcludeCIDRs checks that --cleanup, in any mode, takes
+// --ipvs-exclude-cidrs, so that it leaves those virtual servers.
+func TestCleanupExcludeCIDRs(t *testing.T) {
+	o, err := parseOptions([]string{"--cleanup", "--ipvs-exclude-cidrs", "10.0.0.0/8"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, o.kubeProxyConfig().IPVSExcludeCIDRs,
+		cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("the excluded CIDRs of --cleanup (-want +got):\n%s", diff)
 	}
 }
 

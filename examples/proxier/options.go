@@ -83,6 +83,10 @@ type options struct {
 	ipvsScheduler string
 	// exitOnNodeChange is --exit-on-node-change.
 	exitOnNodeChange bool
+	// ipvsExcludeCIDRs is ipvs.excludeCIDRs and ipvsTuning the ipvs
+	// section's strictARP and timeouts, in IPVS mode; zero sets nothing.
+	ipvsExcludeCIDRs []netip.Prefix
+	ipvsTuning       ipvsmode.Tuning
 }
 
 // parseOptions reads the command line args (without the program name).
@@ -273,6 +277,8 @@ func (o *options) kubeProxyConfig() *kubeproxy.Config {
 		ChainPrefix:        o.chainPrefix,
 		Conntrack:          o.conntrack,
 		IPVSScheduler:      o.ipvsScheduler,
+		IPVSExcludeCIDRs:   o.ipvsExcludeCIDRs,
+		IPVSTuning:         o.ipvsTuning,
 		HealthzBindAddress: o.healthzBindAddress,
 		MetricsBindAddress: o.metricsBindAddress,
 		ExitOnNodeChange:   o.exitOnNodeChange,

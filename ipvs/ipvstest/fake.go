@@ -347,10 +347,9 @@ func sortedRS(s *fakeService) []ipvs.RealServer {
 
 // SetTimeouts is part of [ipvs.Interface].
 func (f *Fake) SetTimeouts(ctx context.Context, t ipvs.Timeouts) error {
-	for _, d := range []time.Duration{t.TCP, t.TCPFin, t.UDP} {
-		if d < 0 || d%time.Second != 0 {
-			return fmt.Errorf("IPVS timeouts %s: %w", t, ipvs.ErrInvalid)
-		}
+	// As the kernel implementation: refused before it is sent.
+	if err := t.Validate(); err != nil {
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
