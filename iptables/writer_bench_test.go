@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxykit/proxykit/internal/testkit/benchcpu"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxy"
 
@@ -71,11 +72,13 @@ func BenchmarkSyncFull(b *testing.B) {
 			w.Applied(nil)
 			b.ReportAllocs()
 			var res iptables.SyncResult
+			cpu := benchcpu.Start()
 			for b.Loop() {
 				w.RequestFullSync()
 				res = w.Sync(ctx, in)
 				w.Applied(nil)
 			}
+			cpu.Report(b)
 			if !res.Full {
 				b.Fatal("sync was not full")
 			}
@@ -94,10 +97,12 @@ func BenchmarkSyncFirst(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			var res iptables.SyncResult
+			cpu := benchcpu.Start()
 			for b.Loop() {
 				w := benchWriter(b)
 				res = w.Sync(ctx, in)
 			}
+			cpu.Report(b)
 			b.ReportMetric(float64(len(res.Payload)), "payload-B")
 		})
 	}
@@ -241,3 +246,4 @@ func BenchmarkRuleTally(b *testing.B) {
 		})
 	}
 }
+
