@@ -247,3 +247,38 @@ func BenchmarkRuleTally(b *testing.B) {
 	}
 }
 
+// BenchmarkAppliedFull measures what a Mode does once a full payload is
+// applied: the writer's record of its chains, for the drift check, and
+// the rule tally, for the rule gauges. "one-walk" is a Mode's writer,
+// which reads the payload once for both; "two-walks" reads it once for
+// each, as the Mode did before. The sync itself is not timed.
+func BenchmarkAppliedFull(b *testing.B) {
+	for _, size := range benchSizes[:2] {
+		in := benchCluster(size).input()
+		for _, oneWalk := range []bool{true, false} {
+			name := size.String() + "/two-walks"
+			if oneWalk {
+				name = size.String() + "/one-walk"
+			}
+			b.Run(name, func(b *testing.B) {
+				w := benchWriter(b)
+				var tally iptables.RuleTally
+				if oneWalk {
+					iptables.SetRuleTally(w, &tally)
+				}
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					b.StopTimer()
+					w.RequestFullSync()
+					res := w.Sync(ctx, in)
+					b.StartTimer()
+					w.Applied(nil)
+					if !oneWalk {
+						tally.Note(res.Payload, res.Full)
+					}
+				}
+			})
+		}
+	}
+}
