@@ -623,6 +623,7 @@ func growBuffer(b []byte, n int) []byte {
 		return b
 	}
 	nb := make([]byte, len(b), len(b)+n)
+	adviseHugePages(nb)
 	copy(nb, b)
 	return nb
 }
@@ -634,7 +635,7 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 	// Each port's ServicePort and endpoints are looked up once, here:
 	// at tens of thousands of ports the maps do not fit in the caches,
 	// and every look-up costs a miss or two.
-	w.full = w.full[:0]
+	w.full = slices.Grow(w.full[:0], len(in.Services))
 	total := 0
 	for name, svc := range in.Services {
 		if !w.usable(logger, name, svc) {
