@@ -3,15 +3,15 @@ package changetracker
 import (
 	"fmt"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/proxykit/proxykit/internal/testkit/benchcpu"
 )
 
 // Benchmarks for the cluster sizes in DESIGN.md. Run them by pattern, e.g.
@@ -104,14 +104,14 @@ func BenchmarkInitialLoad(b *testing.B) {
 		b.Run(size.String(), func(b *testing.B) {
 			svcs, slices := benchCluster(size)
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.Start()
 			for b.Loop() {
 				l := loadCluster(svcs, slices)
 				if len(l.epMap) != size.services {
 					b.Fatalf("loaded %d endpoint lists, want %d", len(l.epMap), size.services)
 				}
 			}
-			cpu.report(b)
+			cpu.Report(b)
 		})
 	}
 }
@@ -131,7 +131,7 @@ func BenchmarkSingleSliceChange(b *testing.B) {
 				changed[i] = c
 			}
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.Start()
 			i := 0
 			for b.Loop() {
 				k := (i / 2) % len(slices)
@@ -148,7 +148,7 @@ func BenchmarkSingleSliceChange(b *testing.B) {
 					b.Fatalf("%d services updated, want 1", res.UpdatedServices.Len())
 				}
 			}
-			cpu.report(b)
+			cpu.Report(b)
 		})
 	}
 }
@@ -165,27 +165,6 @@ func BenchmarkRetainedMemory(b *testing.B) {
 			}
 			b.ReportMetric(retained/(1<<20), "retained-MB")
 		})
-	}
-}
-
-// cpuClock measures the process's CPU time (user+system, all threads, so GC
-// work included) over a benchmark loop. On a shared machine it is steadier
-// than wall time, which also counts waiting for a CPU.
-type cpuClock struct{ start time.Duration }
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func startCPU() cpuClock { return cpuClock{start: processCPU()} }
-
-func (c cpuClock) report(b *testing.B) {
-	if b.N > 0 {
-		b.ReportMetric(float64(processCPU()-c.start)/float64(b.N), "cpu-ns/op")
 	}
 }
 

@@ -43,6 +43,9 @@ type EndpointsChangeTracker struct {
 	triggerTimes map[types.NamespacedName][]time.Time
 	// scratch is buildPorts' reusable buffer, used under mu.
 	scratch []candidate
+	// changes is checkout's list, lent to one Update at a time and
+	// handed back empty, so that an Update allocates none.
+	changes []endpointsChange
 }
 
 // NewEndpointsChangeTracker returns a tracker for EndpointSlices of one IP
@@ -210,7 +213,10 @@ func (t *EndpointsChangeTracker) checkout() ([]endpointsChange, map[types.Namesp
 	if len(t.dirty) == 0 {
 		return nil, times
 	}
-	changes := make([]endpointsChange, 0, len(t.dirty))
+	// An Update that overlapped another (which the one map per tracker
+	// rules out) would find t.changes nil and allocate its own.
+	changes := slices.Grow(t.changes[:0], len(t.dirty))
+	t.changes = nil
 	for _, ss := range t.dirty {
 		ss.dirty = false
 		if !ss.hasPending() {
@@ -358,6 +364,11 @@ func (m EndpointsMap) Update(t *EndpointsChangeTracker) UpdateEndpointsMapResult
 		}
 	}
 	result.ConntrackCleanupRequired = result.ConntrackCleanupPorts.Len() > 0
+	// Hand the list back, without the port lists it points to.
+	clear(changes)
+	t.mu.Lock()
+	t.changes = changes[:0]
+	t.mu.Unlock()
 	return result
 }
 

@@ -558,3 +558,46 @@ func TestDuplicateAddressPrefersNotTerminating(t *testing.T) {
 		})
 	}
 }
+
+// TestConsecutiveChangesOfOnePort checks that each Update compares a
+// one-port, one-slice Service's new endpoints with those of the Update
+// before, change after change: the tracker builds such a port list in one
+// of two places in turn, and a list built over the previous one would
+// hide the change (no conntrack cleanup for the UDP port) or invent one.
+func TestConsecutiveChangesOfOnePort(t *testing.T) {
+	udp := []port{namedPort("dns", 53, v1.ProtocolUDP)}
+	name := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "dns"}, Port: "dns", Protocol: v1.ProtocolUDP}
+	tracker := NewEndpointsChangeTracker(v1.IPv4Protocol, "node-1", nil)
+	m := EndpointsMap{}
+	for i, step := range []struct {
+		eps       []ep
+		wantClean bool
+	}{
+		{eps: []ep{readyEP("10.0.0.1", "node-1")}, wantClean: true},
+		{eps: []ep{readyEP("10.0.0.1", "node-1"), readyEP("10.0.0.2", "node-2")}, wantClean: true},
+		{eps: []ep{readyEP("10.0.0.2", "node-2")}, wantClean: true},
+		// A change of the slice that leaves the endpoints as they are.
+		{eps: []ep{readyEP("10.0.0.2", "node-2"), {}}, wantClean: false},
+		{eps: []ep{readyEP("10.0.0.3", "node-2")}, wantClean: true},
+		{eps: []ep{readyEP("10.0.0.3", "node-2"), notReadyEP("10.0.0.4", "node-1")}, wantClean: true},
+		{eps: []ep{readyEP("10.0.0.3", "node-2")}, wantClean: true},
+	} {
+		tracker.EndpointSliceUpdate(makeSlice("ns", "dns", "dns-1", discoveryv1.AddressTypeIPv4, udp, step.eps...), false)
+		res := m.Update(tracker)
+		if got := res.ConntrackCleanupPorts.Has(name); got != step.wantClean {
+			t.Errorf("step %d: conntrack cleanup of %v = %v, want %v", i, name, got, step.wantClean)
+		}
+		var want, got []string
+		for _, e := range step.eps {
+			if e.addr != "" {
+				want = append(want, e.addr+":53")
+			}
+		}
+		for _, e := range m[name] {
+			got = append(got, e.String())
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("step %d: endpoints (-want +got):\n%s", i, diff)
+		}
+	}
+}

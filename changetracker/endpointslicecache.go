@@ -34,6 +34,11 @@ type serviceSlices struct {
 	// ports holds the endpoints built from the applied slices, as stored in
 	// the EndpointsMap, sorted by port name and protocol.
 	ports []portEndpoints
+	// onePort backs ports, in turns with an allocated array, for the
+	// usual Service of one port in one slice: a change's previous ports
+	// must stay readable until the Update that applies the change is
+	// done, so the new ones are built where the previous are not.
+	onePort [1]portEndpoints
 }
 
 // sliceState is one EndpointSlice of a Service.
@@ -402,10 +407,15 @@ func (s *serviceSlices) buildPorts(nn types.NamespacedName, scratch []candidate)
 		// carry the port number.
 		info := s.slices[0].applied
 		p := info.ports[0]
-		return []portEndpoints{{
+		out := s.onePort[:]
+		if len(s.ports) > 0 && &s.ports[0] == &s.onePort[0] {
+			out = make([]portEndpoints, 1)
+		}
+		out[0] = portEndpoints{
 			name: ServicePortName{NamespacedName: nn, Port: p.name, Protocol: p.protocol},
 			base: info.endpoints,
-		}}, scratch
+		}
+		return out, scratch
 	}
 	// Group the ports of all slices by name and protocol; sorting keeps
 	// this O(n log n) however many ports and slices there are.

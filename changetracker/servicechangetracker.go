@@ -313,6 +313,18 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 	result.UpdatedServices = make(sets.Set[types.NamespacedName], len(items))
 	result.HealthCheckNodePorts = make(map[types.NamespacedName]uint16, len(items))
 	result.Ports = make(map[types.NamespacedName][]ServicePortName, len(items))
+	// The port names of all the Services share one array, each Service
+	// a full slice expression of it: one allocation per Update rather
+	// than one per Service, which at start-up is one per Service in the
+	// cluster.
+	nPorts := 0
+	for _, change := range items {
+		nPorts += len(change.current)
+	}
+	var allNames []ServicePortName
+	if nPorts > 0 {
+		allNames = make([]ServicePortName, 0, nPorts)
+	}
 
 	for nn, change := range items {
 		result.UpdatedServices.Insert(nn)
@@ -334,12 +346,16 @@ func (m ServicePortMap) Update(t *ServiceChangeTracker) UpdateServiceMapResult {
 				result.DeletedUDPClusterIPs.Insert(p.port.ClusterIP())
 			}
 		}
-		var names []ServicePortName
+		start := len(allNames)
 		for _, p := range change.current {
 			m[p.name] = p.port
-			names = append(names, p.name)
+			allNames = append(allNames, p.name)
 		}
-		slices.SortFunc(names, CompareServicePortNames)
+		var names []ServicePortName
+		if len(allNames) > start {
+			names = allNames[start:len(allNames):len(allNames)]
+			slices.SortFunc(names, CompareServicePortNames)
+		}
 		result.Ports[nn] = names
 	}
 	return result

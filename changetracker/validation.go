@@ -21,7 +21,11 @@ import (
 // Objects normally come from an API server that already refused such input;
 // these checks are for manifests, old or non-validating servers, and
 // hostile writers. The rules are apimachinery's own helpers, not regexps of
-// ours, so they accept exactly what the API server accepts.
+// ours, so they accept exactly what the API server accepts. Names, checked
+// for every object at start-up, first go through a byte loop of ours that
+// accepts only what apimachinery's DNS-1123 regular expressions accept
+// (checked against them by FuzzDNS1123Names); whatever it does not accept
+// goes to apimachinery, which decides and words the refusal.
 
 // maxClientIPAffinitySeconds is the API server's upper bound for
 // sessionAffinityConfig.clientIP.timeoutSeconds (one day).
@@ -53,17 +57,17 @@ func firstMsg(field, value string, msgs []string) error {
 // from DNS-1035 labels, so a 1.37 API server accepts names that start with
 // a digit, and the proxy must serve them.
 func validateServiceObject(svc *v1.Service) error {
-	if err := firstMsg("namespace", svc.Namespace, validation.IsDNS1123Label(svc.Namespace)); err != nil {
+	if err := firstMsg("namespace", svc.Namespace, dns1123Label(svc.Namespace)); err != nil {
 		return err
 	}
-	if err := firstMsg("name", svc.Name, validation.IsDNS1123Label(svc.Name)); err != nil {
+	if err := firstMsg("name", svc.Name, dns1123Label(svc.Name)); err != nil {
 		return err
 	}
 	for i := range svc.Spec.Ports {
 		// The API server checks Service port names as DNS-1123 labels
 		// (not as IANA service names, which it uses for container ports).
 		if n := svc.Spec.Ports[i].Name; n != "" {
-			if err := firstMsg("port name", n, validation.IsDNS1123Label(n)); err != nil {
+			if err := firstMsg("port name", n, dns1123Label(n)); err != nil {
 				return err
 			}
 		}
@@ -127,17 +131,17 @@ func validProtocol(p v1.Protocol) bool {
 // DNS-1123 label), the port names (DNS-1123 labels, as the discovery API
 // checks them) and the port protocols.
 func validateSliceObject(slice *discoveryv1.EndpointSlice) error {
-	if err := firstMsg("namespace", slice.Namespace, validation.IsDNS1123Label(slice.Namespace)); err != nil {
+	if err := firstMsg("namespace", slice.Namespace, dns1123Label(slice.Namespace)); err != nil {
 		return err
 	}
-	if err := firstMsg("name", slice.Name, validation.IsDNS1123Subdomain(slice.Name)); err != nil {
+	if err := firstMsg("name", slice.Name, dns1123Subdomain(slice.Name)); err != nil {
 		return err
 	}
 	svcName, ok := slice.Labels[discoveryv1.LabelServiceName]
 	if !ok || svcName == "" {
 		return invalidf("no %s label", discoveryv1.LabelServiceName)
 	}
-	if err := firstMsg(discoveryv1.LabelServiceName+" label", svcName, validation.IsDNS1123Label(svcName)); err != nil {
+	if err := firstMsg(discoveryv1.LabelServiceName+" label", svcName, dns1123Label(svcName)); err != nil {
 		return err
 	}
 	return nil
@@ -150,7 +154,7 @@ func validateSlicePorts(slice *discoveryv1.EndpointSlice) error {
 	for i := range slice.Ports {
 		p := &slice.Ports[i]
 		if p.Name != nil && *p.Name != "" {
-			if err := firstMsg("port name", *p.Name, validation.IsDNS1123Label(*p.Name)); err != nil {
+			if err := firstMsg("port name", *p.Name, dns1123Label(*p.Name)); err != nil {
 				return err
 			}
 		}
@@ -210,4 +214,64 @@ func checkClusterIP(s string, ip netip.Addr, nodeIPs []netip.Addr) error {
 		return invalidf("cluster IP %q: an address of this node", s)
 	}
 	return nil
+}
+
+// dns1123Label returns apimachinery's IsDNS1123Label messages for s: none
+// when isDNS1123Label accepts it, without running the regular expression.
+func dns1123Label(s string) []string {
+	if isDNS1123Label(s) {
+		return nil
+	}
+	return validation.IsDNS1123Label(s)
+}
+
+// dns1123Subdomain returns apimachinery's IsDNS1123Subdomain messages for
+// s, as dns1123Label does for labels.
+func dns1123Subdomain(s string) []string {
+	if isDNS1123Subdomain(s) {
+		return nil
+	}
+	return validation.IsDNS1123Subdomain(s)
+}
+
+// isDNS1123Label reports whether s is a DNS-1123 label: at most 63
+// characters of [a-z0-9-], starting and ending with [a-z0-9].
+func isDNS1123Label(s string) bool {
+	return len(s) <= validation.DNS1123LabelMaxLength && isLabelText(s)
+}
+
+// isDNS1123Subdomain reports whether s is a DNS-1123 subdomain: at most
+// 253 characters of labels as isLabelText reads them (of any length),
+// joined by single dots.
+func isDNS1123Subdomain(s string) bool {
+	if len(s) > validation.DNS1123SubdomainMaxLength {
+		return false
+	}
+	for {
+		label, rest, more := strings.Cut(s, ".")
+		if !isLabelText(label) {
+			return false
+		}
+		if !more {
+			return true
+		}
+		s = rest
+	}
+}
+
+// isLabelText reports whether s matches apimachinery's
+// [a-z0-9]([-a-z0-9]*[a-z0-9])?, whatever its length.
+func isLabelText(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -17,3 +17,7 @@ type RuleTally = ruleTally
 
 // Note is note.
 func (t *ruleTally) Note(payload []byte, full bool) map[Table]int { return t.note(payload, full) }
+
+// SetRuleTally makes w count the rules of each applied payload into t, as
+// a Mode's writer counts them into the Mode's tally.
+func SetRuleTally(w *Writer, t *RuleTally) { w.tally = t }

@@ -139,6 +139,7 @@ func NewMode(ctx context.Context, cfg WriterConfig, ipt Interface, opts ...ModeO
 	if b.w, err = NewWriter(cfg); err != nil {
 		return nil, fmt.Errorf("%s rule writer: %w", cfg.Family, err)
 	}
+	b.w.tally = &b.rules
 	if ipt != nil {
 		var save bytes.Buffer
 		if err := ipt.SaveInto(ctx, TableNAT, &save); err != nil {
@@ -173,7 +174,7 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 		_, err := fmt.Fprintf(b.out, "# %s: %s input\n%s", b.family, restoreCommand(b.family), res.Payload)
 		b.w.Applied(err)
 		if err == nil {
-			b.noteRules(res)
+			b.noteRules()
 		}
 		return out, err
 	}
@@ -196,7 +197,7 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	// next sync is full.
 	b.w.Applied(err)
 	if err == nil {
-		b.noteRules(res)
+		b.noteRules()
 	}
 	if err != nil {
 		return out, fmt.Errorf("%s %s sync: %w", b.family, syncKind(res.Full), err)
@@ -204,12 +205,12 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	return out, nil
 }
 
-// noteRules counts the rules of res, whose payload was applied, into the
-// rule gauges. A failed restore leaves them at the last applied sync's
-// values: the next sync is full and counts afresh.
-func (b *Mode) noteRules(res SyncResult) {
-	written := b.rules.note(res.Payload, res.Full)
-	b.metrics.setRules(string(b.family), &b.rules, written)
+// noteRules sets the rule gauges from the tally, which the writer's
+// Applied brought up to date with the payload just applied. A failed
+// restore leaves them at the last applied sync's values: the next sync is
+// full and counts afresh.
+func (b *Mode) noteRules() {
+	b.metrics.setRules(string(b.family), &b.rules, b.rules.written)
 }
 
 // RouteLocalnet reports whether the rules serve IPv4 node ports on

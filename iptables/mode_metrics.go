@@ -70,19 +70,44 @@ func (mm modeMetrics) setRules(family string, t *ruleTally, written map[Table]in
 // removes one, "-X" deletes the chain. A full payload declares every chain
 // the writer keeps, so it starts the count afresh. The jumps from the
 // built-in chains (EnsureJumpRules) are not counted, as kube-proxy does not
-// count them. Its cost is that of reading the payload once, with a map
-// look-up per run of one chain's lines.
+// count them. Its cost is a look at each line of the payload, with a map
+// look-up per run of one chain's lines; a Mode's tally reads the payload
+// in the writer's own walk of it (Writer.noteAppliedChains), so that a
+// sync reads its payload once after applying it.
 type ruleTally struct {
 	// chains holds each table's chains and their rules. The counts are
 	// pointers, and a full payload zeroes them rather than clearing the
 	// map, so that a chain seen before costs no allocation.
 	chains map[Table]map[string]*int
 	total  map[Table]int
+	// written is what the last payload added per table: kube-proxy's
+	// sync_proxy_rules_iptables_last.
+	written map[Table]int
+
+	// The payload being read: its current table and that table's chains,
+	// and the chain of the previous line with its count.
+	table  Table
+	tables map[string]*int
+	last   []byte
+	count  *int
 }
 
 // note updates t from payload, which has just been applied, and returns
 // the rules it added per table: kube-proxy's sync_proxy_rules_iptables_last.
 func (t *ruleTally) note(payload []byte, full bool) map[Table]int {
+	t.start(full)
+	for len(payload) > 0 {
+		var line []byte
+		line, payload, _ = bytes.Cut(payload, []byte{'\n'})
+		t.line(line)
+	}
+	t.end()
+	return t.written
+}
+
+// start begins the reading of an applied payload, full or partial, which
+// line then takes line by line (without the "\n") and end ends.
+func (t *ruleTally) start(full bool) {
 	if t.chains == nil {
 		t.chains, t.total = map[Table]map[string]*int{}, map[Table]int{}
 	}
@@ -94,68 +119,68 @@ func (t *ruleTally) note(payload []byte, full bool) map[Table]int {
 		}
 		clear(t.total)
 	}
-	written := map[Table]int{}
-	var chains map[string]*int
-	var table Table
-	// last and count are the chain of the previous line and its count.
-	var last []byte
-	var count *int
-	chain := func(name []byte) *int {
-		if count != nil && bytes.Equal(name, last) {
-			return count
-		}
-		n := chains[string(name)]
-		if n == nil {
-			n = new(int)
-			chains[string(name)] = n
-		}
-		last, count = name, n
-		return n
+	t.written = map[Table]int{}
+	t.table, t.tables, t.last, t.count = "", nil, nil, nil
+}
+
+// end forgets the payload, which line's state points into.
+func (t *ruleTally) end() { t.tables, t.last, t.count = nil, nil, nil }
+
+// chain returns the count of the chain name of the current table.
+func (t *ruleTally) chain(name []byte) *int {
+	if t.count != nil && bytes.Equal(name, t.last) {
+		return t.count
 	}
-	for len(payload) > 0 {
-		var line []byte
-		line, payload, _ = bytes.Cut(payload, []byte{'\n'})
-		if len(line) < 2 {
-			continue
-		}
-		if line[0] == '*' {
-			table = Table(line[1:])
-			if chains = t.chains[table]; chains == nil {
-				chains = map[string]*int{}
-				t.chains[table] = chains
-			}
-			last, count = nil, nil
-			continue
-		}
-		if chains == nil {
-			continue
-		}
-		if line[0] == ':' {
-			name, _, _ := bytes.Cut(line[1:], []byte{' '})
-			n := chain(name)
-			t.total[table] -= *n
-			*n = 0
-			continue
-		}
-		if len(line) < 3 || line[0] != '-' || line[2] != ' ' {
-			continue
-		}
-		name, _, _ := bytes.Cut(line[3:], []byte{' '})
-		switch line[1] {
-		case 'A', 'I':
-			*chain(name)++
-			t.total[table]++
-			written[table]++
-		case 'D':
-			if n := chain(name); *n > 0 {
-				*n--
-				t.total[table]--
-			}
-		case 'X':
-			t.total[table] -= *chain(name)
-			delete(chains, string(name))
-			last, count = nil, nil
-		}
+	n := t.tables[string(name)]
+	if n == nil {
+		n = new(int)
+		t.tables[string(name)] = n
 	}
-	return written
+	t.last, t.count = name, n
+	return n
+}
+
+// line counts one line of the payload.
+func (t *ruleTally) line(line []byte) {
+	if len(line) < 2 {
+		return
+	}
+	if line[0] == '*' {
+		t.table = Table(line[1:])
+		if t.tables = t.chains[t.table]; t.tables == nil {
+			t.tables = map[string]*int{}
+			t.chains[t.table] = t.tables
+		}
+		t.last, t.count = nil, nil
+		return
+	}
+	if t.tables == nil {
+		return
+	}
+	if line[0] == ':' {
+		name, _, _ := bytes.Cut(line[1:], []byte{' '})
+		n := t.chain(name)
+		t.total[t.table] -= *n
+		*n = 0
+		return
+	}
+	if len(line) < 3 || line[0] != '-' || line[2] != ' ' {
+		return
+	}
+	name, _, _ := bytes.Cut(line[3:], []byte{' '})
+	switch line[1] {
+	case 'A', 'I':
+		*t.chain(name)++
+		t.total[t.table]++
+		t.written[t.table]++
+	case 'D':
+		if n := t.chain(name); *n > 0 {
+			*n--
+			t.total[t.table]--
+		}
+	case 'X':
+		t.total[t.table] -= *t.chain(name)
+		delete(t.tables, string(name))
+		t.last, t.count = nil, nil
+	}
 }

@@ -239,6 +239,11 @@ type Writer struct {
 	unapplied bool
 	// applied is what the service chains hold, for CheckDrift.
 	applied appliedChains
+	// tally, when set (by Mode), counts the rules of each applied
+	// payload in the same walk that updates applied; payloadFull says
+	// whether the payload of the last Sync is full.
+	tally       *ruleTally
+	payloadFull bool
 
 	// Buffers reused from sync to sync.
 	payload    []byte
@@ -247,6 +252,7 @@ type Writer struct {
 	scratch    []byte
 	specs      []specRange
 	names      []changetracker.ServicePortName
+	full       []fullPort
 	changed    []types.NamespacedName
 	newSEPs    []sepState
 	staleSEPs  []chainRef
@@ -564,6 +570,7 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 	}
 	w.needFull = false
 	w.unapplied = true
+	w.payloadFull = full
 	res := SyncResult{
 		Full:                     full,
 		Payload:                  w.payload,
@@ -598,31 +605,59 @@ func (w *Writer) estimateFullSize() int {
 	return 4096 + 500*w.totalPorts + perEndpoint*w.totalEndpoints
 }
 
+// fullPort is a port a full sync writes, with its map values.
+type fullPort struct {
+	name changetracker.ServicePortName
+	svc  changetracker.ServicePort
+	eps  []changetracker.Endpoint
+}
+
+// growBuffer returns b, or a copy of it, with room for n more bytes. It
+// asks for the memory with make rather than slices.Grow, which appends n
+// zero bytes: for a payload of tens of megabytes that zeroing is a large
+// part of the first full sync, and the sync overwrites the bytes at once,
+// whereas memory the runtime takes fresh from the system is zero already
+// and is not cleared again.
+func growBuffer(b []byte, n int) []byte {
+	if n <= cap(b)-len(b) {
+		return b
+	}
+	nb := make([]byte, len(b), len(b)+n)
+	adviseHugePages(nb)
+	copy(nb, b)
+	return nb
+}
+
 // syncFull renders every service port, flushing and refilling the
 // top-level chains, and returns how many ports it wrote.
 func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 	w.gen++
-	w.names = w.names[:0]
+	// Each port's ServicePort and endpoints are looked up once, here:
+	// at tens of thousands of ports the maps do not fit in the caches,
+	// and every look-up costs a miss or two.
+	w.full = slices.Grow(w.full[:0], len(in.Services))
 	total := 0
 	for name, svc := range in.Services {
 		if !w.usable(logger, name, svc) {
 			continue
 		}
-		w.names = append(w.names, name)
-		total += len(in.Endpoints[name])
+		eps := in.Endpoints[name]
+		w.full = append(w.full, fullPort{name: name, svc: svc, eps: eps})
+		total += len(eps)
 	}
-	slices.SortFunc(w.names, changetracker.CompareServicePortNames)
+	slices.SortFunc(w.full, func(a, b fullPort) int { return changetracker.CompareServicePortNames(a.name, b.name) })
 	w.totalEndpoints = total
-	w.totalPorts = len(w.names)
+	w.totalPorts = len(w.full)
 	w.noLocalInt, w.noLocalExt = 0, 0
 
-	b := w.endLine(append(slices.Grow(w.payload, w.estimateFullSize()), "*nat"...))
+	b := w.endLine(append(growBuffer(w.payload, w.estimateFullSize()), "*nat"...))
 	b = w.chainLine(b, w.cn.postrouting)
 	b = w.chainLine(b, w.cn.markMasq)
 	b = w.staticNATRules(b)
 
 	var ss *serviceState
-	for _, name := range w.names {
+	for i := range w.full {
+		name := w.full[i].name
 		if ss == nil || ss.ports[0].name.NamespacedName != name.NamespacedName {
 			ss = w.services[name.NamespacedName]
 			if ss == nil {
@@ -637,11 +672,14 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 		}
 		ps.gen = w.gen
 		w.startPort()
-		b = w.writePort(b, ps, in.Services[name], w.usableEndpoints(logger, name, in.Endpoints[name]), true)
+		b = w.writePort(b, ps, w.full[i].svc, w.usableEndpoints(logger, name, w.full[i].eps), true)
 		// The endpoint totals count what the maps hold, bad endpoints too.
-		ps.endpoints = len(in.Endpoints[name])
+		ps.endpoints = len(w.full[i].eps)
 		w.countNoLocal(ps, +1)
 	}
+	written := len(w.full)
+	// Do not keep the maps' values alive until the next full sync.
+	clear(w.full)
 
 	// Ports that are gone, or were skipped as unusable.
 	for nn, ss := range w.services {
@@ -691,7 +729,7 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 	b = w.staticFilterRules(b)
 	b = w.endLine(append(b, "COMMIT"...))
 	w.payload = b
-	return len(w.names)
+	return written
 }
 
 // syncPartial renders the service ports of the changed services and

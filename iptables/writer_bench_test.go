@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxykit/proxykit/internal/testkit/benchcpu"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/proxy"
 
@@ -71,11 +72,13 @@ func BenchmarkSyncFull(b *testing.B) {
 			w.Applied(nil)
 			b.ReportAllocs()
 			var res iptables.SyncResult
+			cpu := benchcpu.Start()
 			for b.Loop() {
 				w.RequestFullSync()
 				res = w.Sync(ctx, in)
 				w.Applied(nil)
 			}
+			cpu.Report(b)
 			if !res.Full {
 				b.Fatal("sync was not full")
 			}
@@ -94,10 +97,12 @@ func BenchmarkSyncFirst(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			var res iptables.SyncResult
+			cpu := benchcpu.Start()
 			for b.Loop() {
 				w := benchWriter(b)
 				res = w.Sync(ctx, in)
 			}
+			cpu.Report(b)
 			b.ReportMetric(float64(len(res.Payload)), "payload-B")
 		})
 	}
@@ -239,5 +244,48 @@ func BenchmarkRuleTally(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(payload)), "payload-B")
 		})
+	}
+}
+
+// BenchmarkAppliedFull measures what a Mode does once a full payload is
+// applied: the writer's record of its chains, for the drift check, and
+// the rule tally, for the rule gauges. "one-walk" is a Mode's writer,
+// which reads the payload once for both; "two-walks" reads it once for
+// each, as the Mode did before. The sync itself is not timed.
+func BenchmarkAppliedFull(b *testing.B) {
+	for _, size := range benchSizes[:2] {
+		in := benchCluster(size).input()
+		for _, oneWalk := range []bool{true, false} {
+			name := size.String() + "/two-walks"
+			if oneWalk {
+				name = size.String() + "/one-walk"
+			}
+			b.Run(name, func(b *testing.B) {
+				w := benchWriter(b)
+				var tally iptables.RuleTally
+				if oneWalk {
+					iptables.SetRuleTally(w, &tally)
+				}
+				ctx := context.Background()
+				// The first payload fills the writer's and the tally's
+				// maps; the loop measures the resyncs after it.
+				res := w.Sync(ctx, in)
+				w.Applied(nil)
+				if !oneWalk {
+					tally.Note(res.Payload, res.Full)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					b.StopTimer()
+					w.RequestFullSync()
+					res := w.Sync(ctx, in)
+					b.StartTimer()
+					w.Applied(nil)
+					if !oneWalk {
+						tally.Note(res.Payload, res.Full)
+					}
+				}
+			})
+		}
 	}
 }

@@ -46,8 +46,15 @@ type chainSum struct {
 // A full payload declares every chain the writer keeps, so after a
 // failure the map is rebuilt from the next (full) one. The writer writes
 // a chain's rules together, so a rule's chain is looked up only when it
-// is not the previous rule's.
+// is not the previous rule's. A Mode's rule tally (w.tally) reads the
+// payload in the same walk: at tens of megabytes, a second walk would
+// cost as much again.
 func (w *Writer) noteAppliedChains() {
+	t := w.tally
+	if t != nil {
+		t.start(w.payloadFull)
+		defer t.end()
+	}
 	a := &w.applied
 	if !a.known {
 		if a.chains == nil {
@@ -63,6 +70,9 @@ func (w *Writer) noteAppliedChains() {
 	for len(b) > 0 {
 		var line []byte
 		line, b, _ = bytes.Cut(b, []byte{'\n'})
+		if t != nil {
+			t.line(line)
+		}
 		if len(line) < 3 {
 			continue
 		}

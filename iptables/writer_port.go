@@ -155,7 +155,12 @@ func (w *Writer) matchSEPs(ps *portState, all []changetracker.Endpoint) []bool {
 		found := false
 		var h chainHash
 		for j < len(ps.seps) {
-			c := compareEndpoint(ps.seps[j].ep, ip, port)
+			// The same endpoint as before, the usual case in a resync,
+			// needs no ordering, which costs a text key per address.
+			c := 0
+			if e := ps.seps[j].ep; e.IP() != ip || e.Port() != port {
+				c = compareEndpoint(e, ip, port)
+			}
 			if c > 0 {
 				break
 			}
