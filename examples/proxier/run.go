@@ -55,7 +55,9 @@ func run(ctx context.Context, o *options, env *environment) error {
 	// built, so that the transport it makes is counted, as kube-proxy
 	// counts it; the proxier finds them there.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// All of runtime/metrics, as kube-proxy's registry has them.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := proxier.RegisterClientMetrics(reg); err != nil && !errors.Is(err, proxier.ErrClientMetricsHooksTaken) {
 		return err
 	}
