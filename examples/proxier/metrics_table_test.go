@@ -58,6 +58,7 @@ var (
 
 const (
 	onRequest   = "a request to the API server"
+	onDo        = "a request other than a watch (the informers' lists and watches count only in rest_client_requests_total)"
 	requestTest = "proxier.TestRegisterClientMetrics"
 	notWindows  = "Windows' kernelspace mode; proxykit is Linux only"
 	notNFTLocal = "nftables mode's localhost node-port proxy, behind kube-proxy's alpha gate KubeProxyNFTablesLocalhostNodePorts (off by default); proxykit's nftables mode has no such proxy"
@@ -106,17 +107,17 @@ var metricTable = []metricRow{
 	{name: "kubeproxy_sync_proxy_rules_winkernel_lb_update_failures_total", typ: "counter", labels: []string{"error", "ip_family", "lb_type"}, kubeProxy: "kernelspace", note: notWindows},
 	{name: "kubeproxy_sync_proxy_rules_winkernel_lb_delete_failures_total", typ: "counter", labels: []string{"error", "ip_family", "lb_type"}, kubeProxy: "kernelspace", note: notWindows},
 
-	{name: "rest_client_requests_total", typ: "counter", labels: []string{"code", "host", "method"}, kubeProxy: "all", served: allModes, event: onRequest, test: requestTest},
-	{name: "rest_client_request_duration_seconds", typ: "histogram", labels: []string{"host", "verb"}, buckets: restBounds, kubeProxy: "all", served: allModes, event: onRequest, test: requestTest},
-	{name: "rest_client_rate_limiter_duration_seconds", typ: "histogram", labels: []string{"host", "verb"}, buckets: restBounds, kubeProxy: "all", served: allModes, event: onRequest, test: requestTest},
+	{name: "rest_client_requests_total", typ: "counter", labels: []string{"code", "host", "method"}, kubeProxy: "all", served: allModes, event: onRequest, test: "TestAPIServerServices"},
+	{name: "rest_client_request_duration_seconds", typ: "histogram", labels: []string{"host", "verb"}, buckets: restBounds, kubeProxy: "all", served: allModes, event: onDo, test: requestTest},
+	{name: "rest_client_rate_limiter_duration_seconds", typ: "histogram", labels: []string{"host", "verb"}, buckets: restBounds, kubeProxy: "all", served: allModes, event: onDo, test: requestTest},
 	{name: "rest_client_request_size_bytes", typ: "histogram", labels: []string{"host", "verb"}, buckets: sizeBounds, kubeProxy: "all", served: allModes, event: "a request with a body", test: requestTest},
-	{name: "rest_client_response_size_bytes", typ: "histogram", labels: []string{"host", "verb"}, buckets: sizeBounds, kubeProxy: "all", served: allModes, event: onRequest, test: requestTest},
+	{name: "rest_client_response_size_bytes", typ: "histogram", labels: []string{"host", "verb"}, buckets: sizeBounds, kubeProxy: "all", served: allModes, event: onDo, test: requestTest},
 	{name: "rest_client_request_retries_total", typ: "counter", labels: []string{"code", "host", "verb"}, kubeProxy: "all", served: allModes, event: "a retried request", test: requestTest},
 	{name: "rest_client_exec_plugin_ttl_seconds", typ: "gauge", kubeProxy: "all", served: allModes},
 	{name: "rest_client_exec_plugin_certificate_rotation_age", typ: "histogram", buckets: rotateBounds, kubeProxy: "all", served: allModes},
 	{name: "rest_client_exec_plugin_call_total", typ: "counter", labels: []string{"call_status", "code"}, kubeProxy: "all", served: allModes, event: "a credential exec plugin call", test: requestTest},
 	{name: "rest_client_transport_cache_entries", typ: "gauge", kubeProxy: "all", served: allModes},
-	{name: "rest_client_transport_create_calls_total", typ: "counter", labels: []string{"result"}, kubeProxy: "all", served: allModes, event: "building an API server client", test: requestTest},
+	{name: "rest_client_transport_create_calls_total", typ: "counter", labels: []string{"result"}, kubeProxy: "all", served: allModes, event: "building an API server client", test: "TestAPIServerServices"},
 	{name: "rest_client_transport_ca_reload_total", typ: "counter", labels: []string{"reason", "result"}, kubeProxy: "all", served: allModes, event: "a CA bundle reload", test: requestTest},
 	{name: "rest_client_transport_cert_rotation_gc_calls_total", typ: "counter", kubeProxy: "all", served: allModes},
 	{name: "rest_client_transport_cache_gc_calls_total", typ: "counter", labels: []string{"result"}, kubeProxy: "all", served: allModes, event: "a transport cache clean-up", test: requestTest},
