@@ -140,8 +140,12 @@ func stderrSummary(stderr string) string {
 // IsNotFound reports whether err says that a chain, a rule or a table
 // does not exist (for example FlushChain of a missing chain, or a restore
 // that appends to an undeclared chain): the first [*Error] in err's chain
-// exited with a status and printed one of the binaries' "missing" phrases.
+// exited with a status and printed one of the binaries' "missing" phrases;
+// or that NFAcct.Get found no counter of that name.
 func IsNotFound(err error) bool {
+	if errors.Is(err, ErrNFAcctNotFound) {
+		return true
+	}
 	var e *Error
 	return errors.As(err, &e) && e.notFound()
 }

@@ -36,6 +36,11 @@ type Mode struct {
 	// driftCheckPeriod is how often run compares the rules with what the
 	// writer applied (Writer.CheckDrift); zero turns the check off.
 	driftCheckPeriod time.Duration
+	// acct is where the rules count packets (WithNFAcct); nil for none.
+	acct NFAcct
+	// ensureAcct is set until the counters were made, and again after a
+	// failed restore, which a counter deleted by hand would cause.
+	ensureAcct bool
 	// mu is held by sync and by the drift check: the writer is not safe
 	// for concurrent use, and a check during a sync would compare the
 	// kernel with rules not applied yet.
@@ -71,6 +76,20 @@ func WithDryRun(out io.Writer) ModeOption {
 // which writes no payload. Without it they are counted nowhere.
 func WithMetrics(m *proxy.Metrics) ModeOption {
 	return func(b *Mode) { b.reg = m }
+}
+
+// WithNFAcct makes the Mode count packets in kube-proxy's nfacct counters
+// of a: it makes NFAcctInvalidDropped and NFAcctLocalhostNodePorts before
+// its first sync (and again after a failed restore), and its rules count
+// in those it could make (Writer.SetAccounting), as kube-proxy's iptables
+// mode does; a counter it cannot make is logged and its rules count
+// nothing. With WithMetrics it also exports their packets, read at each
+// scrape, as kube-proxy's kubeproxy_iptables_ct_state_invalid_dropped_packets_total
+// and kubeproxy_iptables_localhost_nodeports_accepted_packets_total
+// (no labels: the counters are the namespace's, shared by the families;
+// the Modes of both families register them once). A dry run ignores it.
+func WithNFAcct(a NFAcct) ModeOption {
+	return func(b *Mode) { b.acct = a }
 }
 
 // WithCheckPeriod sets how often Run checks the canary chain (the
@@ -140,6 +159,15 @@ func NewMode(ctx context.Context, cfg WriterConfig, ipt Interface, opts ...ModeO
 		return nil, fmt.Errorf("%s rule writer: %w", cfg.Family, err)
 	}
 	b.w.tally = &b.rules
+	if ipt == nil {
+		b.acct = nil
+	}
+	if b.acct != nil {
+		b.ensureAcct = true
+		if err := registerNFAcctMetrics(klog.FromContext(ctx), b.reg, b.acct); err != nil {
+			return nil, fmt.Errorf("%s iptables mode: %w", cfg.Family, err)
+		}
+	}
 	if ipt != nil {
 		var save bytes.Buffer
 		if err := ipt.SaveInto(ctx, TableNAT, &save); err != nil {
@@ -162,6 +190,9 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := ins[0]
+	if b.ensureAcct {
+		b.w.SetAccounting(b.ensureCounters(ctx))
+	}
 	res := b.w.Sync(ctx, in)
 	out := []proxy.SyncResult{{
 		Full:                     res.Full,
@@ -196,6 +227,9 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	// The writer must hear the outcome either way: after a failure its
 	// next sync is full.
 	b.w.Applied(err)
+	if err != nil && b.acct != nil {
+		b.ensureAcct = true
+	}
 	if err == nil {
 		b.noteRules()
 	}

@@ -208,6 +208,8 @@ type Writer struct {
 	// localhost is LocalhostNodePorts for IPv4; routeLocalnet says that
 	// some node-port rule matches loopback addresses.
 	localhost, routeLocalnet bool
+	// acct says which nfacct counters the rules count packets in.
+	acct Accounting
 	// nodePortGuard, if set, is a rule that keeps loopback addresses
 	// inside a NodePortAddresses prefix from the node-port rules.
 	nodePortGuard []byte
@@ -454,6 +456,25 @@ func (w *Writer) JumpRules() []JumpRule {
 		rules = append(rules, localhostJumpRules()...)
 	}
 	return rules
+}
+
+// SetAccounting says which of kube-proxy's nfacct counters exist, so
+// that the rules count packets in them as kube-proxy's do: with
+// InvalidDropped, the rule in KUBE-FORWARD that drops conntrack INVALID
+// packets (unless AcceptInvalid) counts them in NFAcctInvalidDropped;
+// with LocalhostNodePorts, each node port of a service with endpoints
+// gets a rule before its node-port rule that jumps to the same chain for
+// packets to 127.0.0.0/8 and counts them in NFAcctLocalhostNodePorts, for
+// an IPv4 writer whose node ports are served on loopback addresses
+// (RouteLocalnet). The rules name the counters, so iptables-restore
+// refuses them while a counter is missing: set only counters that exist.
+// The zero Accounting, the default, counts nothing. A change makes the
+// next Sync full, which rewrites the rules.
+func (w *Writer) SetAccounting(a Accounting) {
+	if a != w.acct {
+		w.acct = a
+		w.needFull = true
+	}
 }
 
 // RequestFullSync makes the next Sync full: call it when another program
@@ -977,7 +998,11 @@ func (w *Writer) staticNATRules(b []byte) []byte {
 
 func (w *Writer) staticFilterRules(b []byte) []byte {
 	if !w.cfg.AcceptInvalid {
-		b = w.endLine(ruleOf(b, w.cn.forward, " -m conntrack --ctstate INVALID -j DROP"))
+		b = ruleOf(b, w.cn.forward, " -m conntrack --ctstate INVALID")
+		if w.acct.InvalidDropped {
+			b = append(b, " -m nfacct --nfacct-name "+NFAcctInvalidDropped...)
+		}
+		b = w.endLine(append(b, " -j DROP"...))
 	}
 	// Marked traffic is service traffic: accept it even if the FORWARD
 	// policy is DROP.

@@ -456,6 +456,17 @@ func (w *Writer) writeTopRules(ps *portState, svc changetracker.ServicePort, pro
 		}
 	}
 	if np := svc.NodePort(); np != 0 {
+		if hasEndpoints && w.acct.LocalhostNodePorts && w.routeLocalnet {
+			// The same jump for loopback destinations first, counted:
+			// packets it takes never reach the rule after it.
+			w.scratch = appendPlainComment(w.scratch, name)
+			w.scratch = appendProtocol(w.scratch, proto)
+			w.scratch = append(w.scratch, " -d 127.0.0.0/8 --dport "...)
+			w.scratch = strconv.AppendInt(w.scratch, int64(np), 10)
+			w.scratch = append(w.scratch, " -m nfacct --nfacct-name "+NFAcctLocalhostNodePorts...)
+			w.scratch = ext.appendTo(append(w.scratch, " -j "...), w.cn)
+			w.addSpec(natNodePorts)
+		}
 		if hasEndpoints {
 			w.scratch = appendPlainComment(w.scratch, name)
 			w.scratch = appendProtocol(w.scratch, proto)

@@ -38,6 +38,7 @@ func RealHost() *Host {
 		NewIPTables: func(ctx context.Context, p v1.IPFamily, b iptables.Backend) (iptables.Interface, error) {
 			return iptables.New(ctx, p, iptables.WithBackend(b), iptables.WithLockFile(lockFile))
 		},
+		NewNFAcct: func() (iptables.NFAcct, error) { return iptables.NewNFAcct("") },
 		Conntrack: conntrack.New(),
 		Kernel:    kernel.New(),
 		OpenIPVS:  ipvsmode.OpenHandles,
@@ -92,6 +93,7 @@ func (s *setup) newIPTablesBackends(ctx context.Context, node proxier.Node, m *p
 		return nil, err
 	}
 	acceptInvalid := false
+	var acct iptables.NFAcct
 	if s.dryRun == nil {
 		acceptInvalid = s.tuneConntrack(ctx)
 		// A node that ran IPVS mode before keeps its rules, sets, virtual
@@ -99,6 +101,7 @@ func (s *setup) newIPTablesBackends(ctx context.Context, node proxier.Node, m *p
 		// ran nftables mode, its tables.
 		s.removeIPVSMode(ctx, ipts)
 		s.removeNFTablesMode(ctx)
+		acct = s.nfacct(ctx)
 	}
 	var groups []proxier.BackendGroup
 	for i, family := range families {
@@ -114,6 +117,9 @@ func (s *setup) newIPTablesBackends(ctx context.Context, node proxier.Node, m *p
 			iptables.WithCheckPeriod(c.syncPeriod()), iptables.WithDriftCheckPeriod(c.DriftCheckPeriod)}
 		if ipts != nil {
 			ipt = ipts[i]
+			if acct != nil {
+				opts = append(opts, iptables.WithNFAcct(acct))
+			}
 		} else {
 			opts = append(opts, iptables.WithDryRun(s.dryRun))
 		}
@@ -131,6 +137,20 @@ func (s *setup) newIPTablesBackends(ctx context.Context, node proxier.Node, m *p
 		groups = append(groups, proxier.BackendGroup{Backend: b, Families: []v1.IPFamily{family}})
 	}
 	return groups, nil
+}
+
+// nfacct opens the node's nfacct counters for iptables mode; nil when the
+// host has none, which kube-proxy too only logs.
+func (s *setup) nfacct(ctx context.Context) iptables.NFAcct {
+	if s.host.NewNFAcct == nil {
+		return nil
+	}
+	acct, err := s.host.NewNFAcct()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Opening the nfacct counters; the packet counters of INVALID drops and localhost node ports are not served")
+		return nil
+	}
+	return acct
 }
 
 // setRouteLocalnet sets the sysctl that localhost node ports need.

@@ -19,14 +19,19 @@ import (
 // returns the machine's; a test, or a proxier working in another network
 // namespace, replaces parts of it. Outside a dry run, New, InitNode and
 // Cleanup call the fields their mode needs, so a Host made by hand sets
-// them all; Conntrack, NFTTableLookup, HostAddresses and Listen may be
-// nil, as their docs say. A dry run reads
+// them all; Conntrack, NewNFAcct, NFTTableLookup, HostAddresses and Listen
+// may be nil, as their docs say. A dry run reads
 // only HostAddresses and Listen (see WithDryRun).
 type Host struct {
 	// DetectBackend picks the iptables backend (legacy or nft) this node
 	// uses; NewIPTables makes the Interface of one family for it.
 	DetectBackend func(ctx context.Context) (iptables.Backend, error)
 	NewIPTables   func(ctx context.Context, p v1.IPFamily, b iptables.Backend) (iptables.Interface, error)
+	// NewNFAcct opens the node's nfacct counters, which iptables mode
+	// counts INVALID drops and localhost node-port packets in, as
+	// kube-proxy does (iptables.WithNFAcct); nil, or an error (a kernel
+	// without nfacct), leaves them out, which is logged.
+	NewNFAcct func() (iptables.NFAcct, error)
 	// Conntrack clears stale flows after each sync; nil turns that off.
 	Conntrack conntrack.Interface
 	// Kernel reads and sets sysctls and modules.

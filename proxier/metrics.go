@@ -1,6 +1,7 @@
 package proxier
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -46,6 +47,9 @@ type metrics struct {
 	// healthzTotal and livezTotal count the proxy health server's
 	// answers by status code (healthz.WithProbeCounters).
 	healthzTotal, livezTotal *prometheus.CounterVec
+	// clientHooksTaken is set when client-go's request metrics are
+	// registered but fed by another adapter (RegisterClientMetrics).
+	clientHooksTaken bool
 }
 
 // newMetrics makes the proxier's metrics and registers them on reg, or on
@@ -130,6 +134,16 @@ func newMetrics(reg prometheus.Registerer, pendingServices, pendingEndpoints fun
 			}
 			return nil, fmt.Errorf("registering the proxier's metrics: %w", err)
 		}
+	}
+	// client-go's request metrics, which kube-proxy serves beside its own.
+	if err := RegisterClientMetrics(reg); err != nil {
+		if !errors.Is(err, ErrClientMetricsHooksTaken) {
+			for _, done := range collectors {
+				reg.Unregister(done)
+			}
+			return nil, err
+		}
+		m.clientHooksTaken = true
 	}
 	return m, nil
 }

@@ -130,8 +130,9 @@ func WithListenFunc(f healthz.ListenFunc) Option {
 }
 
 // WithMetricsRegisterer registers the Proxier's metrics under kube-proxy's
-// names on reg, and its backends' where their NewBackendsFunc registers
-// them (the proxy.Metrics it is given). Without it (or with a nil reg)
+// names on reg, client-go's request metrics (RegisterClientMetrics, whose
+// hooks are the process's), and its backends' where their NewBackendsFunc
+// registers them (the proxy.Metrics it is given). Without it (or with a nil reg)
 // they are kept but registered nowhere. New fails if reg already has a
 // metric of one of the Proxier's names, as it has when another Proxier
 // registered there, and Run fails if it refuses a backend's; the Proxier

@@ -119,6 +119,9 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 		return errors.New("proxier: Run or RunOnce called twice")
 	}
 	logger := klog.FromContext(ctx)
+	if p.metrics.clientHooksTaken {
+		logger.Error(ErrClientMetricsHooksTaken, "The rest_client_ metrics on the Proxier's registerer stay empty")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	// Informers stop when ctx is done; Shutdown then waits for them.
 	var shutdown []func()

@@ -67,6 +67,20 @@ func (m *Metrics) HistogramVec(opts prometheus.HistogramOpts, labels []string) (
 	})
 }
 
+// Collector registers c, which collects the metric named name (its full
+// name) alone, at the first request of that name; a later request of the
+// same name does nothing (c is dropped), so that two Backends of one mode
+// that export one value the kernel keeps for both families register it
+// once. It fails when an earlier request made that name as a vector, or
+// the registerer refuses c. On a nil *Metrics it does nothing.
+func (m *Metrics) Collector(name string, c prometheus.Collector) error {
+	if m == nil {
+		return nil
+	}
+	_, err := vec(m, name, nil, func() prometheus.Collector { return c })
+	return err
+}
+
 func vec[V prometheus.Collector](m *Metrics, name string, labels []string, newVec func() V) (V, error) {
 	var zero V
 	if m == nil {

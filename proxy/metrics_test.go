@@ -58,3 +58,32 @@ func TestMetrics(t *testing.T) {
 	}
 	h.WithLabelValues("v").Observe(1)
 }
+
+// TestMetricsCollector checks that Collector registers the first
+// collector of a name and drops later ones, refuses a name a vector has,
+// and does nothing on a nil Metrics.
+func TestMetricsCollector(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := proxy.NewMetrics(reg)
+	gauge := func(v float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kernel_value", Help: "h"}, func() float64 { return v })
+	}
+	for _, v := range []float64{1, 2} {
+		if err := m.Collector("kernel_value", gauge(v)); err != nil {
+			t.Fatalf("Collector %v: %v", v, err)
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(families) != 1 || families[0].GetMetric()[0].GetGauge().GetValue() != 1 {
+		t.Errorf("gathered %v, want kernel_value 1 alone (the first collector)", families)
+	}
+	if _, err := m.CounterVec(prometheus.CounterOpts{Name: "kernel_value", Help: "h"}, nil); err == nil {
+		t.Error("a counter vector of the collector's name: no error")
+	}
+	if err := (*proxy.Metrics)(nil).Collector("kernel_value", gauge(3)); err != nil {
+		t.Errorf("nil Metrics: %v", err)
+	}
+}

@@ -283,6 +283,42 @@ func TestAPIServerServices(t *testing.T) {
 		})
 	})
 
+	t.Run("client-go's metrics", func(t *testing.T) {
+		// The proxier's own requests (its lists and watches) are on its
+		// /metrics under kube-proxy's names and labels, and so is the
+		// transport it made, registered before the client was built.
+		host := k.cluster.APIServer(0).Addr.String()
+		// The informers' lists and watches go through client-go's Watch,
+		// which counts results but times nothing: the latency and size
+		// histograms fill from other requests.
+		want := []string{
+			`rest_client_requests_total{code="200",host="` + host + `",method="GET"}`,
+			`rest_client_transport_create_calls_total{result=`,
+		}
+		k.eventually(apiChange, "rest_client_ metrics", func() error {
+			m, err := scrape(k.get, "http://"+e2eNodeIP+":10249/metrics")
+			if err != nil {
+				return err
+			}
+			for _, w := range want {
+				found := false
+				for name, v := range m {
+					found = found || strings.HasPrefix(name, w) && v > 0
+				}
+				if !found {
+					var have []string
+					for name := range m {
+						if strings.HasPrefix(name, "rest_client_") {
+							have = append(have, name)
+						}
+					}
+					return fmt.Errorf("no sample %s... above 0; have %q", w, have)
+				}
+			}
+			return nil
+		})
+	})
+
 	t.Run("ClusterIP and NodePort", func(t *testing.T) {
 		start := time.Now()
 		k.createService(t, apiService("web", "10.96.0.10"))

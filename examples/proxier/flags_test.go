@@ -5,7 +5,6 @@ import (
 	"flag"
 	"io"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -350,19 +349,7 @@ func TestFlagTableCoversFlags(t *testing.T) {
 // TestFlagTableInREADME checks that the README's flag table is the one
 // flagTable gives.
 func TestFlagTableInREADME(t *testing.T) {
-	data, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- flag table: begin -->\n", "<!-- flag table: end -->"
-	_, rest, ok := strings.Cut(string(data), begin)
-	table, _, ok2 := strings.Cut(rest, end)
-	if !ok || !ok2 {
-		t.Fatalf("README.md has no %q ... %q section", begin, end)
-	}
-	if diff := cmp.Diff(flagTableMarkdown(), table); diff != "" {
-		t.Errorf("README.md's flag table (-want +got):\n%s", diff)
-	}
+	checkREADMETable(t, "flag table", flagTableMarkdown())
 }
 
 // TestVersionFlag checks that --version prints a version and asks for

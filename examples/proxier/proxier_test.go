@@ -102,6 +102,7 @@ func httpGet(url string) (int, string, error) {
 // the address asked for.
 type fakeNode struct {
 	ipt4, ipt6 *iptablestest.Fake
+	acct       *iptablestest.NFAcct
 	ct         *conntracktest.Fake
 	lb         *ipvstest.Fake
 	binder     *fakeBinder
@@ -139,6 +140,7 @@ func (n *fakeNode) nftDump(family knftables.Family, table string) string {
 func newFakeNode(t *testing.T) *fakeNode {
 	n := &fakeNode{
 		ct:        conntracktest.NewFake(),
+		acct:      iptablestest.NewNFAcct(),
 		lb:        ipvstest.NewFake(),
 		binder:    &fakeBinder{Binder: ipvstest.NewBinder(), addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.10.11")}},
 		sets:      ipsettest.NewFake(),
@@ -224,6 +226,7 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 			}
 			return n.ipt4, nil
 		},
+		NewNFAcct: func() (iptables.NFAcct, error) { return n.acct, nil },
 		Conntrack: n.ct,
 		Kernel:    &kernel.Kernel{Root: n.root},
 		OpenIPVS: func(_ context.Context, table bool) (*ipvsmode.Handles, error) {

@@ -50,14 +50,21 @@ func run(ctx context.Context, o *options, env *environment) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The proxier's metrics, with the process and Go runtime ones, in a
+	// registry of their own. client-go's go there before the client is
+	// built, so that the transport it makes is counted, as kube-proxy
+	// counts it; the proxier finds them there.
+	reg := prometheus.NewRegistry()
+	// All of runtime/metrics, as kube-proxy's registry has them.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := proxier.RegisterClientMetrics(reg); err != nil && !errors.Is(err, proxier.ErrClientMetricsHooksTaken) {
+		return err
+	}
 	client, err := openCluster(ctx, o, env, longRunning)
 	if err != nil {
 		return err
 	}
-	// The proxier's metrics, with the process and Go runtime ones, in a
-	// registry of their own.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := []kubeproxy.Option{kubeproxy.WithHost(env.Host), kubeproxy.WithProxierOptions(proxier.WithMetricsRegisterer(reg))}
 	if o.dryRun {
 		opts = append(opts, kubeproxy.WithDryRun(env.stdout))

@@ -24,7 +24,8 @@
 //
 // The Fake models the matches and targets a service proxy uses: addresses,
 // interfaces, protocols, tcp/udp/sctp ports, multiport, comment, mark,
-// addrtype, conntrack and state, statistic, recent, set, physdev; ACCEPT,
+// addrtype, conntrack and state, statistic, recent, set, physdev, nfacct
+// (which counts nothing: [NFAcct] is the counters' fake); ACCEPT,
 // DROP, RETURN, jumps and gotos, REJECT, DNAT, SNAT, MASQUERADE, MARK, LOG.
 // Anything else is refused with an error that says the Fake does not
 // support it, so a test never passes on input the Fake did not understand.

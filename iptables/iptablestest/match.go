@@ -32,8 +32,10 @@ func newMatch(name string, env *ruleEnv) (match, error) {
 		return &setMatch{}, nil
 	case "physdev":
 		return &physdevMatch{}, nil
+	case "nfacct":
+		return &nfacctMatch{}, nil
 	}
-	return nil, unsupportedf("match %q (the fake knows tcp, udp, sctp, multiport, comment, mark, addrtype, conntrack, state, statistic, recent, set, physdev)", name)
+	return nil, unsupportedf("match %q (the fake knows tcp, udp, sctp, multiport, comment, mark, addrtype, conntrack, state, statistic, recent, set, physdev, nfacct)", name)
 }
 
 func noInvert(opt string, neg bool) error {
@@ -253,6 +255,48 @@ func (m *multiportMatch) save(b []byte) []byte {
 		b = r.appendTo(b, ':')
 	}
 	return b
+}
+
+// nfacctMatch is "-m nfacct --nfacct-name NAME": it always matches, and
+// the kernel counts the packet in the accounting object NAME, which must
+// exist (the fake, which has no such objects, does not check).
+type nfacctMatch struct{ name string }
+
+// maxNFAcctName is the longest accounting object name the kernel takes
+// (NFACCT_NAME_MAX, 32 bytes with the terminating NUL).
+const maxNFAcctName = 31
+
+func (m *nfacctMatch) option(p *ruleParser, opt string, neg bool) (bool, error) {
+	if opt != "--nfacct-name" {
+		return false, nil
+	}
+	if err := noInvert(opt, neg); err != nil {
+		return true, err
+	}
+	if m.name != "" {
+		return true, usagef("nfacct: option %q can only be used once", opt)
+	}
+	v, err := p.value(opt)
+	if err != nil {
+		return true, err
+	}
+	if v == "" || len(v) > maxNFAcctName {
+		return true, usagef("nfacct: name %q must be 1 to %d bytes", v, maxNFAcctName)
+	}
+	m.name = v
+	return true, nil
+}
+
+func (m *nfacctMatch) final(*ruleParser) error {
+	if m.name == "" {
+		return usagef("nfacct: option \"--nfacct-name\" must be specified")
+	}
+	return nil
+}
+
+// save prints two spaces after the option, as iptables-save does.
+func (m *nfacctMatch) save(b []byte) []byte {
+	return append(append(b, " -m nfacct --nfacct-name  "...), m.name...)
 }
 
 // commentMatch is "-m comment --comment TEXT".

@@ -623,7 +623,7 @@ func (tr *tracer) matchOne(m match, s traceState) ([]alt, error) {
 			}
 		}
 		return one(s, hit != m.neg), nil
-	case *commentMatch:
+	case *commentMatch, *nfacctMatch:
 		return one(s, true), nil
 	case *markMatch:
 		return one(s, (s.mark&m.mask == m.value) != m.neg), nil
