@@ -113,7 +113,8 @@ var _ config.NodeHandler = (*nodeAddresses)(nil)
 // sync full. A family the Node no longer lists an address of keeps the
 // addresses it had (those of the host's interfaces, when the Node never
 // had any), and so does every family when the Node is deleted: the
-// Backends keep serving node ports where they did. A family the node did
+// Backends keep serving node ports where they did. It also follows the
+// Node's pod ranges (setPodCIDRs). A family the node did
 // not have at start is not added: the Backends were made for the families
 // found then.
 type nodeAddresses struct {
@@ -127,6 +128,7 @@ func (n *nodeAddresses) OnNodeDelete(*v1.Node)         {}
 func (n *nodeAddresses) OnNodeSynced()                 {}
 
 func (n *nodeAddresses) set(node *v1.Node) {
+	n.setPodCIDRs(node)
 	byFamily := map[v1.IPFamily][]netip.Addr{}
 	for _, a := range addressesOfNode(n.logger, node) {
 		f := proxy.FamilyOf(a)
