@@ -253,8 +253,6 @@ func Unsupported(cfg *kubeproxyconfig.KubeProxyConfiguration) []string {
 		add(i.UDPTimeout.Duration != 0, "ipvs.udpTimeout")
 	}
 	add(cfg.Winkernel != (kubeproxyconfig.KubeProxyWinkernelConfiguration{}), "winkernel")
-	add(cfg.DetectLocalMode != "" && cfg.DetectLocalMode != "ClusterCIDR", "detectLocalMode")
-	add(cfg.DetectLocal != (kubeproxyconfig.DetectLocalConfiguration{}), "detectLocal")
 	add(cfg.OOMScoreAdj != nil, "oomScoreAdj")
 	add(cfg.ConfigSyncPeriod.Duration != 0, "configSyncPeriod")
 	add(cfg.PortRange != "", "portRange")

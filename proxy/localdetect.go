@@ -63,10 +63,10 @@ func ValidateInterfaceName(name string) error {
 	return nil
 }
 
-// validateInterfacePrefix checks an interface name prefix: a valid
-// interface name that leaves room for iptables' '+' wildcard, which counts
-// towards the name's length.
-func validateInterfacePrefix(prefix string) error {
+// ValidateInterfaceNamePrefix checks an interface name prefix: a valid
+// interface name (ValidateInterfaceName) that leaves room for iptables'
+// '+' wildcard, which counts towards the name's length: at most 14.
+func ValidateInterfaceNamePrefix(prefix string) error {
 	if err := ValidateInterfaceName(prefix); err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (c *NodeConfig) LocalDetector(family v1.IPFamily, podCIDRs []netip.Prefix) 
 		}
 		return LocalDetector{mode: LocalModeBridgeInterface, iface: c.BridgeInterface}, nil
 	case LocalModeInterfaceNamePrefix:
-		if err := validateInterfacePrefix(c.InterfaceNamePrefix); err != nil {
+		if err := ValidateInterfaceNamePrefix(c.InterfaceNamePrefix); err != nil {
 			return LocalDetector{}, fmt.Errorf("InterfaceNamePrefix: %w", err)
 		}
 		return LocalDetector{mode: LocalModeInterfaceNamePrefix, iface: c.InterfaceNamePrefix}, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // kubeadmDefaults are the options from the configuration kubeadm writes
@@ -40,6 +41,7 @@ func TestConfigFile(t *testing.T) {
 	)
 	nftAll := configWith(t, nftFile, "nodePortAddresses: null", "nodePortAddresses: [all]")
 	unsupportedIPTables := configWith(t, unsupported, "mode: ipvs", "mode: iptables")
+	bridgeFile := configWith(t, kubeadm, `  bridgeInterface: ""`, "  bridgeInterface: cni0", `detectLocalMode: ""`, "detectLocalMode: BridgeInterface")
 	with := func(file string, f func(*options)) *options {
 		o := kubeadmDefaults(file)
 		f(&o)
@@ -127,13 +129,20 @@ func TestConfigFile(t *testing.T) {
 			}),
 		},
 		{
+			name: "detectLocalMode and detectLocal",
+			args: []string{"--config", bridgeFile},
+			want: with(bridgeFile, func(o *options) { o.detectLocalMode, o.bridgeInterface = proxy.LocalModeBridgeInterface, "cni0" }),
+		},
+		{
 			name: "unsupported fields",
 			args: []string{"--config", unsupported},
 			want: with(unsupported, func(o *options) {
 				o.mode = modeIPVS
 				o.minSyncPeriod = 0
+				// detectLocalMode NodeCIDR is read now.
+				o.detectLocalMode = proxy.LocalModeNodeCIDR
 				o.unsupported = []string{"featureGates", "logging.format", "logging.flushFrequency", "bindAddress", "enableProfiling",
-					"ipvs.strictARP", "winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
+					"ipvs.strictARP", "winkernel", "oomScoreAdj", "configSyncPeriod"}
 			}),
 		},
 		{
@@ -141,8 +150,9 @@ func TestConfigFile(t *testing.T) {
 			name: "the ipvs section is not read in iptables mode",
 			args: []string{"--config", unsupportedIPTables},
 			want: with(unsupportedIPTables, func(o *options) {
+				o.detectLocalMode = proxy.LocalModeNodeCIDR
 				o.unsupported = []string{"featureGates", "logging.format", "logging.flushFrequency", "bindAddress", "enableProfiling",
-					"winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
+					"winkernel", "oomScoreAdj", "configSyncPeriod"}
 			}),
 		},
 	} {
@@ -208,6 +218,10 @@ func TestConfigFileInvalid(t *testing.T) {
 		{name: "healthzBindAddress", file: edit(`healthzBindAddress: ""`, "healthzBindAddress: localhost:10256"),
 			wantErr: "healthzBindAddress"},
 		{name: "mode", file: edit(`mode: ""`, "mode: kernelspace"), wantErr: `mode: "kernelspace" is not a mode this proxier has`},
+		{name: "detectLocalMode BridgeInterface without a bridge", file: edit(`detectLocalMode: ""`, "detectLocalMode: BridgeInterface"),
+			wantErr: "detectLocal.bridgeInterface: interface name must not be empty"},
+		{name: "detectLocal.interfaceNamePrefix not an interface name", file: edit(`  interfaceNamePrefix: ""`, `  interfaceNamePrefix: "veth;"`),
+			wantErr: `detectLocal.interfaceNamePrefix: interface name "veth;" has a character other than`},
 		{name: "nftables.masqueradeBit", file: strings.Replace(edit(`mode: ""`, "mode: nftables"),
 			"nftables:\n  masqueradeAll: false\n  masqueradeBit: null\n", "nftables:\n  masqueradeAll: false\n  masqueradeBit: 32\n", 1),
 			wantErr: "nftables.masqueradeBit: 32: must be within the range [0, 31]"},
