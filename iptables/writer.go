@@ -45,15 +45,18 @@ type WriterConfig struct {
 	// of its own family and ignores the others, so one NodeConfig serves
 	// every family: node ports are served on every local address when no
 	// NodePortAddresses prefix is of the writer's family (as kube-proxy
-	// filters --nodeport-addresses by family), and local-traffic detection
-	// is off when no ClusterCIDRs prefix is. Node ports on loopback
+	// filters --nodeport-addresses by family), and ClusterCIDR local-traffic
+	// detection is off when no ClusterCIDRs prefix is. Node ports on loopback
 	// addresses need LocalhostNodePorts, as in kube-proxy
 	// (kubernetes#90259): without it a NodePortAddresses prefix inside the
 	// loopback range is left out (the first Sync logs it), and loopback
 	// addresses inside a wider prefix are excluded. Traffic to a cluster
-	// IP from outside the ClusterCIDRs prefix is masqueraded, and pod
+	// IP that is not local (Node.LocalDetector: "! -s" the ClusterCIDRs
+	// prefix, or the NodeCIDR mode's pod range, "! -i" the bridge, or
+	// "! -i" the interface name prefix with "+") is masqueraded, and local
 	// traffic to an external address of an externalTrafficPolicy Local
-	// service is short-circuited to all endpoints.
+	// service is short-circuited to all endpoints. NewWriter fails on a
+	// DetectLocalMode or interface name Node.LocalDetector refuses.
 	Node proxy.NodeConfig
 
 	// LocalhostNodePorts serves IPv4 node ports on the loopback addresses
@@ -192,12 +195,19 @@ type SyncResult struct {
 type Writer struct {
 	cfg           WriterConfig
 	check         portcheck.Checker
-	clusterCIDR   netip.Prefix   // Node's of the writer's family, or invalid
 	nodePortAddrs []netip.Prefix // Node's of the writer's family
 	nodeIPs       []netip.Addr   // FamilyInput.NodeIPs of the last Sync
 	cn            *ChainNames    // the names of the chains it owns
 	jumpMasq      string         // " -j PREFIX-MARK-MASQ"
 	droppedByFW   string         // " will be dropped by PREFIX-PROXY-FIREWALL"
+
+	// local tells local traffic, as of the last Sync (see localDetector;
+	// localKnown is false before the first); ifLocal and ifNotLocal are
+	// its matches as rule text, " -s 10.0.0.0/8" and " ! -s 10.0.0.0/8".
+	local               proxy.LocalDetector
+	localKnown          bool
+	ifLocal, ifNotLocal []byte
+
 	clock         clock.PassiveClock
 	threshold     int
 	isIPv6        bool
@@ -382,8 +392,8 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	}
 	w.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
 	w.markMask = w.mark + "/" + w.mark
-	if w.clusterCIDR, err = cfg.Node.ClusterCIDR(cfg.Family); err != nil {
-		return nil, fmt.Errorf("iptables writer: Node.ClusterCIDRs: %w", err)
+	if _, err := cfg.Node.LocalDetector(cfg.Family, nil); err != nil {
+		return nil, fmt.Errorf("iptables writer: Node.%w", err)
 	}
 	w.nodePortAddrs = cfg.Node.NodePortPrefixes(cfg.Family)
 	matchAll := len(w.nodePortAddrs) == 0
@@ -563,6 +573,11 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		full = true
 		w.nodeIPs = ips
 		w.check = w.check.WithNodeIPs(ips)
+	}
+	if w.localDetector(logger, in.PodCIDRs) {
+		// Masquerading and the short-circuit of pod traffic are in the
+		// chains of every port.
+		full = true
 	}
 	if check := w.check.WithServiceCIDRs(in.ServiceCIDRs); !check.SameServiceCIDRs(w.check) {
 		// Ports refused or programmed under the old ranges are judged
@@ -1044,4 +1059,36 @@ func compareChainRefs(a, b chainRef) int {
 		return int(a.kind) - int(b.kind)
 	}
 	return strings.Compare(string(a.hash[:]), string(b.hash[:]))
+}
+
+// localDetector takes the local-traffic detector of a sync whose node has
+// pod ranges podCIDRs (they matter in NodeCIDR mode alone) and reports
+// whether it changed. NewWriter has validated the rest of the Node config,
+// so an error cannot come; were it to, the last detector is kept.
+func (w *Writer) localDetector(logger klog.Logger, podCIDRs []netip.Prefix) bool {
+	d, err := w.cfg.Node.LocalDetector(w.cfg.Family, podCIDRs)
+	if err != nil {
+		logger.Error(err, "Local traffic detection; keeping the last", "ipFamily", w.cfg.Family)
+		return false
+	}
+	if w.localKnown && d == w.local {
+		return false
+	}
+	w.localKnown = true
+	if !d.Enabled() && w.cfg.Node.DetectLocalMode == proxy.LocalModeNodeCIDR {
+		logger.Error(nil, "Detect-local-mode NodeCIDR, but the node has no pod CIDR of the family: traffic from pods is not told from other traffic until it has one", "ipFamily", w.cfg.Family)
+	}
+	w.setLocal(d)
+	return true
+}
+
+// setLocal makes d the writer's detector, with its matches as rule text.
+func (w *Writer) setLocal(d proxy.LocalDetector) {
+	w.local, w.ifLocal, w.ifNotLocal = d, nil, nil
+	for _, a := range d.IfLocal() {
+		w.ifLocal = append(append(w.ifLocal, ' '), a...)
+	}
+	for _, a := range d.IfNotLocal() {
+		w.ifNotLocal = append(append(w.ifNotLocal, ' '), a...)
+	}
 }

@@ -35,17 +35,7 @@ func (c *cluster) setEndpoints(ns, name string, ports []discoveryv1.EndpointPort
 
 // input applies the pending changes to the maps and returns the writer's
 // input.
-func (c *cluster) input() *proxy.FamilyInput {
-	svcChanges, epChanges := c.Update()
-	return &proxy.FamilyInput{
-		Services:        c.ServiceMap,
-		Endpoints:       c.EndpointsMap,
-		ServiceChanges:  svcChanges,
-		EndpointChanges: epChanges,
-		NodeLabels:      c.NodeLabels,
-		NodeIPs:         c.NodeIPs,
-	}
-}
+func (c *cluster) input() *proxy.FamilyInput { return c.Input() }
 
 // The tests call writertest's builders by these short names.
 type ep = writertest.Endpoint

@@ -254,11 +254,10 @@ func (w *Writer) writeExternalChain(b []byte, ps *portState, svc changetracker.S
 		// Pods reaching an external address of the service are not
 		// subject to the Local policy: they are sent to all endpoints, as
 		// if they had gone out to the load balancer and come back.
-		if w.clusterCIDR.IsValid() {
+		if w.local.Enabled() {
 			b = w.ruleStart(b, ext)
 			b = appendComment(b, "pod traffic for ", &ps.text, " external destinations")
-			b = append(b, " -s "...)
-			b = w.clusterCIDR.AppendTo(b)
+			b = append(b, w.ifLocal...)
 			b = w.endLine(svcChain.appendTo(append(b, " -j "...), w.cn))
 		}
 		// Traffic from the node itself has a local address as source,
@@ -319,15 +318,14 @@ func (w *Writer) writeFirewallChain(b []byte, ps *portState, svc changetracker.S
 // writeMasqueradeRule marks cluster-IP traffic from outside the cluster
 // (or all of it with MasqueradeAll) for masquerading.
 func (w *Writer) writeMasqueradeRule(b []byte, ps *portState, svc changetracker.ServicePort, k chainKind, proto string) []byte {
-	if !w.cfg.Node.MasqueradeAll && !w.clusterCIDR.IsValid() {
+	if !w.cfg.Node.MasqueradeAll && !w.local.Enabled() {
 		return b
 	}
 	b = w.ruleStart(b, chainRef{kind: k, hash: ps.hash})
 	b = appendComment(b, "", &ps.text, " cluster IP")
 	b = appendDestination(appendProtocol(b, proto), svc.ClusterIP(), svc.Port())
 	if !w.cfg.Node.MasqueradeAll {
-		b = append(b, " ! -s "...)
-		b = w.clusterCIDR.AppendTo(b)
+		b = append(b, w.ifNotLocal...)
 	}
 	return w.endLine(append(b, w.jumpMasq...))
 }

@@ -57,6 +57,17 @@ func TestWriterFullSyncGolden(t *testing.T) {
 	for _, sc := range writertest.Scenarios {
 		cases = append(cases, goldenCase{name: sc.Name, setup: func(c *cluster) { sc.Setup(c.Cluster) }})
 	}
+	for _, ld := range writertest.LocalDetections {
+		cases = append(cases, goldenCase{
+			name:   ld.Name,
+			family: ld.Family,
+			config: func(cfg *iptables.WriterConfig) { cfg.Family, cfg.Node = ld.Family, ld.Node },
+			setup: func(c *cluster) {
+				c.PodCIDRs = ld.PodCIDRs
+				ld.Setup(c.Cluster)
+			},
+		})
+	}
 	for _, tc := range append(cases, []goldenCase{{
 		name: "affinity",
 		setup: func(c *cluster) {
@@ -613,6 +624,10 @@ func TestNewWriterRejectsBadConfig(t *testing.T) {
 		{"bad bit", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{MasqueradeBit: ptr.To(32)}}, "masquerade bit 32"},
 		{"negative bit", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{MasqueradeBit: ptr.To(-1)}}, "masquerade bit -1"},
 		{"two cluster CIDRs of the family", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16"), prefix("fd00::/64"), prefix("10.1.0.0/16")}}}, "10.0.0.0/16 and 10.1.0.0/16"},
+		{"unknown local mode", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{DetectLocalMode: "PodCIDR"}}, `DetectLocalMode "PodCIDR"`},
+		{"bridge mode without a bridge", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{DetectLocalMode: proxy.LocalModeBridgeInterface}}, "BridgeInterface: interface name must not be empty"},
+		{"bridge name that would end the argument", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{DetectLocalMode: proxy.LocalModeBridgeInterface, BridgeInterface: "cni0 -j ACCEPT"}}, "BridgeInterface: interface name"},
+		{"prefix with a wildcard", iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{DetectLocalMode: proxy.LocalModeInterfaceNamePrefix, InterfaceNamePrefix: "veth+"}}, "InterfaceNamePrefix: interface name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := iptables.NewWriter(tc.cfg)
@@ -723,6 +738,72 @@ func TestWriterNodeIPs(t *testing.T) {
 	}
 	if admitsVIP() {
 		t.Errorf("the VIP is still admitted after the node address in the source range went:\n%s", f.Dump())
+	}
+}
+
+// TestWriterPodCIDRs checks that in NodeCIDR mode the node's pod range
+// of a sync's input is what tells local traffic: none detects nothing (no
+// masquerade rule for cluster IPs, no short-circuit of pod traffic), and a
+// change rewrites every port's rules, in a full sync, as a fresh writer
+// would; the pod ranges of the other family, and a change of them, do not
+// matter.
+func TestWriterPodCIDRs(t *testing.T) {
+	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: writertest.Node, DetectLocalMode: proxy.LocalModeNodeCIDR,
+		ClusterCIDRs: []netip.Prefix{prefix("10.0.0.0/16")}}}
+	c := newCluster(v1.IPv4Protocol, writertest.Node)
+	c.setService(makeService("ns", "web", "10.96.0.10"))
+	c.setEndpoints("ns", "web", tcp8080, ep{IP: "10.0.1.1", Node: writertest.Node})
+	c.setService(makeService("ns", "lb", "10.96.0.11", withLoadBalancer("203.0.113.5"), withNodePort(31000), withExternalLocal(), withHealthCheckNodePort(32000)))
+	c.setEndpoints("ns", "lb", tcp8080, ep{IP: "10.0.1.2", Node: writertest.Node})
+	w, f := mustWriter(t, cfg), iptablestest.NewFake()
+	syncFake(t, w, f, c.input())
+	// The rules that match local traffic, as the Fake dumps them.
+	matches := func() []string {
+		var out []string
+		for _, r := range strings.Split(f.Dump(), "\n") {
+			if strings.Contains(r, "KUBE-MARK-MASQ") && strings.Contains(r, "cluster IP") || strings.Contains(r, "pod traffic") {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	want := func(cidr string) []string {
+		return []string{
+			`-A KUBE-EXT-6MXKDKS4RXDXPGND -s ` + cidr + ` -m comment --comment "pod traffic for ns/lb:p external destinations" -j KUBE-SVC-6MXKDKS4RXDXPGND`,
+			`-A KUBE-SVC-6MXKDKS4RXDXPGND ! -s ` + cidr + ` -d 10.96.0.11/32 -p tcp -m comment --comment "ns/lb:p cluster IP" -m tcp --dport 80 -j KUBE-MARK-MASQ`,
+			`-A KUBE-SVC-7X3VEG6HU4XBR2VS ! -s ` + cidr + ` -d 10.96.0.10/32 -p tcp -m comment --comment "ns/web:p cluster IP" -m tcp --dport 80 -j KUBE-MARK-MASQ`,
+		}
+	}
+	if got := matches(); len(got) != 0 {
+		t.Fatalf("without a pod CIDR, local-detection rules %q", got)
+	}
+	for _, step := range []struct {
+		name     string
+		podCIDRs []netip.Prefix
+		wantFull bool
+		want     []string
+	}{
+		{"pod CIDR allocated", []netip.Prefix{prefix("fd00:10:0:1::/64"), prefix("10.0.1.0/24")}, true,
+			want("10.0.1.0/24")},
+		{"the other family's changed", []netip.Prefix{prefix("10.0.1.0/24"), prefix("fd00:10:0:2::/64")}, false,
+			want("10.0.1.0/24")},
+		{"pod CIDR changed", []netip.Prefix{prefix("10.0.7.0/24")}, true,
+			want("10.0.7.0/24")},
+		{"pod CIDR gone", nil, true, nil},
+	} {
+		c.PodCIDRs = step.podCIDRs
+		res := syncFake(t, w, f, c.input())
+		if res.Full != step.wantFull {
+			t.Errorf("%s: sync full=%v, want %v", step.name, res.Full, step.wantFull)
+		}
+		if diff := cmp.Diff(step.want, matches()); diff != "" {
+			t.Errorf("%s: local-detection matches (-want +got):\n%s", step.name, diff)
+		}
+		fresh := iptablestest.NewFake()
+		syncFake(t, mustWriter(t, cfg), fresh, c.input())
+		if diff := cmp.Diff(canonical(fresh.Dump()), canonical(f.Dump())); diff != "" {
+			t.Errorf("%s: rules differ from a fresh writer's (-fresh +got):\n%s", step.name, diff)
+		}
 	}
 }
 

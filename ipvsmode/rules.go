@@ -63,8 +63,8 @@ func (t *Writer) render() {
 		switch {
 		case t.cfg.Node.MasqueradeAll:
 			b.Write("dst,dst", "-j", masq)
-		case t.clusterCIDR != "":
-			b.Write("dst,dst", "!", "-s", t.clusterCIDR, "-j", masq)
+		case t.local.Enabled():
+			b.Words("dst,dst").Words(t.local.IfNotLocal()...).Write("-j", masq)
 		default:
 			// Without the pod network, masquerade what the node sends
 			// from a service address: the kernel picks the address of

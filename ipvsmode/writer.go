@@ -35,10 +35,12 @@ type WriterConfig struct {
 	// family, or a prefix of length 0, means all of them, as in
 	// kube-proxy. Loopback addresses never serve node ports
 	// (kubernetes#90259). With no address left, node ports get no virtual
-	// server. Traffic to a cluster IP from outside the family's
-	// Node.ClusterCIDRs prefix is masqueraded; without one, only traffic
-	// the node sends from a service address is, as kube-proxy does
-	// without a local-traffic detector.
+	// server. Traffic to a cluster IP that is not local by
+	// Node.LocalDetector (of the input's PodCIDRs in NodeCIDR mode) is
+	// masqueraded; without a detector (ClusterCIDR mode without a
+	// ClusterCIDRs prefix of the family, NodeCIDR mode before the node
+	// has a pod range), only traffic the node sends from a service
+	// address is, as kube-proxy does.
 	Node proxy.NodeConfig
 
 	// RandomFully adds --random-fully to the MASQUERADE rule. Set it from
@@ -149,7 +151,6 @@ type Writer struct {
 	loopback    string // "127.0.0.0/8" or "::1/128"
 	mark        string // "0x00004000"
 	markMask    string // "0x00004000/0x00004000"
-	clusterCIDR string
 	nodeIPs     []netip.Addr
 	nodePortIPs []netip.Addr
 	// nodePortPrefixes are the family's node-port prefixes, nil for all
@@ -160,6 +161,9 @@ type Writer struct {
 	setNames         [numSets]string
 	modeNames        *Names
 	jumps            []iptables.JumpRule
+
+	// local tells local traffic, of the last Sync's pod ranges.
+	local proxy.LocalDetector
 
 	// Buffers reused from call to call.
 	names    []changetracker.ServicePortName
@@ -206,12 +210,8 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err := probe.Validate(); err != nil {
 		return nil, fmt.Errorf("IPVS translator: scheduler %q with flags %#x: %w", cfg.Scheduler, uint32(cfg.SchedulerFlags), err)
 	}
-	cidr, err := cfg.Node.ClusterCIDR(cfg.Family)
-	if err != nil {
-		return nil, fmt.Errorf("IPVS translator: Node.ClusterCIDRs: %w", err)
-	}
-	if cidr.IsValid() {
-		t.clusterCIDR = cidr.String()
+	if t.local, err = cfg.Node.LocalDetector(cfg.Family, nil); err != nil {
+		return nil, fmt.Errorf("IPVS translator: Node.%w", err)
 	}
 	all := false
 	for _, p := range cfg.Node.NodePortPrefixes(cfg.Family) {
@@ -278,6 +278,10 @@ func (t *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		logger.Error(nil, "Input of another IP family; its service ports get no virtual servers", "ipFamily", t.cfg.Family, "inputFamily", logsafe.Quote(string(in.Family)))
 	}
 	t.setNodeIPs(in.NodeIPs)
+	// Every sync is whole: the detector of the node's pod range now.
+	if d, err := t.cfg.Node.LocalDetector(t.cfg.Family, in.PodCIDRs); err == nil {
+		t.local = d
+	}
 
 	t.names = t.names[:0]
 	endpoints := 0

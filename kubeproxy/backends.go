@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 
 	v1 "k8s.io/api/core/v1"
@@ -107,7 +106,7 @@ func (s *setup) newIPTablesBackends(ctx context.Context, node proxier.Node, m *p
 	for i, family := range families {
 		cfg := iptables.WriterConfig{
 			Family:             family,
-			Node:               proxy.NodeConfig{Name: node.Name, NodePortAddresses: c.nodePortPrefixes(family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)}, MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit},
+			Node:               c.nodeConfig(node.Name, family, node.IPs[family]),
 			AcceptInvalid:      acceptInvalid,
 			LocalhostNodePorts: c.LocalhostNodePorts,
 			ChainPrefix:        s.names.Chains().Prefix(),
@@ -229,7 +228,7 @@ func (s *setup) ipvsTranslatorConfig(node proxier.Node, family v1.IPFamily) ipvs
 	c := &s.cfg
 	return ipvsmode.WriterConfig{
 		Family:      family,
-		Node:        proxy.NodeConfig{Name: node.Name, NodePortAddresses: c.nodePortPrefixes(family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)}, MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit},
+		Node:        c.nodeConfig(node.Name, family, node.IPs[family]),
 		Scheduler:   c.IPVSScheduler,
 		ChainPrefix: s.names.Chains().Prefix(),
 	}
@@ -254,7 +253,7 @@ func (s *setup) newNFTablesBackends(ctx context.Context, node proxier.Node, m *p
 		cfg := nftables.WriterConfig{
 			Family:    family,
 			TableName: s.nftTable,
-			Node:      proxy.NodeConfig{Name: node.Name, NodePortAddresses: c.nodePortPrefixes(family, node.IPs[family]), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)}, MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit},
+			Node:      c.nodeConfig(node.Name, family, node.IPs[family]),
 		}
 		var nft knftables.Interface
 		opts := []nftables.ModeOption{nftables.WithMetrics(m), nftables.WithCheckPeriod(c.syncPeriod())}

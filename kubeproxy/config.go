@@ -43,6 +43,16 @@ type Config struct {
 	// Traffic to cluster IPs from outside it is masqueraded; a prefix of a
 	// family the node does not have is ignored, with a log.
 	ClusterCIDRs []netip.Prefix
+	// DetectLocalMode, BridgeInterface and InterfaceNamePrefix say how
+	// traffic from this node's pods is told from other traffic, as
+	// proxy.NodeConfig's fields of the same names (kube-proxy's
+	// detectLocalMode and detectLocal); "" means ClusterCIDR, by
+	// ClusterCIDRs. NodeCIDR mode reads the Node's spec.podCIDRs, and
+	// detects nothing until the node has one (it does not wait for it as
+	// kube-proxy does).
+	DetectLocalMode     proxy.LocalMode
+	BridgeInterface     string
+	InterfaceNamePrefix string
 	// MasqueradeAll masquerades all traffic to cluster IPs.
 	MasqueradeAll bool
 	// MasqueradeBit is the fwmark bit, 0 to 31, that marks packets to
@@ -103,10 +113,10 @@ type Config struct {
 	// as kube-proxy does, when this node's Node object is deleted or its
 	// node IPs change from those of the first list (kube-proxy's node
 	// IPs: its first address, InternalIP before ExternalIP, and the first
-	// of the other family), so that the process restarts with the new
-	// ones. false, the default, follows the new addresses without a
+	// of the other family), or, in NodeCIDR mode, its spec.podCIDRs
+	// change, so that the process restarts with the new ones. false, the default, follows the new addresses without a
 	// restart: the node ports and the health-check node ports move to
-	// them. Either way the change is logged with the old and the new
+	// them, and NodeCIDR detection to the new pod ranges. Either way the change is logged with the old and the new
 	// addresses. WithExitFunc replaces the exit. It is proxykit's own
 	// setting, not a KubeProxyConfiguration field.
 	ExitOnNodeChange bool
@@ -124,6 +134,10 @@ func (c *Config) Validate() error {
 	}
 	if err := OnePerFamily("kubeproxy.Config: ClusterCIDRs", c.ClusterCIDRs); err != nil {
 		errs = append(errs, err)
+	}
+	local := proxy.NodeConfig{DetectLocalMode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix}
+	if _, err := local.LocalDetector(v1.IPv4Protocol, nil); err != nil {
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: %w", err))
 	}
 	if b := c.MasqueradeBit; b != nil && (*b < 0 || *b > 31) {
 		errs = append(errs, fmt.Errorf("kubeproxy.Config: MasqueradeBit %d: must be within the range [0, 31]", *b))
@@ -179,6 +193,14 @@ func (c *Config) names() *ipvsmode.Names {
 // nftTable is nftables mode's table of c.ChainPrefix.
 func (c *Config) nftTable() string {
 	return NFTablesTable(c.names().Chains().Prefix())
+}
+
+// nodeConfig is the node config of the writers of family on node, whose
+// addresses of the family are ips.
+func (c *Config) nodeConfig(name string, family v1.IPFamily, ips []netip.Addr) proxy.NodeConfig {
+	return proxy.NodeConfig{Name: name, NodePortAddresses: c.nodePortPrefixes(family, ips), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)},
+		DetectLocalMode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix,
+		MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit}
 }
 
 // clusterCIDR returns the ClusterCIDRs prefix of family, or the zero

@@ -12,6 +12,7 @@ import (
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 func TestValidate(t *testing.T) {
@@ -26,6 +27,10 @@ func TestValidate(t *testing.T) {
 		{name: "mode", cfg: Config{Mode: "userspace"}, wantErr: `kubeproxy.Config: Mode "userspace": want "iptables", "ipvs" or "nftables"`},
 		{name: "cluster CIDRs", cfg: Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.1.0.0/16")}},
 			wantErr: "kubeproxy.Config: ClusterCIDRs: 10.0.0.0/8 and 10.1.0.0/16 are both IPv4; give at most one per IP family"},
+		{name: "local detection", cfg: Config{DetectLocalMode: proxy.LocalModeInterfaceNamePrefix, InterfaceNamePrefix: "veth+"},
+			wantErr: `kubeproxy.Config: InterfaceNamePrefix: interface name "veth+" has a character other than letters, digits, '_', '.' and '-'`},
+		{name: "local detection mode", cfg: Config{DetectLocalMode: "Bridge"},
+			wantErr: `kubeproxy.Config: DetectLocalMode "Bridge": want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix`},
 		{name: "masquerade bit", cfg: Config{MasqueradeBit: bit(32)}, wantErr: "kubeproxy.Config: MasqueradeBit 32: must be within the range [0, 31]"},
 		{name: "min sync period beyond the default sync period", cfg: Config{MinSyncPeriod: time.Hour},
 			wantErr: "kubeproxy.Config: MinSyncPeriod 1h0m0s: must be between 0 and SyncPeriod (30s)"},

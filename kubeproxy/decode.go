@@ -295,8 +295,6 @@ func Unsupported(cfg *kubeproxyconfig.KubeProxyConfiguration) []string {
 	add(cfg.EnableProfiling, "enableProfiling")
 	add(cfg.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion")
 	add(cfg.Winkernel != (kubeproxyconfig.KubeProxyWinkernelConfiguration{}), "winkernel")
-	add(cfg.DetectLocalMode != "" && cfg.DetectLocalMode != "ClusterCIDR", "detectLocalMode")
-	add(cfg.DetectLocal != (kubeproxyconfig.DetectLocalConfiguration{}), "detectLocal")
 	add(cfg.OOMScoreAdj != nil, "oomScoreAdj")
 	add(cfg.ConfigSyncPeriod.Duration != 0, "configSyncPeriod")
 	add(cfg.PortRange != "", "portRange")

@@ -177,6 +177,7 @@ func TestUnsupported(t *testing.T) {
 		{name: "kubeadm's default", data: header + "bindAddress: 0.0.0.0\ndetectLocalMode: ClusterCIDR\nlogging:\n  format: text\n"},
 		{name: "set", data: header + "bindAddress: 10.0.0.1\nfeatureGates: {A: true}\noomScoreAdj: -999\nportRange: 1-2\n",
 			want: []string{"featureGates", "bindAddress", "oomScoreAdj", "portRange"}},
+		{name: "local detection", data: header + "detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: veth\n  bridgeInterface: cni0\n"},
 		{name: "another mode's section is not read", data: header + "ipvs:\n  strictARP: true\n"},
 		{name: "the ipvs section is implemented", data: header + "mode: ipvs\nipvs:\n  strictARP: true\n  excludeCIDRs: [10.0.0.0/8]\n  tcpTimeout: 1m\n  tcpFinTimeout: 1m\n  udpTimeout: 1m\n"},
 	} {

@@ -11,6 +11,7 @@ import (
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // kube-proxy's ports of the health and metrics servers, for an address
@@ -38,13 +39,16 @@ const (
 //   - the conntrack section as ConntrackTuning reads it;
 //   - in IPVS mode, the ipvs section's excludeCIDRs, strictARP and
 //     timeouts as IPVSSettings reads them.
+//   - detectLocalMode ClusterCIDR, which Config holds as "".
 //
 // The fields Config has and a KubeProxyConfiguration has not
 // (DriftCheckPeriod, ChainPrefix) are zero, and the fields Unsupported
 // names are not read. It fails on a value kube-proxy refuses, or that
 // proxykit does not implement (another mode, a nodePortAddresses entry
-// "localhost", two clusterCIDRs of one family), naming the field by its
-// path ("iptables.minSyncPeriod: ..."); the returned Config validates.
+// "localhost", two clusterCIDRs of one family), or an interface name in
+// detectLocal that could not reach iptables or nft safely (see
+// proxy.ValidateInterfaceName), naming the field by its path
+// ("iptables.minSyncPeriod: ..."); the returned Config validates.
 func FromConfiguration(kc *kubeproxyconfig.KubeProxyConfiguration) (*Config, error) {
 	c := &Config{Mode: string(kc.Mode)}
 	switch c.Mode {
@@ -54,14 +58,8 @@ func FromConfiguration(kc *kubeproxyconfig.KubeProxyConfiguration) (*Config, err
 	default:
 		return nil, fmt.Errorf("mode: %q is not a mode this proxier has; want %q, %q or %q", kc.Mode, ModeIPTables, ModeIPVS, ModeNFTables)
 	}
-	switch kc.DetectLocalMode {
-	case "", "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix":
-		// kube-proxy's values; those proxykit does not implement are
-		// named by Unsupported, and the caller warns.
-	default:
-		// kube-proxy refuses it too: a typo must not run the node
-		// without local-traffic detection.
-		return nil, fmt.Errorf("detectLocalMode: %q is not a mode kube-proxy has; want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", kc.DetectLocalMode)
+	if err := c.detectLocalFrom(kc); err != nil {
+		return nil, err
 	}
 
 	// kube-proxy defaults both servers' addresses to bindAddress's family.
@@ -222,7 +220,11 @@ func (c *Config) Configuration() *kubeproxyconfig.KubeProxyConfiguration {
 		MetricsBindAddress: c.MetricsBindAddress,
 		Mode:               kubeproxyconfig.ProxyMode(c.mode()),
 		ClusterCIDR:        strings.Join(prefixStrings(c.ClusterCIDRs), ","),
-		DetectLocalMode:    "ClusterCIDR",
+		DetectLocalMode:    kubeproxyconfig.LocalMode(proxy.LocalModeClusterCIDR),
+		DetectLocal:        kubeproxyconfig.DetectLocalConfiguration{BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix},
+	}
+	if c.DetectLocalMode != "" {
+		kc.DetectLocalMode = kubeproxyconfig.LocalMode(c.DetectLocalMode)
 	}
 	localhost := c.LocalhostNodePorts
 	kc.IPTables.LocalhostNodePorts = &localhost
@@ -277,4 +279,36 @@ func prefixStrings(ps []netip.Prefix) []string {
 		out = append(out, p.String())
 	}
 	return out
+}
+
+// detectLocalFrom takes detectLocalMode and detectLocal from kc, checked as
+// kube-proxy checks them, and more: the mode must be one of kube-proxy's
+// (a typo must not run the node without local-traffic detection), the
+// interface name its mode reads must be given, and an interface name given
+// must be one that can reach iptables and nft (proxy.ValidateInterfaceName)
+// whatever the mode, naming the field at fault.
+func (c *Config) detectLocalFrom(kc *kubeproxyconfig.KubeProxyConfiguration) error {
+	mode := proxy.LocalMode(kc.DetectLocalMode)
+	switch mode {
+	case "", proxy.LocalModeClusterCIDR, proxy.LocalModeNodeCIDR, proxy.LocalModeBridgeInterface, proxy.LocalModeInterfaceNamePrefix:
+	default:
+		return fmt.Errorf("detectLocalMode: %q is not a mode kube-proxy has; want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", kc.DetectLocalMode)
+	}
+	d := kc.DetectLocal
+	if d.BridgeInterface != "" || mode == proxy.LocalModeBridgeInterface {
+		if err := proxy.ValidateInterfaceName(d.BridgeInterface); err != nil {
+			return fmt.Errorf("detectLocal.bridgeInterface: %w", err)
+		}
+	}
+	if d.InterfaceNamePrefix != "" || mode == proxy.LocalModeInterfaceNamePrefix {
+		if err := proxy.ValidateInterfaceNamePrefix(d.InterfaceNamePrefix); err != nil {
+			return fmt.Errorf("detectLocal.interfaceNamePrefix: %w", err)
+		}
+	}
+	if mode == proxy.LocalModeClusterCIDR {
+		// Config's zero value means it.
+		mode = ""
+	}
+	c.DetectLocalMode, c.BridgeInterface, c.InterfaceNamePrefix = mode, d.BridgeInterface, d.InterfaceNamePrefix
+	return nil
 }

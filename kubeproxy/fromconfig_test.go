@@ -12,6 +12,7 @@ import (
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/ipvsmode"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 func TestFromConfiguration(t *testing.T) {
@@ -69,6 +70,24 @@ func TestFromConfiguration(t *testing.T) {
 			want: defaults(func(c *Config) {
 				c.Mode, c.NodePortAddresses = ModeNFTables, []netip.Prefix{p("0.0.0.0/0"), p("::/0")}
 			})},
+		{name: "detectLocalMode ClusterCIDR is the default", data: "detectLocalMode: ClusterCIDR\ndetectLocal:\n  bridgeInterface: cni0\n",
+			want: defaults(func(c *Config) { c.BridgeInterface = "cni0" })},
+		{name: "detectLocalMode NodeCIDR", data: "detectLocalMode: NodeCIDR\n", want: defaults(func(c *Config) { c.DetectLocalMode = proxy.LocalModeNodeCIDR })},
+		{name: "detectLocalMode BridgeInterface", data: "detectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: cbr0\n",
+			want: defaults(func(c *Config) { c.DetectLocalMode, c.BridgeInterface = proxy.LocalModeBridgeInterface, "cbr0" })},
+		{name: "detectLocalMode InterfaceNamePrefix", data: "detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: veth\n",
+			want: defaults(func(c *Config) { c.DetectLocalMode, c.InterfaceNamePrefix = proxy.LocalModeInterfaceNamePrefix, "veth" })},
+		{name: "BridgeInterface without a bridge", data: "detectLocalMode: BridgeInterface\ndetectLocal:\n  interfaceNamePrefix: veth\n",
+			wantErr: "detectLocal.bridgeInterface: interface name must not be empty"},
+		{name: "InterfaceNamePrefix without a prefix", data: "detectLocalMode: InterfaceNamePrefix\n",
+			wantErr: "detectLocal.interfaceNamePrefix: interface name must not be empty"},
+		{name: "a bridge name that would end the rule", data: "detectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: 'cni0 -j ACCEPT'\n",
+			wantErr: `detectLocal.bridgeInterface: interface name "cni0 -j ACCEPT" has a character other than`},
+		{name: "a prefix with the wildcard", data: "detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: veth*\n",
+			wantErr: `detectLocal.interfaceNamePrefix: interface name "veth*" has a character other than`},
+		{name: "a prefix too long for the wildcard", data: "detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: abcdefghijklmno\n",
+			wantErr: `detectLocal.interfaceNamePrefix: interface name prefix "abcdefghijklmno" is too long`},
+		{name: "a bad name of another mode", data: "detectLocal:\n  bridgeInterface: 'a\"b'\n", wantErr: `detectLocal.bridgeInterface: interface name "a\"b"`},
 		{name: "detectLocalMode", data: "detectLocalMode: PodCIDR\n", wantErr: `detectLocalMode: "PodCIDR" is not a mode kube-proxy has; want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix`},
 		{name: "detectLocalMode, hostile", data: "detectLocalMode: \"a\\nb\"\n", wantErr: `detectLocalMode: "a\nb" is not a mode`},
 		{name: "mode", data: "mode: kernelspace\n", wantErr: `mode: "kernelspace" is not a mode this proxier has; want "iptables", "ipvs" or "nftables"`},
@@ -113,6 +132,9 @@ func TestConfigurationRoundTrip(t *testing.T) {
 			IPVSExcludeCIDRs: []netip.Prefix{p("10.200.0.0/16"), p("fd00:200::/64")},
 			IPVSTuning:       ipvsmode.Tuning{StrictARP: true, Timeouts: ipvs.Timeouts{TCP: time.Hour, UDP: 10 * time.Second}},
 			Conntrack:        &conntrack.Tuning{MaxPerCore: 100, Min: 5, TCPEstablishedTimeout: time.Hour, TCPBeLiberal: true, UDPTimeout: 30 * time.Second}},
+		"bridge": {Mode: ModeIPTables, HealthzBindAddress: "0.0.0.0:10256", MetricsBindAddress: "127.0.0.1:10249", SyncPeriod: time.Minute, MinSyncPeriod: time.Second,
+			DetectLocalMode: proxy.LocalModeBridgeInterface, BridgeInterface: "cni0", InterfaceNamePrefix: "veth",
+			Conntrack: &conntrack.Tuning{TCPEstablishedTimeout: time.Hour}},
 		"nftables": {Mode: ModeNFTables, HealthzBindAddress: "0.0.0.0:10256", MetricsBindAddress: "0.0.0.0:9", NodePortPrimary: true,
 			SyncPeriod: 45 * time.Second, MinSyncPeriod: 3 * time.Second, MasqueradeAll: true,
 			Conntrack: &conntrack.Tuning{TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour}},

@@ -10,6 +10,7 @@ import (
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/proxier"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Option configures New, InitNode and Cleanup; each With says which of
@@ -138,7 +139,10 @@ func (s *setup) proxierOptions() []proxier.Option {
 	}
 	if s.cfg.ExitOnNodeChange && s.dryRun == nil {
 		// No context here: the handler logs through the global logger.
-		opts = append(opts, proxier.WithNodeHandler(&nodeExit{logger: klog.Background(), exit: s.exit}))
+		// In NodeCIDR mode the pod ranges are part of the detection, and
+		// kube-proxy exits on their change too.
+		podCIDRs := s.cfg.DetectLocalMode == proxy.LocalModeNodeCIDR
+		opts = append(opts, proxier.WithNodeHandler(&nodeExit{logger: klog.Background(), exit: s.exit, podCIDRs: podCIDRs}))
 	}
 	return opts
 }

@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/proxykit/proxykit/proxy"
 )
 
 func exitNode(podCIDRs []string, addrs ...v1.NodeAddress) *v1.Node {
@@ -102,12 +104,34 @@ func TestNodeExit(t *testing.T) {
 // calls the exit func (WithExitFunc) with 1 when the Node's InternalIP
 // changes while it runs.
 func TestExitOnNodeChange(t *testing.T) {
+	for name, c := range map[string]struct {
+		cfg    Config
+		change func(node *v1.Node, i int)
+	}{
+		"InternalIP": {
+			cfg: Config{ExitOnNodeChange: true},
+			change: func(node *v1.Node, i int) {
+				node.Status.Addresses = []v1.NodeAddress{internal("192.168.10." + strconv.Itoa(i))}
+			},
+		},
+		// kube-proxy exits on a pod range change only in NodeCIDR mode,
+		// where the ranges decide what traffic is local.
+		"PodCIDRs in NodeCIDR mode": {
+			cfg:    Config{ExitOnNodeChange: true, DetectLocalMode: proxy.LocalModeNodeCIDR},
+			change: func(node *v1.Node, i int) { node.Spec.PodCIDRs = []string{"10.244." + strconv.Itoa(i) + ".0/24"} },
+		},
+	} {
+		t.Run(name, func(t *testing.T) { testExitOnNodeChange(t, &c.cfg, c.change) })
+	}
+}
+
+func testExitOnNodeChange(t *testing.T, cfg *Config, change func(*v1.Node, int)) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	_, h := newFakeHost(t)
 	client := cluster()
 	exits := make(chan int, 10)
-	p, err := New(client, "node-a", &Config{ExitOnNodeChange: true}, WithHost(h), WithExitFunc(func(code int) { exits <- code }))
+	p, err := New(client, "node-a", cfg, WithHost(h), WithExitFunc(func(code int) { exits <- code }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +146,14 @@ func TestExitOnNodeChange(t *testing.T) {
 		}
 	}()
 	// Updates until the proxier, once running, sees one: each moves the
-	// address on, so each is a change from the first list's.
+	// value on, so each is a change from the first list's.
 	for i := 12; i < 250; i++ {
 		node, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		node.Status.Addresses = []v1.NodeAddress{internal("192.168.10." + strconv.Itoa(i))}
-		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		change(node, i)
+		if _, err := client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -143,5 +167,5 @@ func TestExitOnNodeChange(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	t.Fatal("no exit after the Node's InternalIP changed")
+	t.Fatal("no exit after the Node changed")
 }

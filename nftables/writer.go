@@ -83,10 +83,16 @@ type WriterConfig struct {
 	// traffic detection, and masquerading. The writer reads the prefixes
 	// of its own family and ignores the others, so one NodeConfig serves
 	// every family: node ports are served on every local address when no
-	// NodePortAddresses prefix is of the writer's family, and
+	// NodePortAddresses prefix is of the writer's family, and ClusterCIDR
 	// local-traffic detection is off when no ClusterCIDRs prefix is. Node
 	// ports are never served on loopback addresses, as in kube-proxy's
-	// nftables mode.
+	// nftables mode. Traffic to a cluster IP that is not local
+	// (Node.LocalDetector: "ip saddr !=" the ClusterCIDRs prefix or the
+	// NodeCIDR mode's pod range, `iifname != "cni0"`, or
+	// `iifname != "veth*"`) is masqueraded, and local traffic to an
+	// external address of an externalTrafficPolicy Local service is
+	// short-circuited to all endpoints. NewWriter fails on a
+	// DetectLocalMode or interface name Node.LocalDetector refuses.
 	Node proxy.NodeConfig
 
 	// ServiceCIDRs are the ranges cluster IPs are allocated from when a
@@ -206,7 +212,6 @@ type Writer struct {
 	nft          knftables.Interface
 	cfg          WriterConfig
 	check        portcheck.Checker
-	clusterCIDR  netip.Prefix // Node's of the writer's family, or invalid
 	nodeIPs      []netip.Addr // FamilyInput.NodeIPs of the last Sync
 	family       knftables.Family
 	table        string
@@ -217,6 +222,15 @@ type Writer struct {
 	matchAllNP   bool
 	nodePortNets []netip.Prefix
 	clock        clock.PassiveClock
+
+	// local tells local traffic, as of the last Sync (see localDetector;
+	// localKnown is false before the first); ifLocal and ifNotLocal are
+	// its matches as rule text: IfLocalNFT's words, IfNotLocalNFT's
+	// joined.
+	local      proxy.LocalDetector
+	localKnown bool
+	ifLocal    []string
+	ifNotLocal string
 
 	requestFull atomic.Bool
 	needFull    bool
@@ -372,8 +386,8 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 		return nil, fmt.Errorf("nftables writer: Node.MasqueradeBit: %w", err)
 	}
 	w.mark = fmt.Sprintf("%#08x", uint32(1)<<bit)
-	if w.clusterCIDR, err = cfg.Node.ClusterCIDR(cfg.Family); err != nil {
-		return nil, fmt.Errorf("nftables writer: Node.ClusterCIDRs: %w", err)
+	if _, err := cfg.Node.LocalDetector(cfg.Family, nil); err != nil {
+		return nil, fmt.Errorf("nftables writer: Node.%w", err)
 	}
 	w.cfg.ServiceCIDRs = nil
 	for _, p := range cfg.ServiceCIDRs {
@@ -516,6 +530,11 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		full = true
 		w.nodeIPs = ips
 		w.check = w.check.WithNodeIPs(ips)
+	}
+	if w.localDetector(logger, in.PodCIDRs) {
+		// Masquerading and the short-circuit of pod traffic are in the
+		// chains of every port and in the shared ones.
+		full = true
 	}
 	if w.setServiceCIDRs(logger, in.ServiceCIDRs) {
 		// Ports refused or programmed under the old ranges are judged
@@ -1162,8 +1181,8 @@ func (w *Writer) sharedChain(name string, full bool) {
 		// External traffic's endpoints may be on other nodes:
 		// masquerade, so that replies come back through this node.
 		w.rule(name, "jump "+markMasqChain)
-	case w.clusterCIDR.IsValid():
-		w.rule(name, w.ipX+" saddr != "+w.clusterCIDR.String()+" jump "+markMasqChain)
+	case w.local.Enabled():
+		w.rule(name, w.ifNotLocal+" jump "+markMasqChain)
 	}
 	for _, proto := range []string{"tcp", "udp", "sctp"} {
 		w.rule(name, "dnat "+w.ipX+" to "+key+proto+" dport . numgen random mod "+k+" map @"+m)
@@ -1223,4 +1242,31 @@ var jumpRules = []struct{ from, match, to string }{
 	{natPostroutingChain, "", masqueradingChain},
 	{filterForwardChain, "ct state new", clusterIPsCheckChain},
 	{filterOutputChain, "ct state new", clusterIPsCheckChain},
+}
+
+// localDetector takes the local-traffic detector of a sync whose node has
+// pod ranges podCIDRs (they matter in NodeCIDR mode alone) and reports
+// whether it changed. NewWriter has validated the rest of the Node config,
+// so an error cannot come; were it to, the last detector is kept.
+func (w *Writer) localDetector(logger klog.Logger, podCIDRs []netip.Prefix) bool {
+	d, err := w.cfg.Node.LocalDetector(w.cfg.Family, podCIDRs)
+	if err != nil {
+		logger.Error(err, "Local traffic detection; keeping the last", "ipFamily", w.cfg.Family, "table", w.table)
+		return false
+	}
+	if w.localKnown && d == w.local {
+		return false
+	}
+	w.localKnown = true
+	if !d.Enabled() && w.cfg.Node.DetectLocalMode == proxy.LocalModeNodeCIDR {
+		logger.Error(nil, "Detect-local-mode NodeCIDR, but the node has no pod CIDR of the family: traffic from pods is not told from other traffic until it has one", "ipFamily", w.cfg.Family, "table", w.table)
+	}
+	w.setLocal(d)
+	return true
+}
+
+// setLocal makes d the writer's detector, with its matches as rule text.
+func (w *Writer) setLocal(d proxy.LocalDetector) {
+	w.local, w.ifLocal = d, d.IfLocalNFT()
+	w.ifNotLocal = strings.Join(d.IfNotLocalNFT(), " ")
 }

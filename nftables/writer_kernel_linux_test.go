@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxy"
 )
@@ -231,14 +232,5 @@ func (n *nsInterface) Run(ctx context.Context, tx *knftables.Transaction) error 
 // (10.1.0.0/24, fd01::/64), and pods pod-a and pod-b (.11 and .12) on the
 // node's bridge (10.0.0.0/16, fd00:10::/64), serving on port 8080.
 func newWriterNetwork(t *testing.T) *kerneltest.ProxyNetwork {
-	return kerneltest.NewProxyNetwork(t, kerneltest.ProxyNetworkConfig{
-		ClientAddrs: []netip.Prefix{prefix("10.1.0.2/24"), prefix("fd01::2/64")},
-		NodeAddrs:   []netip.Prefix{prefix("10.1.0.1/24"), prefix("fd01::1/64")},
-		BridgeAddrs: []netip.Prefix{prefix("10.0.0.1/16"), prefix("fd00:10::1/64")},
-		Pods: []kerneltest.NetworkPod{
-			{Name: "pod-a", Addrs: []netip.Prefix{prefix("10.0.0.11/16"), prefix("fd00:10::11/64")}},
-			{Name: "pod-b", Addrs: []netip.Prefix{prefix("10.0.0.12/16"), prefix("fd00:10::12/64")}},
-		},
-		BackendPort: 8080,
-	})
+	return writertest.KernelNetwork(t)
 }

@@ -264,8 +264,8 @@ func (w *Writer) renderPerService(ps *portState, svc changetracker.ServicePort, 
 			// Pods reaching an external address of the service are not
 			// subject to the Local policy: they go to all endpoints, as
 			// if they had gone out to the load balancer and come back.
-			if w.clusterCIDR.IsValid() {
-				w.commentedRule(extChain, "short-circuit pod traffic", w.ipX, "saddr", w.clusterCIDR.String(), "goto", clusterChain)
+			if w.local.Enabled() {
+				w.commentedRule(extChain, "short-circuit pod traffic", append(slices.Clip(w.ifLocal), "goto", clusterChain)...)
 			}
 			// The node itself sends with a local source address, which
 			// endpoints elsewhere could not answer.
@@ -497,8 +497,8 @@ func (w *Writer) masqueradeRule(chain string, svc changetracker.ServicePort, pro
 	match := []string{w.ipX, "daddr", svc.ClusterIP().String(), proto, "dport", port}
 	switch {
 	case w.cfg.Node.MasqueradeAll:
-	case w.clusterCIDR.IsValid():
-		match = append(match, w.ipX, "saddr !=", w.clusterCIDR.String())
+	case w.local.Enabled():
+		match = append(match, w.ifNotLocal)
 	default:
 		return
 	}

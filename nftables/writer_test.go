@@ -82,6 +82,17 @@ func scenarioCases() []goldenCase {
 	for _, sc := range writertest.Scenarios {
 		cases = append(cases, goldenCase{name: sc.Name, setup: func(c *cluster) { sc.Setup(c.Cluster) }})
 	}
+	for _, ld := range writertest.LocalDetections {
+		cases = append(cases, goldenCase{
+			name:   ld.Name,
+			family: ld.Family,
+			config: func(cfg *nftables.WriterConfig) { cfg.Family, cfg.Node = ld.Family, ld.Node },
+			setup: func(c *cluster) {
+				c.PodCIDRs = ld.PodCIDRs
+				ld.Setup(c.Cluster)
+			},
+		})
+	}
 	return cases
 }
 

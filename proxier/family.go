@@ -47,12 +47,17 @@ type familyProxier struct {
 	// proxy.FamilyInput.NodeIPs; set by the Node's handler (nodeAddresses)
 	// while the sync reads them.
 	nodeIPs atomic.Pointer[[]netip.Addr]
+	// podCIDRs are the node's pod ranges of the family, for
+	// proxy.FamilyInput.PodCIDRs; set by the same handler.
+	podCIDRs atomic.Pointer[[]netip.Prefix]
 
 	// Owned by the sync: needFull makes the next input Full; lastLabels
 	// and lastNodeIPs are those of the last input, to tell a change.
 	needFull    bool
 	lastLabels  map[string]string
 	lastNodeIPs []netip.Addr
+	// lastPodCIDRs are the pod ranges of the last input.
+	lastPodCIDRs []netip.Prefix
 	// ports indexes the ports of every Service in svcMap, kept up to date
 	// from the service change results, for FamilyInput.ChangedServices.
 	ports map[types.NamespacedName][]changetracker.ServicePortName
@@ -140,6 +145,7 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 		NodeLabels:      p.topology.Labels(),
 		ServiceCIDRs:    p.serviceCIDRs.forFamily(p.family),
 		NodeIPs:         p.currentNodeIPs(),
+		PodCIDRs:        p.currentPodCIDRs(),
 	}
 	ports := in.ServiceChanges.PortsIn(p.svcMap)
 	changed := make(map[types.NamespacedName][]changetracker.ServicePortName, len(in.ServiceChanges.UpdatedServices)+len(in.EndpointChanges.UpdatedServices))
@@ -160,6 +166,12 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 		// proxiers sync everything when they change.
 		p.needFull = true
 		p.lastLabels, p.lastNodeIPs = in.NodeLabels, in.NodeIPs
+	}
+	if !slices.Equal(in.PodCIDRs, p.lastPodCIDRs) {
+		// The pod range is NodeCIDR mode's local-traffic detector, in
+		// the rules of every port.
+		p.needFull = true
+		p.lastPodCIDRs = in.PodCIDRs
 	}
 	in.Full = p.needFull
 	p.deletedUDP = p.deletedUDP.Union(in.ServiceChanges.DeletedUDPClusterIPs)

@@ -128,9 +128,10 @@ var _ config.NodeHandler = (*nodeAddresses)(nil)
 // sync full. A family the Node no longer lists an address of keeps the
 // addresses it had (those of the host's interfaces, when the Node never
 // had any), and so does every family when the Node is deleted: the
-// Backends keep serving node ports where they did. A family no Backend
-// serves is not added when the Node gains an address of it. Every change
-// is logged with the old and the new addresses.
+// Backends keep serving node ports where they did. It also follows the
+// Node's pod ranges (setPodCIDRs). A family no Backend serves is not added
+// when the Node gains an address of it. Every change is logged with the
+// old and the new addresses.
 type nodeAddresses struct {
 	logger   klog.Logger
 	families []*familyProxier
@@ -142,6 +143,7 @@ func (n *nodeAddresses) OnNodeDelete(*v1.Node)         {}
 func (n *nodeAddresses) OnNodeSynced()                 {}
 
 func (n *nodeAddresses) set(node *v1.Node) {
+	n.setPodCIDRs(node)
 	byFamily := map[v1.IPFamily][]netip.Addr{}
 	for _, a := range addressesOfNode(n.logger, node) {
 		f := proxy.FamilyOf(a)

@@ -101,11 +101,11 @@ type FamilyInput struct {
 	// Full says this sync must rewrite everything the backend owns: it is
 	// set on a backend's first sync, after it called lost, after a Sync
 	// that returned another number of results than inputs, and when
-	// NodeLabels or NodeIPs changed since the last Sync. A backend may
-	// also go full on its own (its last apply failed, a periodic resync
-	// came); it need not go full for a Full input it knows it does not
-	// need, as IPVS mode, whose every sync is whole, or a backend that
-	// asked for a repair through lost.
+	// NodeLabels, NodeIPs or PodCIDRs changed since the last Sync. A
+	// backend may also go full on its own (its last apply failed, a
+	// periodic resync came); it need not go full for a Full input it
+	// knows it does not need, as IPVS mode, whose every sync is whole, or
+	// a backend that asked for a repair through lost.
 	Full bool
 	// NodeLabels are the node's topology labels for
 	// changetracker.CategorizeEndpoints; empty (not nil) before the Node
@@ -140,6 +140,15 @@ type FamilyInput struct {
 	// read them (see proxier.Proxier.Run): then nothing is refused for them.
 	// Read-only, like the maps. IPVS mode ignores them.
 	ServiceCIDRs []netip.Prefix
+	// PodCIDRs are this node's pod ranges of the family: its Node
+	// object's spec.podCIDRs (at most one per family, as the API server
+	// allows); nil while the Node has none (its range is not allocated
+	// yet) or is not seen. Renderers read them in
+	// LocalModeNodeCIDR alone (see NodeConfig.LocalDetector).
+	// The proxier follows the Node object: when they change, the next
+	// input has the new ones and Full set, and the renderers make a sync
+	// full when their local detector changes with them. Read-only.
+	PodCIDRs []netip.Prefix
 }
 
 // SyncResult is what a Backend did for one family, for the metrics and
@@ -185,12 +194,31 @@ type NodeConfig struct {
 	// address of its family, as kube-proxy does.
 	NodePortAddresses []netip.Prefix
 	// ClusterCIDRs are the pod network, at most one prefix per family
-	// (kube-proxy's --cluster-cidr): traffic to a cluster IP from outside
-	// it is masqueraded, and pod traffic to an external address of an
-	// externalTrafficPolicy Local service goes to all endpoints. A family
-	// without one has local-traffic detection off. Prefixes that are not
-	// valid are ignored.
+	// (kube-proxy's --cluster-cidr): in LocalModeClusterCIDR, traffic to
+	// a cluster IP from outside it is masqueraded, and pod traffic to an
+	// external address of an externalTrafficPolicy Local service goes to
+	// all endpoints. A family without one has local-traffic detection
+	// off. Prefixes that are not valid are ignored. The other modes do
+	// not read them.
 	ClusterCIDRs []netip.Prefix
+	// DetectLocalMode is how traffic from this node's pods is told from
+	// other traffic (kube-proxy's detectLocalMode); "" means
+	// LocalModeClusterCIDR. LocalModeNodeCIDR reads the node's pod ranges
+	// from each sync's FamilyInput.PodCIDRs, and a family has detection
+	// off while its node has none. See LocalDetector, which every mode's
+	// renderer reads it through.
+	DetectLocalMode LocalMode
+	// BridgeInterface is the bridge this node's pods are behind, for
+	// LocalModeBridgeInterface (kube-proxy's detectLocal.bridgeInterface);
+	// traffic that comes in through it is local, whatever its family.
+	// The other modes do not read it.
+	BridgeInterface string
+	// InterfaceNamePrefix starts the names of the interfaces of this
+	// node's pods, for LocalModeInterfaceNamePrefix (kube-proxy's
+	// detectLocal.interfaceNamePrefix, "veth" say): traffic that comes in
+	// through such an interface is local, whatever its family. The other
+	// modes do not read it.
+	InterfaceNamePrefix string
 	// MasqueradeAll masquerades all traffic to cluster IPs, whatever its
 	// source (kube-proxy's --masquerade-all).
 	MasqueradeAll bool

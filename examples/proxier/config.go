@@ -126,6 +126,7 @@ func configValues(cfg *kubeproxyconfig.KubeProxyConfiguration, o *options) (map[
 	}
 	o.masqueradeBit, o.ipvsScheduler, o.conntrack = c.MasqueradeBit, c.IPVSScheduler, c.Conntrack
 	o.ipvsExcludeCIDRs, o.ipvsTuning = c.IPVSExcludeCIDRs, c.IPVSTuning
+	o.detectLocalMode, o.bridgeInterface, o.interfaceNamePrefix = c.DetectLocalMode, c.BridgeInterface, c.InterfaceNamePrefix
 	if n := cfg.Logging.Verbosity; n > 0 {
 		v["v"] = flagValue{"logging.verbosity", strconv.FormatUint(uint64(n), 10)}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // kubeadmDefaults are the options from the configuration kubeadm writes
@@ -45,6 +46,7 @@ func TestConfigFile(t *testing.T) {
 	ipvsSettings := configWith(t, ipvsFile, "  excludeCIDRs: null", "  excludeCIDRs: [10.200.0.1/16, 'fd00:200::/64']",
 		"  strictARP: false", "  strictARP: true", "  tcpTimeout: 0s", "  tcpTimeout: 1h", "  tcpFinTimeout: 0s", "  tcpFinTimeout: 30s",
 		"  udpTimeout: 0s", "  udpTimeout: 10.5s")
+	bridgeFile := configWith(t, kubeadm, `  bridgeInterface: ""`, "  bridgeInterface: cni0", `detectLocalMode: ""`, "detectLocalMode: BridgeInterface")
 	with := func(file string, f func(*options)) *options {
 		o := kubeadmDefaults(file)
 		f(&o)
@@ -142,14 +144,21 @@ func TestConfigFile(t *testing.T) {
 			}),
 		},
 		{
+			name: "detectLocalMode and detectLocal",
+			args: []string{"--config", bridgeFile},
+			want: with(bridgeFile, func(o *options) { o.detectLocalMode, o.bridgeInterface = proxy.LocalModeBridgeInterface, "cni0" }),
+		},
+		{
 			name: "unsupported fields",
 			args: []string{"--config", unsupported},
 			want: with(unsupported, func(o *options) {
 				o.mode = modeIPVS
 				o.minSyncPeriod = 0
 				o.ipvsTuning.StrictARP = true
+				// detectLocalMode NodeCIDR is read now.
+				o.detectLocalMode = proxy.LocalModeNodeCIDR
 				o.unsupported = []string{"featureGates", "logging.format", "logging.flushFrequency", "bindAddress", "enableProfiling",
-					"winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
+					"winkernel", "oomScoreAdj", "configSyncPeriod"}
 			}),
 		},
 		{
@@ -157,8 +166,9 @@ func TestConfigFile(t *testing.T) {
 			name: "the ipvs section is not read in iptables mode",
 			args: []string{"--config", unsupportedIPTables},
 			want: with(unsupportedIPTables, func(o *options) {
+				o.detectLocalMode = proxy.LocalModeNodeCIDR
 				o.unsupported = []string{"featureGates", "logging.format", "logging.flushFrequency", "bindAddress", "enableProfiling",
-					"winkernel", "detectLocalMode", "oomScoreAdj", "configSyncPeriod"}
+					"winkernel", "oomScoreAdj", "configSyncPeriod"}
 			}),
 		},
 	} {
@@ -224,6 +234,10 @@ func TestConfigFileInvalid(t *testing.T) {
 		{name: "healthzBindAddress", file: edit(`healthzBindAddress: ""`, "healthzBindAddress: localhost:10256"),
 			wantErr: "healthzBindAddress"},
 		{name: "mode", file: edit(`mode: ""`, "mode: kernelspace"), wantErr: `mode: "kernelspace" is not a mode this proxier has`},
+		{name: "detectLocalMode BridgeInterface without a bridge", file: edit(`detectLocalMode: ""`, "detectLocalMode: BridgeInterface"),
+			wantErr: "detectLocal.bridgeInterface: interface name must not be empty"},
+		{name: "detectLocal.interfaceNamePrefix not an interface name", file: edit(`  interfaceNamePrefix: ""`, `  interfaceNamePrefix: "veth;"`),
+			wantErr: `detectLocal.interfaceNamePrefix: interface name "veth;" has a character other than`},
 		{name: "nftables.masqueradeBit", file: strings.Replace(edit(`mode: ""`, "mode: nftables"),
 			"nftables:\n  masqueradeAll: false\n  masqueradeBit: null\n", "nftables:\n  masqueradeAll: false\n  masqueradeBit: 32\n", 1),
 			wantErr: "nftables.masqueradeBit: 32: must be within the range [0, 31]"},

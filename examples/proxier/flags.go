@@ -16,6 +16,7 @@ import (
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/kubeproxy"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Flag statuses in flagTable.
@@ -86,9 +87,9 @@ var flagTable = []flagRow{
 	{"ipvs-tcp-timeout", "ipvs.tcpTimeout", flagHonoured, "IPVS mode, in whole seconds; 0 leaves the kernel's", false},
 	{"ipvs-tcpfin-timeout", "ipvs.tcpFinTimeout", flagHonoured, "IPVS mode, in whole seconds; 0 leaves the kernel's", false},
 	{"ipvs-udp-timeout", "ipvs.udpTimeout", flagHonoured, "IPVS mode, in whole seconds; 0 leaves the kernel's", false},
-	{"detect-local-mode", "detectLocalMode", flagRefused, "only ClusterCIDR is implemented", false},
-	{"pod-bridge-interface", "detectLocal.bridgeInterface", flagAccepted, "read only by detectLocalMode BridgeInterface, which is refused", false},
-	{"pod-interface-name-prefix", "detectLocal.interfaceNamePrefix", flagAccepted, "read only by detectLocalMode InterfaceNamePrefix, which is refused", false},
+	{"detect-local-mode", "detectLocalMode", flagHonoured, "ClusterCIDR, NodeCIDR (the Node's spec.podCIDRs, followed as they change; nothing is local until it has one), BridgeInterface or InterfaceNamePrefix", false},
+	{"pod-bridge-interface", "detectLocal.bridgeInterface", flagHonoured, "read by detectLocalMode BridgeInterface; a name that is not a plain interface name (letters, digits, '_', '.', '-', at most 15) is refused", false},
+	{"pod-interface-name-prefix", "detectLocal.interfaceNamePrefix", flagHonoured, "read by detectLocalMode InterfaceNamePrefix; a prefix that is not a plain interface name of at most 14 is refused", false},
 	{"cluster-cidr", "clusterCIDR", flagHonoured, "at most one CIDR per IP family", false},
 	{"nodeport-addresses", "nodePortAddresses", flagHonoured, "CIDRs, 'all', or 'primary' alone; 'localhost' is refused (see --iptables-localhost-nodeports)", false},
 	{"oom-score-adj", "oomScoreAdj", flagRefused, "this proxier does not set its OOM score; set it in the pod or unit", false},
@@ -211,9 +212,9 @@ func addKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, klogFlag
 	fs.DurationVar(&k.ipvsTCP, "ipvs-tcp-timeout", 0, "In IPVS mode, the IPVS timeout of idle TCP connections; 0 leaves it.")
 	fs.DurationVar(&k.ipvsTCPFin, "ipvs-tcpfin-timeout", 0, "In IPVS mode, the IPVS timeout of TCP connections after a FIN; 0 leaves it.")
 	fs.DurationVar(&k.ipvsUDP, "ipvs-udp-timeout", 0, "In IPVS mode, the IPVS timeout of UDP flows; 0 leaves it.")
-	fs.StringVar(&k.detectLocalMode, "detect-local-mode", "", "How local traffic is told apart; only ClusterCIDR (the default) is implemented.")
-	fs.StringVar(&k.podBridge, "pod-bridge-interface", "", "Accepted: read only by --detect-local-mode BridgeInterface, which is refused.")
-	fs.StringVar(&k.podPrefix, "pod-interface-name-prefix", "", "Accepted: read only by --detect-local-mode InterfaceNamePrefix, which is refused.")
+	fs.StringVar(&k.detectLocalMode, "detect-local-mode", "", "How traffic from this node's pods is told apart: ClusterCIDR (the default), NodeCIDR, BridgeInterface or InterfaceNamePrefix.")
+	fs.StringVar(&k.podBridge, "pod-bridge-interface", "", "The pods' bridge, for --detect-local-mode BridgeInterface.")
+	fs.StringVar(&k.podPrefix, "pod-interface-name-prefix", "", "The prefix of the pods' interface names, for --detect-local-mode InterfaceNamePrefix.")
 	fs.IntVar(&k.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "Not implemented: only the default is accepted; set the OOM score in the pod or unit.")
 	fs.IntVar(&k.ctMaxPerCore, "conntrack-max-per-core", defaultCTMaxPerCore, "Set nf_conntrack_max to this times the CPUs (at least --conntrack-min); 0 leaves it, and it is left alone unless this flag is given.")
 	fs.IntVar(&k.ctMin, "conntrack-min", defaultCTMin, "The least nf_conntrack_max that --conntrack-max-per-core sets.")
@@ -261,7 +262,6 @@ func applyKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given 
 		{"feature-gates", strings.TrimSpace(k.featureGates) != ""},
 		{"profiling", k.profiling},
 		{"show-hidden-metrics-for-version", k.showHiddenMetrics != ""},
-		{"detect-local-mode", k.detectLocalMode != "" && k.detectLocalMode != "ClusterCIDR"},
 		{"oom-score-adj", k.oomScoreAdj != defaultOOMScoreAdj},
 		{"config-sync-period", k.configSyncPeriod != defaultConfigSyncPeriod},
 		{"logging-format", k.loggingFormat != "text"},
@@ -347,6 +347,47 @@ func applyKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given 
 
 	if err := applyConntrackFlags(fs, o, k, given); err != nil {
 		return err
+	}
+	return applyDetectLocalFlags(fs, o, k, given)
+}
+
+// applyDetectLocalFlags puts the local-detection flags given into o, over
+// the file's values, and checks what o then holds as kube-proxy would,
+// naming the flag at fault.
+func applyDetectLocalFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given map[string]bool) error {
+	if given["detect-local-mode"] {
+		o.detectLocalMode = proxy.LocalMode(k.detectLocalMode)
+		if o.detectLocalMode == proxy.LocalModeClusterCIDR {
+			o.detectLocalMode = ""
+		}
+	}
+	if given["pod-bridge-interface"] {
+		o.bridgeInterface = k.podBridge
+	}
+	if given["pod-interface-name-prefix"] {
+		o.interfaceNamePrefix = k.podPrefix
+	}
+	switch o.detectLocalMode {
+	case "", proxy.LocalModeNodeCIDR, proxy.LocalModeBridgeInterface, proxy.LocalModeInterfaceNamePrefix:
+	default:
+		return flagError(fs, "detect-local-mode", "want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix")
+	}
+	for _, c := range []struct {
+		flag, value string
+		mode        proxy.LocalMode
+		check       func(string) error
+	}{
+		{"pod-bridge-interface", o.bridgeInterface, proxy.LocalModeBridgeInterface, proxy.ValidateInterfaceName},
+		{"pod-interface-name-prefix", o.interfaceNamePrefix, proxy.LocalModeInterfaceNamePrefix, proxy.ValidateInterfaceNamePrefix},
+	} {
+		if c.value == "" && o.detectLocalMode == c.mode {
+			return flagError(fs, "detect-local-mode", "needs --"+c.flag)
+		}
+		if c.value != "" {
+			if err := c.check(c.value); err != nil {
+				return flagError(fs, c.flag, err.Error())
+			}
+		}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // kubeProxyV137Flags are the flags kube-proxy v1.37.2 registers on Linux
@@ -147,10 +148,27 @@ var flagCases = map[string][]flagCase{
 	},
 	"detect-local-mode": {
 		{args: []string{"--detect-local-mode", "ClusterCIDR"}, set: func(*options) {}},
-		{args: []string{"--detect-local-mode", "NodeCIDR"}, wantErr: "--detect-local-mode=NodeCIDR: detectLocalMode: not implemented: only ClusterCIDR"},
+		{args: []string{"--detect-local-mode", "NodeCIDR"}, set: func(o *options) { o.detectLocalMode = proxy.LocalModeNodeCIDR }},
+		{args: []string{"--detect-local-mode", "BridgeInterface", "--pod-bridge-interface", "cbr0"}, set: func(o *options) {
+			o.detectLocalMode, o.bridgeInterface = proxy.LocalModeBridgeInterface, "cbr0"
+		}},
+		{args: []string{"--detect-local-mode", "InterfaceNamePrefix", "--pod-interface-name-prefix", "veth"}, set: func(o *options) {
+			o.detectLocalMode, o.interfaceNamePrefix = proxy.LocalModeInterfaceNamePrefix, "veth"
+		}},
+		{args: []string{"--detect-local-mode", "PodCIDR"}, wantErr: "--detect-local-mode=PodCIDR: detectLocalMode: want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix"},
+		{args: []string{"--detect-local-mode", "BridgeInterface"}, wantErr: "--detect-local-mode=BridgeInterface: detectLocalMode: needs --pod-bridge-interface"},
+		{args: []string{"--detect-local-mode", "InterfaceNamePrefix", "--pod-bridge-interface", "cbr0"}, wantErr: "--detect-local-mode=InterfaceNamePrefix: detectLocalMode: needs --pod-interface-name-prefix"},
 	},
-	"pod-bridge-interface":      {{args: []string{"--pod-bridge-interface", "cbr0"}, set: func(*options) {}}},
-	"pod-interface-name-prefix": {{args: []string{"--pod-interface-name-prefix", "veth"}, set: func(*options) {}}},
+	"pod-bridge-interface": {
+		{args: []string{"--pod-bridge-interface", "cbr0"}, set: func(o *options) { o.bridgeInterface = "cbr0" }},
+		{args: []string{"--pod-bridge-interface", "cbr0 -j ACCEPT", "--detect-local-mode", "BridgeInterface"},
+			wantErr: `--pod-bridge-interface=cbr0 -j ACCEPT: detectLocal.bridgeInterface: interface name "cbr0 -j ACCEPT" has a character other than`},
+	},
+	"pod-interface-name-prefix": {
+		{args: []string{"--pod-interface-name-prefix", "veth"}, set: func(o *options) { o.interfaceNamePrefix = "veth" }},
+		{args: []string{"--pod-interface-name-prefix", "veth+"}, wantErr: `--pod-interface-name-prefix=veth+: detectLocal.interfaceNamePrefix: interface name "veth+" has a character`},
+		{args: []string{"--pod-interface-name-prefix", "abcdefghijklmno"}, wantErr: `detectLocal.interfaceNamePrefix: interface name prefix "abcdefghijklmno" is too long`},
+	},
 	"cluster-cidr": {
 		{args: []string{"--cluster-cidr", "10.244.0.0/16"}, set: func(o *options) { o.clusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")} }},
 		{args: []string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, wantErr: "at most one per IP family"},

@@ -17,6 +17,7 @@ import (
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kubeproxy"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Proxy modes, as --mode names them.
@@ -76,6 +77,11 @@ type options struct {
 	client      clientSettings
 	// masqueradeBit is iptables.masqueradeBit; nil means the default.
 	masqueradeBit *int
+	// detectLocalMode ("" for ClusterCIDR), bridgeInterface and
+	// interfaceNamePrefix are detectLocalMode and detectLocal, or their
+	// flags (applyDetectLocalFlags).
+	detectLocalMode                      proxy.LocalMode
+	bridgeInterface, interfaceNamePrefix string
 	// conntrack is the conntrack section; nil means kube-proxy's default
 	// timeouts.
 	conntrack *conntrack.Tuning
@@ -263,7 +269,7 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 
 // kubeProxyConfig is what kubeproxy runs with from o.
 func (o *options) kubeProxyConfig() *kubeproxy.Config {
-	return &kubeproxy.Config{
+	c := &kubeproxy.Config{
 		Mode:               o.mode,
 		ClusterCIDRs:       o.clusterCIDRs,
 		MasqueradeAll:      o.masqueradeAll,
@@ -283,6 +289,8 @@ func (o *options) kubeProxyConfig() *kubeproxy.Config {
 		MetricsBindAddress: o.metricsBindAddress,
 		ExitOnNodeChange:   o.exitOnNodeChange,
 	}
+	c.DetectLocalMode, c.BridgeInterface, c.InterfaceNamePrefix = o.detectLocalMode, o.bridgeInterface, o.interfaceNamePrefix
+	return c
 }
 
 // nodeName returns --hostname-override, or the host name, lower-cased as

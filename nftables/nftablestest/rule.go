@@ -211,6 +211,29 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 			if tok != r.proto || v != strconv.Itoa(st.dport) {
 				return noMatch, nil
 			}
+		case "iifname":
+			// The kernel compares the name with "" when the packet came
+			// in through no interface, so "!=" matches a node's packet.
+			neg := p.peek() == "!="
+			if neg {
+				p.i++
+			}
+			v, err := p.next()
+			if err != nil {
+				return nil, err
+			}
+			iif := r.iif
+			if st.looped {
+				iif = "lo"
+			}
+			name := strings.Trim(v, `"`)
+			ok := iif == name
+			if prefix, wild := strings.CutSuffix(name, "*"); wild {
+				ok = strings.HasPrefix(iif, prefix)
+			}
+			if ok == neg {
+				return noMatch, nil
+			}
 		case "fib":
 			field, err := p.next()
 			if err != nil {

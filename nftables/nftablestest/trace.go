@@ -20,6 +20,10 @@ type Packet struct {
 	// at the output hook), false for one that arrives from outside the
 	// node's network namespace, such as from a pod (prerouting).
 	Output bool
+	// InInterface is the name of the interface a packet from outside came
+	// in through, for "iifname" matches; "" for none. A node's packet has
+	// none until it comes back over loopback ("lo").
+	InInterface string
 }
 
 // Verdict is the fate of a packet.
@@ -84,7 +88,10 @@ func (t *Tracer) Trace(p Packet) ([]Outcome, error) {
 	if !p.Src.IsValid() || !p.Dst.IsValid() || p.DstPort < 1 || p.DstPort > 65535 {
 		return nil, fmt.Errorf("packet needs source and destination addresses and a port in 1..65535: %+v", p)
 	}
-	r := &run{t: t, tbl: tbl, proto: proto, src: p.Src}
+	r := &run{t: t, tbl: tbl, proto: proto, src: p.Src, iif: p.InInterface}
+	if p.Output {
+		r.iif = ""
+	}
 	start := state{dst: p.Dst, dport: p.DstPort}
 	// A node's packet starts at output and leaves through postrouting; if
 	// its destination (after DNAT) is local, it comes back in over
@@ -206,6 +213,7 @@ type run struct {
 	tbl   *knftables.FakeTable
 	proto string
 	src   netip.Addr
+	iif   string // Packet.InInterface
 	depth int
 }
 

@@ -40,7 +40,7 @@ var pkt = nftablestest.Packet{Src: netip.MustParseAddr("10.1.0.1"), Dst: netip.M
 func TestTraceRefusesWhatItCannotRead(t *testing.T) {
 	for _, rule := range []string{
 		"ip daddr 10.96.0.1 counter goto ep",
-		"iifname eth0 goto ep",
+		"oifname eth0 goto ep",
 		"ip daddr 10.96.0.1 tcp dport 80 goto ep extra",
 		"numgen random mod 2 vmap { 0 : goto ep }",
 	} {
@@ -63,14 +63,57 @@ func TestTraceFollowsMatches(t *testing.T) {
 		{"ip saddr != { 10.1.0.0/16 , 10.2.0.1 } goto ep", false},
 		{"ip saddr != { 10.3.0.0/16 } goto ep", true},
 		{"numgen random mod 1 vmap { 0 : goto ep }", true},
+		// pkt came in through eth0.
+		{`iifname "eth0" goto ep`, true},
+		{"iifname eth0 goto ep", true},
+		{`iifname != "eth0" goto ep`, false},
+		{`iifname "eth" goto ep`, false},
+		{`iifname "eth*" goto ep`, true},
+		{`iifname != "eth*" goto ep`, false},
+		{`iifname "veth*" goto ep`, false},
+		{`iifname != "veth*" goto ep`, true},
 	} {
 		tr := nftablestest.NewTracer(table(t, tc.rule), knftables.IPv4Family, "t")
-		outs, err := tr.Trace(pkt)
+		in := pkt
+		in.InInterface = "eth0"
+		outs, err := tr.Trace(in)
 		if err != nil {
 			t.Fatalf("rule %q: %v", tc.rule, err)
 		}
 		if len(outs) != 1 || outs[0].DNAT.IsValid() != tc.dnat || outs[0].Verdict != nftablestest.Accept {
 			t.Errorf("rule %q: outcomes %+v, want DNAT %v", tc.rule, outs, tc.dnat)
+		}
+	}
+}
+
+// TestTraceInterfaceOfNodePackets: a node's packet came in through no
+// interface, which the kernel compares as "", so "!=" holds, until it
+// comes back over loopback.
+func TestTraceInterfaceOfNodePackets(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		dnat bool
+	}{
+		{`iifname "eth0" goto ep`, false},
+		{`iifname != "eth0" goto ep`, true},
+		{`iifname "eth*" goto ep`, false},
+		{`iifname != "eth*" goto ep`, true},
+	} {
+		fake := table(t, tc.rule)
+		tx := fake.NewTransaction()
+		tx.Add(&knftables.Chain{Name: "out", Type: ptr.To(knftables.NATType), Hook: ptr.To(knftables.OutputHook), Priority: ptr.To(knftables.DNATPriority)})
+		tx.Add(&knftables.Rule{Chain: "out", Rule: tc.rule})
+		if err := fake.Run(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+		in := pkt
+		in.Output, in.InInterface = true, "eth0"
+		outs, err := nftablestest.NewTracer(fake, knftables.IPv4Family, "t").Trace(in)
+		if err != nil {
+			t.Fatalf("rule %q: %v", tc.rule, err)
+		}
+		if len(outs) != 1 || outs[0].DNAT.IsValid() != tc.dnat {
+			t.Errorf("rule %q from the node: outcomes %+v, want DNAT %v", tc.rule, outs, tc.dnat)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/changetracker"
+	"github.com/proxykit/proxykit/proxy"
 )
 
 // Cluster is a proxier's view of a cluster for one IP family: the
@@ -33,6 +34,9 @@ type Cluster struct {
 	// NodeIPs are this node's addresses, for the writers'
 	// proxy.FamilyInput.NodeIPs; nil by default.
 	NodeIPs []netip.Addr
+	// PodCIDRs are this node's pod ranges, for the writers'
+	// proxy.FamilyInput.PodCIDRs; nil by default.
+	PodCIDRs []netip.Prefix
 	// Services are the Services set, by namespace/name.
 	Services map[string]*v1.Service
 	// Slices are the EndpointSlices set, by namespace/name of the slice.
@@ -114,4 +118,19 @@ func MarkChanged(r *changetracker.UpdateServiceMapResult, name changetracker.Ser
 	ports = append(slices.Clip(ports), name)
 	slices.SortFunc(ports, changetracker.CompareServicePortNames)
 	r.Ports[name.NamespacedName] = ports
+}
+
+// Input applies the pending changes to the maps and returns a writer's
+// input, with the Cluster's node labels, addresses and pod ranges.
+func (c *Cluster) Input() *proxy.FamilyInput {
+	svcChanges, epChanges := c.Update()
+	return &proxy.FamilyInput{
+		Services:        c.ServiceMap,
+		Endpoints:       c.EndpointsMap,
+		ServiceChanges:  svcChanges,
+		EndpointChanges: epChanges,
+		NodeLabels:      c.NodeLabels,
+		NodeIPs:         c.NodeIPs,
+		PodCIDRs:        c.PodCIDRs,
+	}
 }
