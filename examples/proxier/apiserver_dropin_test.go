@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -63,6 +64,8 @@ type dropInProc struct {
 	log    *logBuffer
 	exited chan struct{}
 	err    error
+	// started is when it was started.
+	started time.Time
 }
 
 // running reports whether the process has not exited.
@@ -115,6 +118,7 @@ func (w *dropInWorld) start(t testing.TB, path string, args ...string) {
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	// Its own process group: a ^C of the test leaves it to the cleanup.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.started = time.Now()
 	if err := w.node.Do(p.cmd.Start); err != nil {
 		t.Fatalf("starting %s: %v", w.name, err)
 	}
@@ -139,6 +143,9 @@ func (w *dropInWorld) start(t testing.TB, path string, args ...string) {
 // first.
 func (w *dropInWorld) ready(t testing.TB) {
 	t.Helper()
+	defer func() {
+		t.Logf("%s serving %v after its start", w.name, time.Since(w.proc.started).Round(10*time.Millisecond))
+	}()
 	eventually(t, 2*apiChange, w.name+" serving", func() error {
 		if !w.proc.running() {
 			t.Fatalf("%s exited: %v\n%s", w.name, w.proc.err, w.proc.log.String())
@@ -359,10 +366,20 @@ func TestAPIServerDropIn(t *testing.T) {
 			worlds := []*dropInWorld{kp, ours}
 			args := m.args(t, kubeconfig, "10s", "100ms")
 			t.Logf("both run with: %s", strings.Join(args, " "))
+			host := hostConntrackSettings(t)
+			ourBinary := proxierBinary(t) // built before either starts
 			kp.start(t, kubeProxy, args...)
-			ours.start(t, proxierBinary(t), args...)
+			ours.start(t, ourBinary, args...)
 			for _, w := range worlds {
 				w.ready(t)
+			}
+			// kube-proxy set its conntrack timeouts in its node's
+			// namespace, and nothing of the host's.
+			if got, err := kp.node.Exec("cat", "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait"); err != nil || strings.TrimSpace(got) != "3600" {
+				t.Errorf("kube-proxy's node has nf_conntrack_tcp_timeout_close_wait %q (%v), want kube-proxy's 3600", got, err)
+			}
+			if diff := cmp.Diff(host, hostConntrackSettings(t)); diff != "" {
+				t.Errorf("the host's conntrack settings changed (-before +after):\n%s", diff)
 			}
 
 			t.Run("packets", func(t *testing.T) {
@@ -457,6 +474,27 @@ func TestAPIServerDropIn(t *testing.T) {
 			})
 		})
 	}
+}
+
+// hostConntrackSettings reads, in the test's own (the host's) namespace,
+// the conntrack settings kube-proxy may write.
+func hostConntrackSettings(t testing.TB) map[string]string {
+	t.Helper()
+	settings := map[string]string{}
+	for _, f := range []string{
+		"/proc/sys/net/netfilter/nf_conntrack_max",
+		"/sys/module/nf_conntrack/parameters/hashsize",
+		"/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established",
+		"/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+		"/proc/sys/net/ipv4/conf/all/route_localnet",
+	} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		settings[f] = strings.TrimSpace(string(data))
+	}
+	return settings
 }
 
 // putNode writes node-a with InternalIP ip (and its zone), creating it
