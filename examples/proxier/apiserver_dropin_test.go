@@ -100,6 +100,12 @@ type dropInCluster struct {
 func (dc *dropInCluster) newDropInWorld(t testing.TB, name string) *dropInWorld {
 	t.Helper()
 	w := &dropInWorld{e2eNode: newE2ENode(t, iptables.BackendNFT, &e2eCluster{}, true), name: name}
+	// A connection tried before the proxier's rules leaves a conntrack
+	// entry without NAT, which a later connection from the same client
+	// port (reused at once after a failed connect) would follow for the
+	// 120s of the syn_sent timeout instead of the rules; one second keeps
+	// the polls of both worlds to what the rules say.
+	w.node.Sysctl(t, "net.netfilter.nf_conntrack_tcp_timeout_syn_sent", "1")
 	dc.links++
 	nodeAddr := netip.AddrFrom4([4]byte{10, 2, byte(dc.links), 1})
 	cpAddr := netip.AddrFrom4([4]byte{10, 2, byte(dc.links), 2})
