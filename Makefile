@@ -1,7 +1,8 @@
 # proxykit's developer entry points. `make test` is the command the README and
 # CI run: as root it also installs the tools the kernel tests need and runs
 # them, with the API server tier (TestAPIServer*, against a kube-apiserver and
-# etcd that hack/apiserver builds and caches), then runs the VM tier (IPVS)
+# etcd, and beside the real kube-proxy, that hack/apiserver builds and
+# caches), then runs the VM tier (IPVS)
 # when qemu is usable; elsewhere the kernel tests skip with a reason.
 
 GO ?= go

@@ -234,7 +234,7 @@ func newE2EModeNode(t *testing.T, m e2eMode, cluster *e2eCluster, ipv6 bool) *e2
 
 // e2eNode is the test's world around one proxier.
 type e2eNode struct {
-	t       *testing.T
+	t       testing.TB
 	backend iptables.Backend
 	// mode, when set, is given to the proxier as --mode.
 	mode         string
@@ -256,7 +256,7 @@ func e2eTools(b iptables.Backend) []string {
 // newE2ENode builds the namespaces and the manifest directory; ipv6 adds
 // IPv6 addresses everywhere. backend is the one the proxier must pick: the
 // test marks it as the kubelet does, with the KUBE-IPTABLES-HINT chain.
-func newE2ENode(t *testing.T, backend iptables.Backend, cluster *e2eCluster, ipv6 bool) *e2eNode {
+func newE2ENode(t testing.TB, backend iptables.Backend, cluster *e2eCluster, ipv6 bool) *e2eNode {
 	t.Helper()
 	k := &e2eNode{t: t, backend: backend, dir: t.TempDir(), cluster: cluster, log: &logBuffer{}}
 	k.lockFile = filepath.Join(t.TempDir(), "xtables.lock")

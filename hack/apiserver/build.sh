@@ -1,15 +1,18 @@
 #!/bin/sh
-# Builds kube-apiserver and etcd for the API server test tier
-# (internal/testkit/apiservertest, the TestAPIServer* tests) and prints the
+# Builds kube-apiserver, etcd and kube-proxy for the API server test tier
+# (internal/testkit/apiservertest, the TestAPIServer* tests; kube-proxy for
+# the drop-in tests that run it beside our proxier) and prints the
 # directory that holds them.
 #
 # usage: hack/apiserver/build.sh [-n]
 #
-# Both come from this directory's Go module, not the library's: kube-apiserver
-# from k8s.io/kubernetes at the release of the library's k8s.io line, with
-# every staging module pinned by a replace to the matching v0.x version;
-# etcd as etcd's own server command (etcd/main.go) at the version that
-# release requires. The module proxy serves them like any other module.
+# All come from this directory's Go module, not the library's: kube-apiserver
+# and kube-proxy from k8s.io/kubernetes at the release of the library's k8s.io
+# line, with every staging module pinned by a replace to the matching v0.x
+# version; etcd as etcd's own server command (etcd/main.go) at the version
+# that release requires. The module proxy serves them like any other module.
+# They are built by one `go build`, so the packages kube-proxy shares with
+# kube-apiserver (client-go, apimachinery, component-base) compile once.
 #
 # The binaries are cached outside the repository, in
 # $PROXYKIT_APISERVER_CACHE, else $XDG_CACHE_HOME/proxykit/apiserver, else
@@ -37,12 +40,19 @@ key=$({ cat "$here/go.mod" "$here/go.sum" "$here/etcd/main.go"; go version; } | 
 cache=${PROXYKIT_APISERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxykit/apiserver}
 dir=$cache/$key
 
-if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
+bins="kube-apiserver etcd kube-proxy"
+built() {
+	for b in $bins; do
+		[ -x "$dir/$b" ] || return 1
+	done
+}
+
+if built; then
 	echo "$dir"
 	exit 0
 fi
 if [ -n "$check_only" ]; then
-	echo "apiserver: kube-apiserver and etcd are not built for key $key (run hack/apiserver/build.sh)" >&2
+	echo "apiserver: kube-apiserver, etcd and kube-proxy are not built for key $key (run hack/apiserver/build.sh)" >&2
 	exit 3
 fi
 
@@ -57,7 +67,7 @@ if command -v flock >/dev/null 2>&1; then
 		echo "apiserver: another build holds $cache/.lock; waiting for it" >&2
 		flock 9
 	fi
-	if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
+	if built; then
 		echo "$dir"
 		exit 0
 	fi
@@ -65,13 +75,15 @@ fi
 tmp=$(mktemp -d "$cache/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
-echo "apiserver: building kube-apiserver and etcd into $dir (cold: many minutes)" >&2
+echo "apiserver: building $bins into $dir (cold: many minutes)" >&2
 (
 	cd "$here"
 	# The library's workspace or vendoring must not leak in.
 	export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly"
-	nice -n 10 go build -trimpath -ldflags=-s -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-	nice -n 10 go build -trimpath -ldflags=-s -o "$tmp/etcd" ./etcd
+	# With -o naming a directory, each main package is written there
+	# under its last path element.
+	nice -n 10 go build -trimpath -ldflags=-s -o "$tmp/" \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd
 )
 # Older keys are builds of a previous go.mod or Go: nothing uses them.
 for old in "$cache"/*; do

@@ -1,10 +1,10 @@
 #!/bin/sh
-# The API server tier as `make test` runs it: builds kube-apiserver and etcd
-# (or finds them in the cache; see build.sh) and prints their directory, for
-# PROXYKIT_APISERVER_BIN. The tier's tests (TestAPIServer*) run in network
-# namespaces, so only as root; elsewhere, or where the build fails, it is
-# skipped with a message and prints nothing, and the tests skip with a
-# reason. Under PROXYKIT_REQUIRE_KERNEL=1 (CI) a skip is a failure instead.
+# The API server tier as `make test` runs it: builds kube-apiserver, etcd and
+# kube-proxy (or finds them in the cache; see build.sh) and prints their
+# directory, for PROXYKIT_APISERVER_BIN. The tier's tests (TestAPIServer*)
+# run in network namespaces, so only as root; elsewhere, or where the build
+# fails, it is skipped with a message and prints nothing, and the tests skip
+# with a reason. Under PROXYKIT_REQUIRE_KERNEL=1 (CI) a skip is a failure instead.
 # PROXYKIT_SKIP_APISERVER=1 skips the tier on purpose, to spare a machine
 # the cold build (refused under PROXYKIT_REQUIRE_KERNEL=1).
 #
@@ -23,6 +23,6 @@ skip() {
 
 [ "${PROXYKIT_SKIP_APISERVER:-}" = 1 ] && skip "PROXYKIT_SKIP_APISERVER=1"
 [ "$(id -u)" = 0 ] || skip "not root (its tests run in network namespaces)"
-dir=$("$here/build.sh") || skip "building kube-apiserver and etcd failed"
-echo "apiserver: kube-apiserver and etcd in $dir" >&2
+dir=$("$here/build.sh") || skip "building kube-apiserver, etcd and kube-proxy failed"
+echo "apiserver: kube-apiserver, etcd and kube-proxy in $dir" >&2
 echo "$dir"

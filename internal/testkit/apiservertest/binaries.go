@@ -13,9 +13,14 @@ import (
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 )
 
-// BinEnv names the directory that holds the kube-apiserver and etcd
-// binaries. `make test` sets it to what hack/apiserver/build.sh printed.
+// BinEnv names the directory that holds the kube-apiserver, etcd and
+// kube-proxy binaries. `make test` sets it to what hack/apiserver/build.sh
+// printed.
 const BinEnv = "PROXYKIT_APISERVER_BIN"
+
+// binaryNames are the binaries of the tier, all built by one run of the
+// build script into one directory.
+var binaryNames = []string{"kube-apiserver", "etcd", "kube-proxy"}
 
 // buildScript is the script that builds and caches the binaries, relative
 // to the repository's root.
@@ -23,7 +28,8 @@ const buildScript = "hack/apiserver/build.sh"
 
 // Require skips t unless this machine can run the API server tier: it
 // must be able to run kernel tests (see [kerneltest.Require]; the cluster
-// lives in a network namespace) and have kube-apiserver and etcd built.
+// lives in a network namespace) and have kube-apiserver, etcd and
+// kube-proxy built.
 // With PROXYKIT_REQUIRE_KERNEL=1 it fails t instead, with the same reason.
 // It returns the directory of the binaries: $PROXYKIT_APISERVER_BIN, or
 // else the cache of hack/apiserver/build.sh, which it asks with -n and so
@@ -42,7 +48,12 @@ func Require(t testing.TB, tools ...string) string {
 	return dir
 }
 
-// binaries finds the directory of kube-apiserver and etcd.
+// KubeProxy returns the path of the real kube-proxy in bin, the directory
+// [Require] returned: the release of kube-apiserver's, for the tests that
+// run it beside proxykit's proxier against the same API server.
+func KubeProxy(bin string) string { return filepath.Join(bin, "kube-proxy") }
+
+// binaries finds the directory of the tier's binaries.
 func binaries() (string, error) {
 	dir := os.Getenv(BinEnv)
 	if dir == "" {
@@ -58,7 +69,7 @@ func binaries() (string, error) {
 		}
 		dir = strings.TrimSpace(stdout.String())
 	}
-	for _, name := range []string{"kube-apiserver", "etcd"} {
+	for _, name := range binaryNames {
 		if _, err := exec.LookPath(filepath.Join(dir, name)); err != nil {
 			return "", fmt.Errorf("%s: %w (build it with %s)", name, err, buildScript)
 		}

@@ -2,7 +2,9 @@
 // test tier: an etcd and one or more kube-apiservers, built from the
 // Kubernetes release of proxykit's k8s.io dependencies by
 // hack/apiserver/build.sh, inside a network namespace of
-// [github.com/proxykit/proxykit/internal/testkit/kerneltest].
+// [github.com/proxykit/proxykit/internal/testkit/kerneltest]. The same build
+// holds that release's kube-proxy ([KubeProxy]), for the tests that run it
+// beside proxykit's proxier against one API server.
 //
 // A fake clientset has no resource versions that expire, no 410 Gone, no
 // server-side selectors, admission or validation; this package is for the
