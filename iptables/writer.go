@@ -397,6 +397,10 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	}
 	w.nodePortAddrs = cfg.Node.NodePortPrefixes(cfg.Family)
 	matchAll := len(w.nodePortAddrs) == 0
+	if cfg.Node.NodePortPrimary {
+		// The node's own addresses, which the inputs give: none before.
+		w.nodePortAddrs, matchAll = nil, false
+	}
 	for _, p := range w.nodePortAddrs {
 		if p.Bits() == 0 {
 			matchAll = true
@@ -573,6 +577,12 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		full = true
 		w.nodeIPs = ips
 		w.check = w.check.WithNodeIPs(ips)
+		if w.cfg.Node.NodePortPrimary {
+			// Node ports follow the node's addresses.
+			w.nodePortAddrs = proxy.HostPrefixes(ips)
+			w.nodePortMatch, w.nodePortGuard, w.routeLocalnet = nil, nil, false
+			w.nodePortRules(false)
+		}
 	}
 	if w.localDetector(logger, in.PodCIDRs) {
 		// Masquerading and the short-circuit of pod traffic are in the

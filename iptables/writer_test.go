@@ -838,3 +838,41 @@ func TestWriterReadsItsFamilyOfNodeConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterNodePortPrimary checks that node ports on the node's own
+// addresses (kube-proxy's "primary") follow the addresses each input
+// gives, and that a node without one serves none rather than all.
+func TestWriterNodePortPrimary(t *testing.T) {
+	cfg := iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: writertest.Node, NodePortPrimary: true,
+		NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("192.168.0.10/32")}}}
+	c := newCluster(v1.IPv4Protocol, writertest.Node)
+	c.setService(makeService("ns", "np", "10.96.0.30", withNodePort(30080)))
+	c.setEndpoints("ns", "np", tcp8080, ep{IP: "10.0.1.1", Node: writertest.Node})
+	w, f := mustWriter(t, cfg), iptablestest.NewFake()
+	for _, step := range []struct {
+		nodeIPs []netip.Addr
+		want    []string
+	}{
+		{[]netip.Addr{addr("192.168.0.10")}, []string{"-d 192.168.0.10/32 "}},
+		{[]netip.Addr{addr("192.168.0.11"), addr("fd00:1::11")}, []string{"-d 192.168.0.11/32 "}},
+		{nil, nil},
+	} {
+		c.NodeIPs = step.nodeIPs
+		syncFake(t, w, f, c.input())
+		var got []string
+		for _, r := range f.Rules(iptables.TableNAT, iptables.KubeServicesChain) {
+			if strings.Contains(r, "KUBE-NODEPORTS") {
+				got = append(got, r)
+			}
+		}
+		if len(got) != len(step.want) {
+			t.Errorf("node IPs %v: node-port rules %q, want %d", step.nodeIPs, got, len(step.want))
+			continue
+		}
+		for i, m := range step.want {
+			if !strings.Contains(got[i], m) {
+				t.Errorf("node IPs %v: node-port rule %q, want it to match %q", step.nodeIPs, got[i], m)
+			}
+		}
+	}
+}

@@ -221,19 +221,44 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if all {
 		t.nodePortPrefixes = nil
 	}
-	for _, p := range t.nodePortPrefixes {
-		t.nodePortDst = append(t.nodePortDst, p.String())
+	if cfg.Node.NodePortPrimary {
+		// The node's own addresses, which the inputs give: none before.
+		t.nodePortPrefixes = []netip.Prefix{}
 	}
+	t.setNodePortDst()
 	for k := range numSets {
 		t.setNames[k] = t.modeNames.setName(k, cfg.Family)
 	}
 	return t, nil
 }
 
+// setNodePortDst fills nodePortDst from nodePortPrefixes: nil for every
+// local address, and never nil for the node's own (NodePortPrimary), so
+// that a node without an address of the family serves no node port.
+func (t *Writer) setNodePortDst() {
+	t.nodePortDst = nil
+	if t.cfg.Node.NodePortPrimary {
+		t.nodePortDst = make([]string, 0, len(t.nodePortPrefixes))
+	}
+	for _, p := range t.nodePortPrefixes {
+		t.nodePortDst = append(t.nodePortDst, p.String())
+	}
+}
+
 // setNodeIPs takes the node's addresses of a sync's input, in their
-// order, those of the other family and invalid ones left out.
+// order, those of the other family and invalid ones left out. With
+// NodePortPrimary, node ports follow them.
 func (t *Writer) setNodeIPs(ips []netip.Addr) {
 	t.nodeIPs, t.nodePortIPs = t.nodeIPs[:0], t.nodePortIPs[:0]
+	if t.cfg.Node.NodePortPrimary {
+		t.nodePortPrefixes = []netip.Prefix{}
+		for _, ip := range ips {
+			if ip, ok := t.own(ip); ok && !ip.IsLoopback() {
+				t.nodePortPrefixes = append(t.nodePortPrefixes, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+		t.setNodePortDst()
+	}
 	for _, ip := range ips {
 		ip, ok := t.own(ip)
 		if !ok || slices.Contains(t.nodeIPs, ip) {

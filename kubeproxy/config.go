@@ -198,7 +198,7 @@ func (c *Config) nftTable() string {
 // nodeConfig is the node config of the writers of family on node, whose
 // addresses of the family are ips.
 func (c *Config) nodeConfig(name string, family v1.IPFamily, ips []netip.Addr) proxy.NodeConfig {
-	return proxy.NodeConfig{Name: name, NodePortAddresses: c.nodePortPrefixes(family, ips), ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)},
+	return proxy.NodeConfig{Name: name, NodePortAddresses: c.nodePortPrefixes(family, ips), NodePortPrimary: c.NodePortPrimary, ClusterCIDRs: []netip.Prefix{c.clusterCIDR(family)},
 		DetectLocalMode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix,
 		MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit}
 }

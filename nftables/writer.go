@@ -397,6 +397,10 @@ func NewWriter(nft knftables.Interface, cfg WriterConfig) (*Writer, error) {
 	}
 	w.nodePortNets = cfg.Node.NodePortPrefixes(cfg.Family)
 	w.matchAllNP = len(w.nodePortNets) == 0
+	if cfg.Node.NodePortPrimary {
+		// The node's own addresses, which the inputs give: none before.
+		w.nodePortNets, w.matchAllNP = nil, false
+	}
 	for _, p := range w.nodePortNets {
 		if p.Bits() == 0 {
 			w.matchAllNP = true
@@ -530,6 +534,10 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		full = true
 		w.nodeIPs = ips
 		w.check = w.check.WithNodeIPs(ips)
+		if w.cfg.Node.NodePortPrimary {
+			// Node ports follow the node's addresses.
+			w.nodePortNets, w.matchAllNP = proxy.HostPrefixes(ips), false
+		}
 	}
 	if w.localDetector(logger, in.PodCIDRs) {
 		// Masquerading and the short-circuit of pod traffic are in the

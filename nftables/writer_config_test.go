@@ -357,3 +357,45 @@ func TestWriterReadsItsFamilyOfNodeConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterNodePortPrimary checks that node ports on the node's own
+// addresses (kube-proxy's "primary") follow the addresses each input
+// gives, and that a node without one serves none rather than all.
+func TestWriterNodePortPrimary(t *testing.T) {
+	c := newCluster(v1.IPv4Protocol, node)
+	c.setService(makeService("ns", "np", "10.96.0.30", withNodePort(30080)))
+	c.setEndpoints("ns", "np", tcp8080, local("10.0.1.1"))
+	cfg := baseConfig()
+	cfg.Node.NodePortPrimary = true
+	cfg.Node.NodePortAddresses = []netip.Prefix{prefix("192.168.0.10/32")}
+	fake, w := newFake(t, cfg)
+	for _, step := range []struct {
+		nodeIPs []netip.Addr
+		want    string
+	}{
+		{[]netip.Addr{addr("192.168.0.10")}, "192.168.0.10"},
+		{[]netip.Addr{addr("192.168.0.11"), addr("fd00:1::11")}, "192.168.0.11"},
+		{nil, ""},
+	} {
+		c.NodeIPs = step.nodeIPs
+		syncFake(t, w, fake, c.input())
+		var got []string
+		for _, line := range strings.Split(normalDump(fake), "\n") {
+			if strings.Contains(line, "@nodeport-ips") {
+				continue
+			}
+			if strings.Contains(line, "nodeport-ips") && strings.Contains(line, "element") {
+				got = append(got, line)
+			}
+		}
+		joined := strings.Join(got, "\n")
+		if step.want == "" && joined != "" || step.want != "" && (len(got) != 1 || !strings.Contains(joined, step.want)) {
+			t.Errorf("node IPs %v: node-port addresses %q, want %q alone", step.nodeIPs, joined, step.want)
+		}
+		freshFake, fresh := newFake(t, cfg)
+		syncFake(t, fresh, freshFake, c.input())
+		if diff := cmp.Diff(normalDump(freshFake), normalDump(fake)); diff != "" {
+			t.Errorf("node IPs %v: table differs from a fresh writer's (-fresh +got):\n%s", step.nodeIPs, diff)
+		}
+	}
+}

@@ -193,6 +193,13 @@ type NodeConfig struct {
 	// family, or one of length 0, serves node ports on every local
 	// address of its family, as kube-proxy does.
 	NodePortAddresses []netip.Prefix
+	// NodePortPrimary serves node ports on the node's own addresses of
+	// the family, as each FamilyInput.NodeIPs gives them, and follows
+	// them when they change (kube-proxy's --nodeport-addresses primary,
+	// which kube-proxy resolves once and restarts to change). A family
+	// without a node IP serves no node port, and NodePortAddresses is not
+	// read.
+	NodePortPrimary bool
 	// ClusterCIDRs are the pod network, at most one prefix per family
 	// (kube-proxy's --cluster-cidr): in LocalModeClusterCIDR, traffic to
 	// a cluster IP from outside it is masqueraded, and pod traffic to an
@@ -245,6 +252,16 @@ func (c *NodeConfig) ClusterCIDR(family v1.IPFamily) (netip.Prefix, error) {
 		found = p
 	}
 	return found, nil
+}
+
+// HostPrefixes returns a prefix of each address's full length, as
+// NodePortPrimary serves node ports on the node IPs.
+func HostPrefixes(ips []netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	return out
 }
 
 // NodePortPrefixes returns the NodePortAddresses prefixes of family,
