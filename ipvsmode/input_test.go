@@ -325,3 +325,32 @@ func TestNodeIPsFollowInput(t *testing.T) {
 		t.Errorf("with an invalid node address (-want +got):\n%s", diff)
 	}
 }
+
+// TestNodePortPrimaryFollowsInput: with NodePortPrimary, node ports are
+// served on the node's own addresses as each input gives them, and a node
+// without one serves none, whatever NodePortAddresses says.
+func TestNodePortPrimaryFollowsInput(t *testing.T) {
+	cfg := modeCfg
+	cfg.Node.NodePortPrimary = true
+	cfg.Node.NodePortAddresses = []netip.Prefix{prefix("10.0.0.10/32")}
+	tr, err := ipvsmode.NewWriter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs, eps := portMaps(t, v1.IPv4Protocol, svcPort{name: "default/web", clusterIP: "10.96.0.10", port: 80, nodePort: 30080, endpoints: []endpoint{remotePod}})
+	in := &proxy.FamilyInput{Services: svcs, Endpoints: eps}
+	for _, step := range []struct {
+		nodeIPs []netip.Addr
+		want    []string
+	}{
+		{[]netip.Addr{addr("192.168.0.10")}, []string{"192.168.0.10:30080/TCP -> 10.244.2.7:8080"}},
+		{[]netip.Addr{addr("192.168.0.11"), addr("fd00::1")}, []string{"192.168.0.11:30080/TCP -> 10.244.2.7:8080"}},
+		{nil, nil},
+	} {
+		in.NodeIPs = step.nodeIPs
+		want := append([]string{"10.96.0.10:80/TCP (bound) -> 10.244.2.7:8080"}, step.want...)
+		if diff := cmp.Diff(want, realServerList(tr.Sync(context.Background(), in).Services), cmpSorted); diff != "" {
+			t.Errorf("node IPs %v (-want +got):\n%s", step.nodeIPs, diff)
+		}
+	}
+}
