@@ -73,14 +73,25 @@ func run(ctx context.Context, o *options, env *environment) error {
 	if err != nil {
 		return err
 	}
+	// kube-proxy announces its start on the Node when its proxier
+	// starts; with --once and --dry-run too. The post runs beside the
+	// first sync and is waited for before returning.
+	posted := make(chan struct{})
+	go func() {
+		defer close(posted)
+		recordStart(ctx, client, nodeName)
+	}()
 	if !longRunning {
-		return p.RunOnce(ctx)
+		err := p.RunOnce(ctx)
+		<-posted
+		return err
 	}
 
 	var wg sync.WaitGroup
 	defer func() {
 		cancel() // the metrics server stops with ctx
 		wg.Wait()
+		<-posted
 	}()
 	failed := make(chan error, 1)
 	effective := effectiveConfig(o)
