@@ -13,13 +13,10 @@ import (
 // own addresses ips with NodePortPrimary, the NodePortAddresses of that
 // family otherwise. nil means every local address.
 func (c *Config) nodePortPrefixes(family v1.IPFamily, ips []netip.Addr) []netip.Prefix {
-	var out []netip.Prefix
 	if c.NodePortPrimary {
-		for _, ip := range ips {
-			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
-		}
-		return out
+		return proxy.HostPrefixes(ips)
 	}
+	var out []netip.Prefix
 	for _, p := range c.NodePortAddresses {
 		if proxy.FamilyOf(p.Addr()) == family {
 			out = append(out, p)
