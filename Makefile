@@ -23,7 +23,7 @@ VMTESTFLAGS ?=
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./iptables:FuzzWriterNames ./nftables:FuzzWriterNames ./changetracker:FuzzServiceChangeTracker ./changetracker:FuzzEndpointSlices ./nftables:FuzzEncodeElement
 
-.PHONY: all test test-tools vmtest bench bench-kubeproxy kpbench-smoke fuzz lint fmt api api-check
+.PHONY: all test test-tools vmtest bench bench-check bench-kubeproxy kpbench-smoke fuzz lint fmt api api-check
 
 # The side-by-side benchmark against kube-proxy (hack/kpbench, a module of
 # its own that compiles kube-proxy's iptables and nftables Proxiers from the
@@ -78,6 +78,15 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
+
+# The regression check before a change to a hot path lands: the quoted
+# benchmarks of each hot-path package the change touches, at BENCH_BASE
+# (default: the merge base with main) and in the working tree, alternating,
+# compared by benchstat; it fails on a significant slowdown (see
+# hack/benchcheck.sh).
+BENCH_BASE ?=
+bench-check:
+	GO=$(GO) ./hack/benchcheck.sh $(BENCH_BASE)
 
 # lint: formatting, vet and staticcheck, and a build for darwin of every
 # package that does without client-go (the blocks, their fakes and the test
