@@ -81,8 +81,12 @@ echo "apiserver: building $bins into $dir (cold: many minutes)" >&2
 	# The library's workspace or vendoring must not leak in.
 	export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly"
 	# With -o naming a directory, each main package is written there
-	# under its last path element.
-	nice -n 10 go build -trimpath -ldflags=-s -o "$tmp/" \
+	# under its last path element. No -trimpath, and go.mod holds the
+	# library's versions of the modules both build: then the packages the
+	# library's own build compiles (client-go, the API types, prometheus,
+	# the standard library: most of what it compiles) are the same
+	# compilations in Go's build cache, done once on a cold machine.
+	nice -n 10 go build -ldflags=-s -o "$tmp/" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd
 )
 # Older keys are builds of a previous go.mod or Go: nothing uses them.
