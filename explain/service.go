@@ -851,7 +851,6 @@ func (c categorized) verdict(ep changetracker.Endpoint, list []changetracker.End
 	return Verdict{Reason: ReasonNotReady, Detail: "left out by the tracker's categorisation"}
 }
 
-
 // waysIn lists the destinations of the port, with the endpoints the
 // tracker gives each.
 func waysIn(svc changetracker.ServicePort, c categorized) []WayIn {
