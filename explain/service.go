@@ -21,9 +21,9 @@ import (
 	"github.com/proxykit/proxykit/proxier/config"
 )
 
-// Node is the node a service report is made for, as the proxy on it sees
+// NodeInfo is the node a service report is made for, as the proxy on it sees
 // it.
-type Node struct {
+type NodeInfo struct {
 	// Name is the node's name (--hostname-override): endpoints with this
 	// nodeName are local.
 	Name string
@@ -42,7 +42,7 @@ type ProxySettings struct {
 	// the Services without the label.
 	ServiceProxyName string
 	// Families are the IP families the proxy runs, primary first. Empty
-	// means the families of Node.Addresses, or IPv4 alone when the node has
+	// means the families of NodeInfo.Addresses, or IPv4 alone when the node has
 	// none.
 	Families []v1.IPFamily
 }
@@ -56,62 +56,65 @@ type ServiceInput struct {
 	// kubernetes.io/service-name label (see SliceReport); slices of other
 	// Services are left out of the report.
 	Slices []*discoveryv1.EndpointSlice
-	Node   Node
+	Node   NodeInfo
 	Proxy  ProxySettings
 	// Port limits the report to the Service ports with this name or
 	// number; empty means every port.
 	Port string
 }
 
-// Reason says why an endpoint is or is not used. The empty Reason is a
-// ready endpoint that is used.
-type Reason string
+// EndpointReason says why an endpoint is or is not used. The empty
+// EndpointReason is a ready endpoint that is used.
+type EndpointReason string
 
-// The reasons of a Verdict.
+// The reasons of an EndpointVerdict.
 const (
 	// ReasonNotReady: the endpoint is not ready and not terminating.
-	ReasonNotReady Reason = "NotReady"
+	ReasonNotReady EndpointReason = "NotReady"
 	// ReasonNotServing: the endpoint is terminating and no longer serving,
 	// so it is not even a fallback.
-	ReasonNotServing Reason = "TerminatingNotServing"
+	ReasonNotServing EndpointReason = "TerminatingNotServing"
 	// ReasonTerminating: the endpoint is terminating but serving, and not
 	// used because ready endpoints exist for the traffic.
-	ReasonTerminating Reason = "Terminating"
+	ReasonTerminating EndpointReason = "Terminating"
 	// ReasonTerminatingFallback: the endpoint is terminating but serving and
-	// used, because no endpoint is ready for the traffic (Verdict.Used and
-	// Verdict.Fallback are set).
-	ReasonTerminatingFallback Reason = "TerminatingFallback"
+	// used, because no endpoint is ready for the traffic (EndpointVerdict.Used and
+	// EndpointVerdict.Fallback are set).
+	ReasonTerminatingFallback EndpointReason = "TerminatingFallback"
 	// ReasonTopology: the endpoint is ready but topology hints send this
 	// node's Cluster traffic to other endpoints (another zone or node).
-	ReasonTopology Reason = "TopologyHints"
+	ReasonTopology EndpointReason = "TopologyHints"
 	// ReasonNotLocal: the traffic has policy Local and the endpoint is on
 	// another node.
-	ReasonNotLocal Reason = "NotLocal"
+	ReasonNotLocal EndpointReason = "NotLocal"
 	// ReasonPortName: the endpoint's slice has no port with the Service
 	// port's name and protocol, so the tracker files its endpoints under
 	// another port name.
-	ReasonPortName Reason = "PortNameMismatch"
+	ReasonPortName EndpointReason = "PortNameMismatch"
 	// ReasonSliceUnlabelled: the slice has no kubernetes.io/service-name
 	// label, so no proxy can tell which Service it belongs to.
-	ReasonSliceUnlabelled Reason = "SliceWithoutServiceName"
+	ReasonSliceUnlabelled EndpointReason = "SliceWithoutServiceName"
 	// ReasonSliceHeadless: the slice carries service.kubernetes.io/headless,
 	// and proxies do not watch such slices.
-	ReasonSliceHeadless Reason = "SliceHeadless"
+	ReasonSliceHeadless EndpointReason = "SliceHeadless"
 	// ReasonSliceRefused: the tracker refused the slice, or its port, as
-	// invalid; Verdict.Detail is the tracker's log line.
-	ReasonSliceRefused Reason = "SliceRefused"
+	// invalid; EndpointVerdict.Detail is the tracker's log line.
+	ReasonSliceRefused EndpointReason = "SliceRefused"
 	// ReasonEndpointRefused: the tracker refused the endpoint's address;
-	// Verdict.Detail is the tracker's log line.
-	ReasonEndpointRefused Reason = "EndpointRefused"
+	// EndpointVerdict.Detail is the tracker's log line.
+	ReasonEndpointRefused EndpointReason = "EndpointRefused"
 	// ReasonOtherFamily: the endpoint is of an IP family the proxy does not
 	// serve the Service in.
-	ReasonOtherFamily Reason = "OtherFamily"
+	ReasonOtherFamily EndpointReason = "OtherFamily"
 	// ReasonDuplicate: another slice lists the same address and port, and
 	// the tracker kept that copy.
-	ReasonDuplicate Reason = "Duplicate"
+	ReasonDuplicate EndpointReason = "Duplicate"
+	// ReasonUnexplained: CategorizeEndpoints left the endpoint out for a
+	// reason none of the others names; the view lags behind the tracker.
+	ReasonUnexplained EndpointReason = "Unexplained"
 	// ReasonServiceNotProxied: the proxy does not serve this Service port
 	// (see PortReport.NotProxied).
-	ReasonServiceNotProxied Reason = "ServiceNotProxied"
+	ReasonServiceNotProxied EndpointReason = "ServiceNotProxied"
 )
 
 // ServiceReport is the service view: what the proxy on one node makes of
@@ -146,9 +149,9 @@ type SliceReport struct {
 	Name        string `json:"name"`
 	AddressType string `json:"addressType"`
 	// Used is whether the tracker took the slice in.
-	Used   bool   `json:"used"`
-	Reason Reason `json:"reason,omitempty"`
-	Detail string `json:"detail,omitempty"`
+	Used   bool           `json:"used"`
+	Reason EndpointReason `json:"reason,omitempty"`
+	Detail string         `json:"detail,omitempty"`
 }
 
 // PortReport is one port of the Service in one IP family.
@@ -222,17 +225,17 @@ type EndpointReport struct {
 	// Internal is the verdict for traffic to the cluster IP; External for
 	// traffic from outside, nil when the port is not reachable from
 	// outside.
-	Internal Verdict  `json:"internal"`
-	External *Verdict `json:"external,omitempty"`
+	Internal EndpointVerdict  `json:"internal"`
+	External *EndpointVerdict `json:"external,omitempty"`
 }
 
-// Verdict is whether one kind of traffic uses an endpoint on this node,
+// EndpointVerdict is whether one kind of traffic uses an endpoint on this node,
 // and why.
-type Verdict struct {
+type EndpointVerdict struct {
 	Used bool `json:"used"`
 	// Fallback: used although terminating, as no endpoint is ready.
-	Fallback bool   `json:"fallback,omitempty"`
-	Reason   Reason `json:"reason,omitempty"`
+	Fallback bool           `json:"fallback,omitempty"`
+	Reason   EndpointReason `json:"reason,omitempty"`
 	// Detail says it in words, with the tracker's own log line for a
 	// refusal.
 	Detail string `json:"detail,omitempty"`
@@ -276,43 +279,50 @@ func ExplainService(in ServiceInput) (*ServiceReport, error) {
 	}
 	watched := serviceWatched(r, svc, in.Proxy.ServiceProxyName)
 	if svc.Spec.Selector == nil && svc.Spec.Type != v1.ServiceTypeExternalName {
-		r.Notes = appendOnce(r.Notes, "no selector: the EndpointSlice controller writes no slices for it; its slices are whatever someone else labels kubernetes.io/service-name="+svc.Name)
+		r.Notes = svcAppendOnce(r.Notes, "no selector: the EndpointSlice controller writes no slices for it; its slices are whatever someone else labels kubernetes.io/service-name="+svc.Name)
 	}
 
-	cands := candidateSlices(svc, in.Slices)
+	cands := svcCandidateSlices(svc, in.Slices)
 	fams := make([]*familyState, 0, len(families))
 	for _, f := range families {
 		fams = append(fams, feedTrackers(f, nn, svc, watched, cands, in.Node))
 	}
 	r.Slices = sliceReports(cands, fams)
 
+	// The families the report is about: the Service's that the proxy
+	// runs. A family of the proxy that the Service lacks is left out,
+	// with the tracker's "no cluster IP of family" line.
+	svcFamilies := serviceFamilies(svc)
+	if len(svcFamilies) == 0 {
+		// Headless or ExternalName without addresses: any family says
+		// the same.
+		svcFamilies = families
+	}
+	var reportFams []*familyState
 	for _, fs := range fams {
+		if slices.Contains(svcFamilies, fs.family) {
+			reportFams = append(reportFams, fs)
+		}
+	}
+	if len(reportFams) == 0 {
+		// Say it in the Service's family, whose slices then show.
+		reportFams = []*familyState{{family: svcFamilies[0], notRun: true}}
+		r.NotProxied = svcAppendOnce(r.NotProxied, fmt.Sprintf("the proxy runs %s only and the Service is %s only", familyList(families), familyList(svcFamilies)))
+	}
+	for _, fs := range reportFams {
 		for _, l := range fs.svcLogs {
 			switch {
 			case l.kv["portName"] != "":
 				// Reported with the port.
 			case l.msg == "Ignoring invalid service" || l.msg == "Skipping service for this IP family":
-				r.NotProxied = appendOnce(r.NotProxied, l.text())
+				r.NotProxied = svcAppendOnce(r.NotProxied, l.text())
 			default:
-				r.Notes = appendOnce(r.Notes, l.text())
+				r.Notes = svcAppendOnce(r.Notes, l.text())
 			}
 		}
 	}
-
-	svcFamilies := serviceFamilies(svc)
-	reportFams := fams
-	if watched {
-		reportFams = nil
-		for _, fs := range fams {
-			if slices.Contains(svcFamilies, fs.family) {
-				reportFams = append(reportFams, fs)
-			}
-		}
-		if len(reportFams) == 0 {
-			// Say it for the Service's family, whose slices then show.
-			reportFams = []*familyState{{family: svcFamilies[0], notRun: true}}
-			r.NotProxied = appendOnce(r.NotProxied, fmt.Sprintf("the proxy runs %s only and the Service is %s only", familyList(families), familyList(svcFamilies)))
-		}
+	if len(svc.Spec.Ports) == 0 {
+		r.NotProxied = svcAppendOnce(r.NotProxied, "the Service has no ports")
 	}
 	shown := map[v1.IPFamily]bool{}
 	for _, fs := range reportFams {
@@ -350,7 +360,7 @@ func proxyFamilies(set []v1.IPFamily, addrs []netip.Addr) []v1.IPFamily {
 	}
 	var out []v1.IPFamily
 	for _, a := range addrs {
-		if f := familyOfAddr(a); !slices.Contains(out, f) {
+		if f := svcFamilyOfAddr(a); !slices.Contains(out, f) {
 			out = append(out, f)
 		}
 	}
@@ -360,7 +370,7 @@ func proxyFamilies(set []v1.IPFamily, addrs []netip.Addr) []v1.IPFamily {
 	return out
 }
 
-func familyOfAddr(a netip.Addr) v1.IPFamily {
+func svcFamilyOfAddr(a netip.Addr) v1.IPFamily {
 	if a.Unmap().Is4() {
 		return v1.IPv4Protocol
 	}
@@ -368,7 +378,7 @@ func familyOfAddr(a netip.Addr) v1.IPFamily {
 }
 
 // serviceFamilies returns the Service's families: spec.ipFamilies, else
-// those of its cluster IPs, else IPv4.
+// those of its cluster IPs; none when it has neither.
 func serviceFamilies(svc *v1.Service) []v1.IPFamily {
 	var out []v1.IPFamily
 	for _, f := range svc.Spec.IPFamilies {
@@ -385,13 +395,10 @@ func serviceFamilies(svc *v1.Service) []v1.IPFamily {
 	}
 	for _, s := range ips {
 		if ip, err := netip.ParseAddr(s); err == nil {
-			if f := familyOfAddr(ip); !slices.Contains(out, f) {
+			if f := svcFamilyOfAddr(ip); !slices.Contains(out, f) {
 				out = append(out, f)
 			}
 		}
-	}
-	if len(out) == 0 {
-		out = []v1.IPFamily{v1.IPv4Protocol}
 	}
 	return out
 }
@@ -428,8 +435,8 @@ func serviceWatched(r *ServiceReport, svc *v1.Service, proxyName string) bool {
 	return true
 }
 
-// candidate is one slice the report looks at.
-type candidate struct {
+// svcCandidate is one slice the report looks at.
+type svcCandidate struct {
 	slice *discoveryv1.EndpointSlice
 	// unlabelled: no kubernetes.io/service-name label, taken for its
 	// looks.
@@ -438,16 +445,16 @@ type candidate struct {
 	headless bool
 }
 
-// candidateSlices picks the slices of svc, and those that look like its
+// svcCandidateSlices picks the slices of svc, and those that look like its
 // own without the service-name label, sorted by name.
-func candidateSlices(svc *v1.Service, all []*discoveryv1.EndpointSlice) []candidate {
-	var out []candidate
+func svcCandidateSlices(svc *v1.Service, all []*discoveryv1.EndpointSlice) []svcCandidate {
+	var out []svcCandidate
 	for _, s := range all {
 		if s == nil || s.Namespace != svc.Namespace {
 			continue
 		}
 		owner, labelled := s.Labels[discoveryv1.LabelServiceName]
-		c := candidate{slice: s}
+		c := svcCandidate{slice: s}
 		switch {
 		case labelled && owner != "":
 			if owner != svc.Name {
@@ -461,7 +468,7 @@ func candidateSlices(svc *v1.Service, all []*discoveryv1.EndpointSlice) []candid
 		c.headless = !config.EndpointSliceLabelSelector().Matches(labels.Set(s.Labels))
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b candidate) int { return cmp.Compare(a.slice.Name, b.slice.Name) })
+	slices.SortFunc(out, func(a, b svcCandidate) int { return cmp.Compare(a.slice.Name, b.slice.Name) })
 	return out
 }
 
@@ -492,7 +499,7 @@ type familyState struct {
 
 // feedTrackers runs one family's trackers over the objects the proxy's
 // informers would hand them.
-func feedTrackers(family v1.IPFamily, nn types.NamespacedName, svc *v1.Service, watched bool, cands []candidate, node Node) *familyState {
+func feedTrackers(family v1.IPFamily, nn types.NamespacedName, svc *v1.Service, watched bool, cands []svcCandidate, node NodeInfo) *familyState {
 	fs := &familyState{family: family, watched: watched, ports: changetracker.ServicePortMap{}, eps: changetracker.EndpointsMap{}, sliceLogs: map[*discoveryv1.EndpointSlice][]trackerLog{}}
 	if watched {
 		logger, lines := newCapture()
@@ -545,7 +552,7 @@ func sliceRefusal(logs []trackerLog) (trackerLog, bool) {
 	return trackerLog{}, false
 }
 
-func sliceReports(cands []candidate, fams []*familyState) []SliceReport {
+func sliceReports(cands []svcCandidate, fams []*familyState) []SliceReport {
 	out := make([]SliceReport, 0, len(cands))
 	for _, c := range cands {
 		sr := SliceReport{Name: c.slice.Name, AddressType: string(c.slice.AddressType)}
@@ -574,7 +581,7 @@ func sliceReports(cands []candidate, fams []*familyState) []SliceReport {
 }
 
 // portReport explains one Service port in one family.
-func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, cands []candidate, shown map[v1.IPFamily]bool, node Node) PortReport {
+func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, cands []svcCandidate, shown map[v1.IPFamily]bool, node NodeInfo) PortReport {
 	proto := sp.Protocol
 	if proto == "" {
 		proto = v1.ProtocolTCP
@@ -602,10 +609,10 @@ func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, ca
 		}
 	}
 
-	var cat categorized
+	var cat svcCategorized
 	eps := fs.eps[name]
 	if pr.Proxied {
-		cat = categorize(eps, svcPort, node)
+		cat = svcCategorize(eps, svcPort, node)
 		pr.InternalPolicy, pr.ExternalPolicy = cat.internalPolicy, cat.externalPolicy
 		pr.Topology, pr.HasAnyEndpoints = cat.topology, cat.hasAny
 		pr.WaysIn = waysIn(svcPort, cat)
@@ -621,11 +628,11 @@ func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, ca
 			switch {
 			case excluded.Reason != "":
 			case c.headless:
-				excluded = Verdict{Reason: ReasonSliceHeadless, Detail: "the slice is labelled " + v1.IsHeadlessService + ": proxies do not watch it"}
+				excluded = EndpointVerdict{Reason: ReasonSliceHeadless, Detail: "the slice is labelled " + v1.IsHeadlessService + ": proxies do not watch it"}
 			case fam == "":
-				excluded = Verdict{Reason: ReasonOtherFamily, Detail: "address type " + string(c.slice.AddressType) + ": proxies use only IPv4 and IPv6 slices"}
+				excluded = EndpointVerdict{Reason: ReasonOtherFamily, Detail: "address type " + string(c.slice.AddressType) + ": proxies use only IPv4 and IPv6 slices"}
 			case fam != fs.family:
-				excluded = Verdict{Reason: ReasonOtherFamily, Detail: fmt.Sprintf("an %s slice; the proxy serves the port in %s only", fam, fs.family)}
+				excluded = EndpointVerdict{Reason: ReasonOtherFamily, Detail: fmt.Sprintf("an %s slice; the proxy serves the port in %s only", fam, fs.family)}
 			default:
 				excluded = trackerExclusion(c, k, fs, er, pr, eps)
 			}
@@ -652,7 +659,7 @@ func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, ca
 // endpointBase fills in what slice endpoint k says about itself, and
 // returns a PortName verdict when the slice has no port for the Service
 // port.
-func endpointBase(c candidate, k int, portName string, proto v1.Protocol) (EndpointReport, Verdict) {
+func endpointBase(c svcCandidate, k int, portName string, proto v1.Protocol) (EndpointReport, EndpointVerdict) {
 	e := &c.slice.Endpoints[k]
 	er := EndpointReport{Slice: c.slice.Name}
 	if len(e.Addresses) > 0 {
@@ -689,7 +696,7 @@ func endpointBase(c candidate, k int, portName string, proto v1.Protocol) (Endpo
 			if p.Port != nil {
 				er.Port = *p.Port
 			}
-			return er, Verdict{}
+			return er, EndpointVerdict{}
 		}
 		num := "no number"
 		if p.Port != nil {
@@ -699,7 +706,7 @@ func endpointBase(c candidate, k int, portName string, proto v1.Protocol) (Endpo
 	}
 	if c.unlabelled || c.headless {
 		// Those reasons come first; the port does not matter.
-		return er, Verdict{}
+		return er, EndpointVerdict{}
 	}
 	detail := fmt.Sprintf("the slice has no port named %q with protocol %s", portName, proto)
 	if len(have) > 0 {
@@ -707,34 +714,34 @@ func endpointBase(c candidate, k int, portName string, proto v1.Protocol) (Endpo
 	} else {
 		detail += "; it has no ports"
 	}
-	return er, Verdict{Reason: ReasonPortName, Detail: detail}
+	return er, EndpointVerdict{Reason: ReasonPortName, Detail: detail}
 }
 
 // trackerExclusion returns why the tracker, not the categorisation, left
-// out slice endpoint k, or the zero Verdict when it kept it.
-func trackerExclusion(c candidate, k int, fs *familyState, er EndpointReport, pr PortReport, eps []changetracker.Endpoint) Verdict {
+// out slice endpoint k, or the zero EndpointVerdict when it kept it.
+func trackerExclusion(c svcCandidate, k int, fs *familyState, er EndpointReport, pr PortReport, eps []changetracker.Endpoint) EndpointVerdict {
 	logs := fs.sliceLogs[c.slice]
 	if l, refused := sliceRefusal(logs); refused {
 		if c.unlabelled {
-			return Verdict{Reason: ReasonSliceUnlabelled, Detail: l.text()}
+			return EndpointVerdict{Reason: ReasonSliceUnlabelled, Detail: l.text()}
 		}
-		return Verdict{Reason: ReasonSliceRefused, Detail: l.text()}
+		return EndpointVerdict{Reason: ReasonSliceRefused, Detail: l.text()}
 	}
 	for _, l := range logs {
 		if pn, ok := l.kv["portName"]; ok && pn == logsafe.Quote(pr.Name) && !strings.Contains(l.msg, "duplicate") {
-			return Verdict{Reason: ReasonSliceRefused, Detail: l.text()}
+			return EndpointVerdict{Reason: ReasonSliceRefused, Detail: l.text()}
 		}
 	}
 	if len(c.slice.Endpoints[k].Addresses) == 0 {
 		for _, l := range logs {
 			if l.kv["index"] == strconv.Itoa(k) {
-				return Verdict{Reason: ReasonEndpointRefused, Detail: l.text()}
+				return EndpointVerdict{Reason: ReasonEndpointRefused, Detail: l.text()}
 			}
 		}
 	}
 	for _, l := range logs {
 		if a, ok := l.kv["address"]; ok && a == logsafe.Quote(er.Address) {
-			v := Verdict{Reason: ReasonEndpointRefused, Detail: l.text()}
+			v := EndpointVerdict{Reason: ReasonEndpointRefused, Detail: l.text()}
 			if l.msg == "Ignoring endpoint of the other IP family" {
 				v.Reason = ReasonOtherFamily
 			}
@@ -742,17 +749,17 @@ func trackerExclusion(c candidate, k int, fs *familyState, er EndpointReport, pr
 		}
 	}
 	if !pr.Proxied {
-		return Verdict{Reason: ReasonServiceNotProxied, Detail: pr.NotProxied}
+		return EndpointVerdict{Reason: ReasonServiceNotProxied, Detail: pr.NotProxied}
 	}
 	if findEndpoint(eps, er) != nil {
-		return Verdict{}
+		return EndpointVerdict{}
 	}
 	for _, ep := range eps {
 		if ep.IP().String() == er.Address && ep.Port() == int(er.Port) {
-			return Verdict{Reason: ReasonDuplicate, Detail: "another slice lists " + ep.String() + " too, and the tracker kept that copy"}
+			return EndpointVerdict{Reason: ReasonDuplicate, Detail: "another slice lists " + ep.String() + " too, and the tracker kept that copy"}
 		}
 	}
-	return Verdict{Reason: ReasonEndpointRefused, Detail: "the tracker did not keep it"}
+	return EndpointVerdict{Reason: ReasonEndpointRefused, Detail: "the tracker did not keep it"}
 }
 
 // findEndpoint returns the tracker's endpoint for a slice endpoint: the
@@ -772,10 +779,9 @@ func findEndpoint(eps []changetracker.Endpoint, er EndpointReport) changetracker
 	return nil
 }
 
-// categorized is CategorizeEndpoints' answer for one port, by kind of
+// svcCategorized is CategorizeEndpoints' answer for one port, by kind of
 // traffic.
-type categorized struct {
-	all                            []changetracker.Endpoint
+type svcCategorized struct {
 	internal, external             []changetracker.Endpoint
 	internalPolicy, externalPolicy string
 	topology                       string
@@ -783,23 +789,23 @@ type categorized struct {
 }
 
 const (
-	policyCluster = "Cluster"
-	policyLocal   = "Local"
+	svcPolicyCluster = "Cluster"
+	svcPolicyLocal   = "Local"
 )
 
-func categorize(eps []changetracker.Endpoint, svc changetracker.ServicePort, node Node) categorized {
+func svcCategorize(eps []changetracker.Endpoint, svc changetracker.ServicePort, node NodeInfo) svcCategorized {
 	cluster, local, _, hasAny := changetracker.CategorizeEndpoints(eps, svc, node.Name, node.Labels)
-	c := categorized{all: eps, hasAny: hasAny, internal: cluster, internalPolicy: policyCluster}
+	c := svcCategorized{hasAny: hasAny, internal: cluster, internalPolicy: svcPolicyCluster}
 	if svc.UsesClusterEndpoints() {
 		c.topology = changetracker.ClusterTopology(eps, node.Name, node.Labels)
 	}
 	if svc.InternalPolicyLocal() {
-		c.internal, c.internalPolicy = local, policyLocal
+		c.internal, c.internalPolicy = local, svcPolicyLocal
 	}
 	if svc.ExternallyAccessible() {
-		c.external, c.externalPolicy = cluster, policyCluster
+		c.external, c.externalPolicy = cluster, svcPolicyCluster
 		if svc.ExternalPolicyLocal() {
-			c.external, c.externalPolicy = local, policyLocal
+			c.external, c.externalPolicy = local, svcPolicyLocal
 		}
 	}
 	return c
@@ -808,52 +814,52 @@ func categorize(eps []changetracker.Endpoint, svc changetracker.ServicePort, nod
 // verdict says whether traffic with policy, given the endpoints list,
 // uses ep, and why: the answer is CategorizeEndpoints' (ep in list), the
 // reason the endpoint's conditions and hints that led there.
-func (c categorized) verdict(ep changetracker.Endpoint, list []changetracker.Endpoint, policy string, node Node) Verdict {
+func (c svcCategorized) verdict(ep changetracker.Endpoint, list []changetracker.Endpoint, policy string, node NodeInfo) EndpointVerdict {
 	where := "in the cluster"
-	if policy == policyLocal {
+	if policy == svcPolicyLocal {
 		where = "on this node"
 	}
 	if slices.Contains(list, ep) {
 		if !ep.IsReady() {
-			return Verdict{Used: true, Fallback: true, Reason: ReasonTerminatingFallback,
+			return EndpointVerdict{Used: true, Fallback: true, Reason: ReasonTerminatingFallback,
 				Detail: "terminating but serving, and used as a fallback: no endpoint is ready " + where}
 		}
-		return Verdict{Used: true}
+		return EndpointVerdict{Used: true}
 	}
 	switch {
-	case policy == policyLocal && !ep.IsLocal():
+	case policy == svcPolicyLocal && !ep.IsLocal():
 		on := "on no node"
 		if n := ep.NodeName(); n != "" {
 			on = "on node " + n
 		}
-		return Verdict{Reason: ReasonNotLocal, Detail: on + ", and policy Local uses only the endpoints on this node"}
+		return EndpointVerdict{Reason: ReasonNotLocal, Detail: on + ", and policy Local uses only the endpoints on this node"}
 	case !ep.IsReady() && ep.IsTerminating() && ep.IsServing():
-		return Verdict{Reason: ReasonTerminating, Detail: "terminating but serving; not used as a fallback, because endpoints are ready " + where}
+		return EndpointVerdict{Reason: ReasonTerminating, Detail: "terminating but serving; not used as a fallback, because endpoints are ready " + where}
 	case !ep.IsReady() && ep.IsTerminating():
-		return Verdict{Reason: ReasonNotServing, Detail: "terminating and not serving"}
+		return EndpointVerdict{Reason: ReasonNotServing, Detail: "terminating and not serving"}
 	case !ep.IsReady():
 		d := "not ready"
 		if !ep.IsServing() {
 			d += " and not serving"
 		}
-		return Verdict{Reason: ReasonNotReady, Detail: d}
+		return EndpointVerdict{Reason: ReasonNotReady, Detail: d}
 	case c.topology == v1.ServiceTrafficDistributionPreferSameNode:
-		return Verdict{Reason: ReasonTopology, Detail: fmt.Sprintf("hinted for node(s) %s; every ready endpoint has node hints, so this node (%s) uses those hinted for it", strings.Join(sets.List(ep.NodeHints()), ","), node.Name)}
+		return EndpointVerdict{Reason: ReasonTopology, Detail: fmt.Sprintf("hinted for node(s) %s; every ready endpoint has node hints, so this node (%s) uses those hinted for it", strings.Join(sets.List(ep.NodeHints()), ","), node.Name)}
 	case c.topology == v1.ServiceTrafficDistributionPreferSameZone:
 		hints := strings.Join(sets.List(ep.ZoneHints()), ",")
 		if hints == "" {
 			hints = "no zone"
 		}
-		return Verdict{Reason: ReasonTopology, Detail: fmt.Sprintf("hinted for zone(s) %s; every ready endpoint has zone hints, so this node, in zone %s, uses those hinted for its zone", hints, node.Labels[v1.LabelTopologyZone])}
+		return EndpointVerdict{Reason: ReasonTopology, Detail: fmt.Sprintf("hinted for zone(s) %s; every ready endpoint has zone hints, so this node, in zone %s, uses those hinted for its zone", hints, node.Labels[v1.LabelTopologyZone])}
 	}
 	// CategorizeEndpoints left it out for a reason none of the above
 	// names; say so rather than guess.
-	return Verdict{Reason: ReasonNotReady, Detail: "left out by the tracker's categorisation"}
+	return EndpointVerdict{Reason: ReasonUnexplained, Detail: "left out by CategorizeEndpoints for a reason this view cannot name"}
 }
 
 // waysIn lists the destinations of the port, with the endpoints the
 // tracker gives each.
-func waysIn(svc changetracker.ServicePort, c categorized) []WayIn {
+func waysIn(svc changetracker.ServicePort, c svcCategorized) []WayIn {
 	strs := func(eps []changetracker.Endpoint) []string {
 		out := make([]string, 0, len(eps))
 		for _, ep := range eps {
@@ -879,7 +885,7 @@ func waysIn(svc changetracker.ServicePort, c categorized) []WayIn {
 	return ways
 }
 
-func appendOnce(list []string, s string) []string {
+func svcAppendOnce(list []string, s string) []string {
 	if slices.Contains(list, s) {
 		return list
 	}

@@ -22,15 +22,15 @@ func (r *ServiceReport) WriteJSON(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b = append(asciiJSON(b), '\n')
+	b = append(svcASCIIJSON(b), '\n')
 	_, err = w.Write(b)
 	return err
 }
 
-// asciiJSON escapes, in valid JSON, every rune that is not printable ASCII
+// svcASCIIJSON escapes, in valid JSON, every rune that is not printable ASCII
 // (json.Marshal escapes only the C0 controls and a few others): such runes
 // appear only inside strings, where \uXXXX means the same.
-func asciiJSON(b []byte) []byte {
+func svcASCIIJSON(b []byte) []byte {
 	var out bytes.Buffer
 	out.Grow(len(b))
 	for len(b) > 0 {
@@ -50,10 +50,10 @@ func asciiJSON(b []byte) []byte {
 	return out.Bytes()
 }
 
-// safeText escapes a sentence that may hold API text: printable ASCII
+// svcSafeText escapes a sentence that may hold API text: printable ASCII
 // stays, anything else becomes a Go escape, so that no control character
 // or lookalike reaches a terminal. Names alone go through logsafe.Quote.
-func safeText(s string) string {
+func svcSafeText(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		if r >= 0x20 && r < 0x7f {
@@ -90,10 +90,10 @@ func (r *ServiceReport) WriteText(w io.Writer) error {
 		b.WriteString("  proxied: NO\n")
 	}
 	for _, s := range r.NotProxied {
-		fmt.Fprintf(&b, "  not proxied: %s\n", safeText(s))
+		fmt.Fprintf(&b, "  not proxied: %s\n", svcSafeText(s))
 	}
 	for _, s := range r.Notes {
-		fmt.Fprintf(&b, "  note: %s\n", safeText(s))
+		fmt.Fprintf(&b, "  note: %s\n", svcSafeText(s))
 	}
 	if len(r.Slices) == 0 {
 		b.WriteString("  slices: none\n")
@@ -104,7 +104,7 @@ func (r *ServiceReport) WriteText(w io.Writer) error {
 		if s.Used {
 			fmt.Fprintf(&b, "    %s (%s): used\n", q(s.Name), q(s.AddressType))
 		} else {
-			fmt.Fprintf(&b, "    %s (%s): IGNORED, %s: %s\n", q(s.Name), q(s.AddressType), s.Reason, safeText(s.Detail))
+			fmt.Fprintf(&b, "    %s (%s): IGNORED, %s: %s\n", q(s.Name), q(s.AddressType), s.Reason, svcSafeText(s.Detail))
 		}
 	}
 	for i := range r.Ports {
@@ -129,7 +129,7 @@ func writePortText(b *bytes.Buffer, p *PortReport) {
 	}
 	b.WriteString("\n")
 	if !p.Proxied {
-		fmt.Fprintf(b, "  not proxied: %s\n", safeText(p.NotProxied))
+		fmt.Fprintf(b, "  not proxied: %s\n", svcSafeText(p.NotProxied))
 	} else {
 		ext := p.ExternalPolicy
 		if ext == "" {
@@ -141,7 +141,7 @@ func writePortText(b *bytes.Buffer, p *PortReport) {
 		}
 		fmt.Fprintf(b, "  internal policy %s, external policy %s, topology %s, endpoints anywhere: %t\n", p.InternalPolicy, ext, topo, p.HasAnyEndpoints)
 		for _, wi := range p.WaysIn {
-			dest := "node port :" + strconv.Itoa(wi.Port)
+			dest := "(node-port addresses):" + strconv.Itoa(wi.Port)
 			if wi.IP.IsValid() {
 				dest = wi.IP.String() + ":" + strconv.Itoa(wi.Port)
 			}
@@ -166,15 +166,15 @@ func writePortText(b *bytes.Buffer, p *PortReport) {
 		}
 		ext := "-"
 		if e.External != nil {
-			ext = verdictWord(*e.External)
+			ext = svcVerdictWord(*e.External)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", addr, q(e.Slice), dash(q(e.NodeName)), dash(q(e.Zone)),
-			yesNo(e.Ready), yesNo(e.Serving), yesNo(e.Terminating), verdictWord(e.Internal), ext)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", addr, q(e.Slice), svcDash(q(e.NodeName)), svcDash(q(e.Zone)),
+			svcYesNo(e.Ready), svcYesNo(e.Serving), svcYesNo(e.Terminating), svcVerdictWord(e.Internal), ext)
 		if e.Internal.Detail != "" {
-			why = append(why, fmt.Sprintf("  %s internal: %s: %s", addr, e.Internal.Reason, safeText(e.Internal.Detail)))
+			why = append(why, fmt.Sprintf("  %s internal: %s: %s", addr, e.Internal.Reason, svcSafeText(e.Internal.Detail)))
 		}
 		if e.External != nil && e.External.Detail != "" && *e.External != e.Internal {
-			why = append(why, fmt.Sprintf("  %s external: %s: %s", addr, e.External.Reason, safeText(e.External.Detail)))
+			why = append(why, fmt.Sprintf("  %s external: %s: %s", addr, e.External.Reason, svcSafeText(e.External.Detail)))
 		}
 	}
 	_ = tw.Flush()
@@ -183,7 +183,7 @@ func writePortText(b *bytes.Buffer, p *PortReport) {
 	}
 }
 
-func verdictWord(v Verdict) string {
+func svcVerdictWord(v EndpointVerdict) string {
 	switch {
 	case v.Used && v.Fallback:
 		return "used (fallback)"
@@ -193,14 +193,14 @@ func verdictWord(v Verdict) string {
 	return "no: " + string(v.Reason)
 }
 
-func yesNo(b bool) string {
+func svcYesNo(b bool) string {
 	if b {
 		return "yes"
 	}
 	return "no"
 }
 
-func dash(s string) string {
+func svcDash(s string) string {
 	if s == "" {
 		return "-"
 	}

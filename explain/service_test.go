@@ -19,15 +19,15 @@ import (
 	"github.com/proxykit/proxykit/changetracker"
 )
 
-const thisNode = "node-a"
+const svcThisNode = "node-a"
 
-var nodeA = Node{
-	Name:      thisNode,
+var svcNodeA = NodeInfo{
+	Name:      svcThisNode,
 	Labels:    map[string]string{v1.LabelTopologyZone: "zone-1"},
 	Addresses: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
 }
 
-func testService(mods ...func(*v1.Service)) *v1.Service {
+func svcTestService(mods ...func(*v1.Service)) *v1.Service {
 	s := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
 		Spec: v1.ServiceSpec{
@@ -48,7 +48,7 @@ func testService(mods ...func(*v1.Service)) *v1.Service {
 // ep is a slice endpoint: address, node, and conditions as "r" (ready),
 // "t" (terminating, serving), "tn" (terminating, not serving), "u"
 // (not ready, not serving).
-func ep(addr, node, cond string, zoneHints ...string) discoveryv1.Endpoint {
+func svcEP(addr, node, cond string, zoneHints ...string) discoveryv1.Endpoint {
 	e := discoveryv1.Endpoint{Addresses: []string{addr}, NodeName: ptr.To(node)}
 	switch cond {
 	case "r":
@@ -69,7 +69,7 @@ func ep(addr, node, cond string, zoneHints ...string) discoveryv1.Endpoint {
 	return e
 }
 
-func testSlice(name, portName string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+func svcTestSlice(name, portName string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -78,19 +78,19 @@ func testSlice(name, portName string, eps ...discoveryv1.Endpoint) *discoveryv1.
 	}
 }
 
-func withSlice(s *discoveryv1.EndpointSlice, m func(*discoveryv1.EndpointSlice)) *discoveryv1.EndpointSlice {
+func svcWithSlice(s *discoveryv1.EndpointSlice, m func(*discoveryv1.EndpointSlice)) *discoveryv1.EndpointSlice {
 	m(s)
 	return s
 }
 
-// row is one endpoint's verdicts in a report, compactly: "used",
+// svcRow is one endpoint's verdicts in a report, compactly: "used",
 // "used/fallback" or the reason, with the detail when the case asks.
-type row struct {
+type svcRow struct {
 	Port, Family, Endpoint string
 	Internal, External     string
 }
 
-func verdictString(v *Verdict, detail bool) string {
+func svcVerdictString(v *EndpointVerdict, detail bool) string {
 	if v == nil {
 		return "-"
 	}
@@ -107,217 +107,257 @@ func verdictString(v *Verdict, detail bool) string {
 	return s
 }
 
-func rows(r *ServiceReport, detail bool) []row {
-	var out []row
+func svcRows(r *ServiceReport, detail bool) []svcRow {
+	var out []svcRow
 	for _, p := range r.Ports {
 		for _, e := range p.Endpoints {
-			out = append(out, row{
+			out = append(out, svcRow{
 				Port: p.Name, Family: string(p.Family), Endpoint: e.Address + ":" + strconv.Itoa(int(e.Port)),
-				Internal: verdictString(&e.Internal, detail), External: verdictString(e.External, detail),
+				Internal: svcVerdictString(&e.Internal, detail), External: svcVerdictString(e.External, detail),
 			})
 		}
 	}
 	return out
 }
 
-type serviceCase struct {
+type svcCase struct {
 	name   string
 	in     ServiceInput
 	detail bool
-	want   []row
+	want   []svcRow
 	// wantNotProxied, when set, is the report's NotProxied.
 	wantNotProxied []string
 	// wantSlices, when set, is the report's slices as "name: reason".
 	wantSlices []string
+	// wantPorts, when set, is the report's ports as "name/family".
+	wantPorts []string
 }
 
-func serviceCases() []serviceCase {
-	r := func(ep, internal string) row { return row{"http", "IPv4", ep, internal, "-"} }
-	re := func(ep, internal, external string) row { return row{"http", "IPv4", ep, internal, external} }
+func svcCases() []svcCase {
+	r := func(ep, internal string) svcRow { return svcRow{"http", "IPv4", ep, internal, "-"} }
+	re := func(ep, internal, external string) svcRow { return svcRow{"http", "IPv4", ep, internal, external} }
 	nodePortLocal := func(s *v1.Service) {
 		s.Spec.Type = v1.ServiceTypeNodePort
 		s.Spec.Ports[0].NodePort = 30080
 		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
 	}
-	return []serviceCase{{
+	return []svcCase{{
 		name: "healthy",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r"), ep("10.244.2.10", "node-b", "r")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
 		}},
-		want:       []row{r("10.244.1.10:8080", "used"), r("10.244.2.10:8080", "used")},
+		want:       []svcRow{r("10.244.1.10:8080", "used"), r("10.244.2.10:8080", "used")},
 		wantSlices: []string{"web-1: used"},
 	}, {
 		name: "pods not ready",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "u"), ep("10.244.2.10", "node-b", "u")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "u"), svcEP("10.244.2.10", "node-b", "u")),
 		}},
 		detail: true,
-		want: []row{
+		want: []svcRow{
 			r("10.244.1.10:8080", "NotReady: not ready and not serving"),
 			r("10.244.2.10:8080", "NotReady: not ready and not serving"),
 		},
 	}, {
 		name: "slice port name differs from the Service port name",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "web", ep("10.244.1.10", thisNode, "r")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "web", svcEP("10.244.1.10", svcThisNode, "r")),
 		}},
 		detail: true,
-		want:   []row{r("10.244.1.10:0", `PortNameMismatch: the slice has no port named "http" with protocol TCP; its ports: "web" 8080/TCP`)},
+		want:   []svcRow{r("10.244.1.10:0", `PortNameMismatch: the slice has no port named "http" with protocol TCP; its ports: "web" 8080/TCP`)},
 	}, {
 		name: "slice without the service-name label",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			withSlice(testSlice("web-abcde", "http", ep("10.244.1.10", thisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.Labels = nil }),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcWithSlice(svcTestSlice("web-abcde", "http", svcEP("10.244.1.10", svcThisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.Labels = nil }),
 			// Another Service's slice is not looked at.
-			withSlice(testSlice("api-1", "http", ep("10.244.9.9", thisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.Labels[discoveryv1.LabelServiceName] = "api" }),
+			svcWithSlice(svcTestSlice("api-1", "http", svcEP("10.244.9.9", svcThisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.Labels[discoveryv1.LabelServiceName] = "api" }),
 		}},
 		detail:     true,
-		want:       []row{r("10.244.1.10:8080", `SliceWithoutServiceName: Ignoring invalid endpoint slice: endpoint slice "web-abcde" in namespace "shop": invalid: no kubernetes.io/service-name label`)},
+		want:       []svcRow{r("10.244.1.10:8080", `SliceWithoutServiceName: Ignoring invalid endpoint slice: endpoint slice "web-abcde" in namespace "shop": invalid: no kubernetes.io/service-name label`)},
 		wantSlices: []string{"web-abcde: SliceWithoutServiceName"},
 	}, {
 		name: "Service owned by another proxy",
-		in: ServiceInput{Service: testService(func(s *v1.Service) {
+		in: ServiceInput{Service: svcTestService(func(s *v1.Service) {
 			s.Labels = map[string]string{"service.kubernetes.io/service-proxy-name": "cilium"}
-		}), Slices: []*discoveryv1.EndpointSlice{testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r"))}},
-		want:           []row{r("10.244.1.10:8080", "ServiceNotProxied")},
+		}), Slices: []*discoveryv1.EndpointSlice{svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"))}},
+		want:           []svcRow{r("10.244.1.10:8080", "ServiceNotProxied")},
 		wantNotProxied: []string{"owned by another proxy: labelled service.kubernetes.io/service-proxy-name=cilium, and this proxy serves only Services without the label"},
 	}, {
 		name: "Service of this proxy by its service-proxy-name",
-		in: ServiceInput{Service: testService(func(s *v1.Service) {
+		in: ServiceInput{Service: svcTestService(func(s *v1.Service) {
 			s.Labels = map[string]string{"service.kubernetes.io/service-proxy-name": "mine"}
-		}), Proxy: ProxySettings{ServiceProxyName: "mine"}, Slices: []*discoveryv1.EndpointSlice{testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r"))}},
-		want: []row{r("10.244.1.10:8080", "used")},
+		}), Proxy: ProxySettings{ServiceProxyName: "mine"}, Slices: []*discoveryv1.EndpointSlice{svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"))}},
+		want: []svcRow{r("10.244.1.10:8080", "used")},
 	}, {
 		name: "headless Service",
-		in: ServiceInput{Service: testService(func(s *v1.Service) {
+		in: ServiceInput{Service: svcTestService(func(s *v1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = v1.ClusterIPNone, []string{v1.ClusterIPNone}
 		}),
-			Slices: []*discoveryv1.EndpointSlice{withSlice(testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.Labels[v1.IsHeadlessService] = "" })}},
-		want:           []row{r("10.244.1.10:8080", "SliceHeadless")},
+			Slices: []*discoveryv1.EndpointSlice{svcWithSlice(svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.Labels[v1.IsHeadlessService] = "" })}},
+		want:           []svcRow{r("10.244.1.10:8080", "SliceHeadless")},
 		wantNotProxied: []string{"headless (clusterIP None): served by DNS, not by the proxy"},
 		wantSlices:     []string{"web-1: SliceHeadless"},
 	}, {
 		name: "ExternalName Service",
-		in: ServiceInput{Service: testService(func(s *v1.Service) {
+		in: ServiceInput{Service: svcTestService(func(s *v1.Service) {
 			s.Spec = v1.ServiceSpec{Type: v1.ServiceTypeExternalName, ExternalName: "example.com", Ports: s.Spec.Ports}
 		})},
 		wantNotProxied: []string{"Skipping service for this IP family (ExternalName service)"},
 	}, {
 		name: "terminating endpoints used as fallback when none is ready",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "t"), ep("10.244.2.10", "node-b", "tn")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "t"), svcEP("10.244.2.10", "node-b", "tn")),
 		}},
 		detail: true,
-		want: []row{
+		want: []svcRow{
 			r("10.244.1.10:8080", "used/fallback: terminating but serving, and used as a fallback: no endpoint is ready in the cluster"),
 			r("10.244.2.10:8080", "TerminatingNotServing: terminating and not serving"),
 		},
 	}, {
 		name: "terminating endpoint not used when one is ready",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "t"), ep("10.244.2.10", "node-b", "r")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "t"), svcEP("10.244.2.10", "node-b", "r")),
 		}},
 		detail: true,
-		want: []row{
+		want: []svcRow{
 			r("10.244.1.10:8080", "Terminating: terminating but serving; not used as a fallback, because endpoints are ready in the cluster"),
 			r("10.244.2.10:8080", "used"),
 		},
 	}, {
 		name: "topology hints for another zone",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r", "zone-1"), ep("10.244.2.10", "node-b", "r", "zone-2")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r", "zone-1"), svcEP("10.244.2.10", "node-b", "r", "zone-2")),
 		}},
 		detail: true,
-		want: []row{
+		want: []svcRow{
 			r("10.244.1.10:8080", "used"),
 			r("10.244.2.10:8080", "TopologyHints: hinted for zone(s) zone-2; every ready endpoint has zone hints, so this node, in zone zone-1, uses those hinted for its zone"),
 		},
 	}, {
 		name: "not local under externalTrafficPolicy Local",
-		in: ServiceInput{Service: testService(nodePortLocal), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r"), ep("10.244.2.10", "node-b", "r")),
+		in: ServiceInput{Service: svcTestService(nodePortLocal), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
 		}},
 		detail: true,
-		want: []row{
+		want: []svcRow{
 			re("10.244.1.10:8080", "used", "used"),
 			re("10.244.2.10:8080", "used", "NotLocal: on node node-b, and policy Local uses only the endpoints on this node"),
 		},
 	}, {
 		name: "not local under internalTrafficPolicy Local",
-		in: ServiceInput{Service: testService(func(s *v1.Service) { s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal) }), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r"), ep("10.244.2.10", "node-b", "r")),
+		in: ServiceInput{Service: svcTestService(func(s *v1.Service) { s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal) }), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
 		}},
-		want: []row{r("10.244.1.10:8080", "used"), r("10.244.2.10:8080", "NotLocal")},
+		want: []svcRow{r("10.244.1.10:8080", "used"), r("10.244.2.10:8080", "NotLocal")},
 	}, {
 		name: "invalid Service refused with its field",
-		in: ServiceInput{Service: testService(func(s *v1.Service) { s.Spec.Ports[0].Name = "Http" }), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "Http", ep("10.244.1.10", thisNode, "r")),
+		in: ServiceInput{Service: svcTestService(func(s *v1.Service) { s.Spec.Ports[0].Name = "Http" }), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "Http", svcEP("10.244.1.10", svcThisNode, "r")),
 		}},
-		want: []row{{"Http", "IPv4", "10.244.1.10:8080", "SliceRefused", "-"}},
+		want: []svcRow{{"Http", "IPv4", "10.244.1.10:8080", "SliceRefused", "-"}},
 		wantNotProxied: []string{
 			`Ignoring invalid service: invalid: port name "Http": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
 		},
 		wantSlices: []string{"web-1: SliceRefused"},
 	}, {
 		name: "invalid endpoint address refused with the reason",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("127.0.0.1", thisNode, "r"), ep("10.244.2.10", "node-b", "r")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("127.0.0.1", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
 		}},
 		detail: true,
-		want: []row{
+		want: []svcRow{
 			r("127.0.0.1:8080", "EndpointRefused: Ignoring endpoint that cannot be a backend (loopback address)"),
 			r("10.244.2.10:8080", "used"),
 		},
 	}, {
 		name: "invalid cluster IP refused with the field",
-		in: ServiceInput{Service: testService(func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "192.168.0.1", []string{"192.168.0.1"} }), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r")),
+		in: ServiceInput{Service: svcTestService(func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "192.168.0.1", []string{"192.168.0.1"} }), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r")),
 		}},
 		detail: true,
-		want: []row{
+		want: []svcRow{
 			r("10.244.1.10:8080", `ServiceNotProxied: Ignoring invalid service: invalid: cluster IP "192.168.0.1": an address of this node`),
 		},
 		wantNotProxied: []string{`Ignoring invalid service: invalid: cluster IP "192.168.0.1": an address of this node`},
 	}, {
 		name: "endpoints of another family",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r")),
-			withSlice(testSlice("web-2", "http", ep("fd00::10", thisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeIPv6 }),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r")),
+			svcWithSlice(svcTestSlice("web-2", "http", svcEP("fd00::10", svcThisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeIPv6 }),
 		}},
-		want:       []row{r("10.244.1.10:8080", "used"), r("fd00::10:8080", "OtherFamily")},
+		want:       []svcRow{r("10.244.1.10:8080", "used"), r("fd00::10:8080", "OtherFamily")},
 		wantSlices: []string{"web-1: used", "web-2: OtherFamily"},
 	}, {
 		name: "dual-stack Service on a dual-stack node",
 		in: ServiceInput{
-			Service: testService(func(s *v1.Service) {
+			Service: svcTestService(func(s *v1.Service) {
 				s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::10"}
 				s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 			}),
 			Proxy: ProxySettings{Families: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}},
 			Slices: []*discoveryv1.EndpointSlice{
-				testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r")),
-				withSlice(testSlice("web-2", "http", ep("fd00::10", thisNode, "u")), func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeIPv6 }),
+				svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r")),
+				svcWithSlice(svcTestSlice("web-2", "http", svcEP("fd00::10", svcThisNode, "u")), func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeIPv6 }),
 			}},
-		want: []row{r("10.244.1.10:8080", "used"), {"http", "IPv6", "fd00::10:8080", "NotReady", "-"}},
+		want:      []svcRow{r("10.244.1.10:8080", "used"), {"http", "IPv6", "fd00::10:8080", "NotReady", "-"}},
+		wantPorts: []string{"http/IPv4", "http/IPv6"},
+	}, {
+		name: "single-stack Service on a dual-stack node",
+		in: ServiceInput{
+			Service: svcTestService(),
+			Proxy:   ProxySettings{Families: []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}},
+			Slices:  []*discoveryv1.EndpointSlice{svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"))},
+		},
+		want:      []svcRow{r("10.244.1.10:8080", "used")},
+		wantPorts: []string{"http/IPv4"},
+	}, {
+		name: "IPv6 Service on an IPv4 proxy",
+		in: ServiceInput{
+			Service: svcTestService(func(s *v1.Service) {
+				s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = "fd00:96::10", []string{"fd00:96::10"}, []v1.IPFamily{v1.IPv6Protocol}
+			}),
+			Slices: []*discoveryv1.EndpointSlice{svcWithSlice(svcTestSlice("web-1", "http", svcEP("fd00::10", svcThisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeIPv6 })},
+		},
+		want:           []svcRow{{"http", "IPv6", "fd00::10:8080", "ServiceNotProxied", "-"}},
+		wantNotProxied: []string{"the proxy runs IPv4 only and the Service is IPv6 only"},
+	}, {
+		name: "node hints for another node",
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcWithSlice(svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")), func(s *discoveryv1.EndpointSlice) {
+				for i, n := range []string{svcThisNode, "node-b"} {
+					s.Endpoints[i].Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: n}}}
+				}
+			}),
+		}},
+		detail: true,
+		want: []svcRow{
+			r("10.244.1.10:8080", "used"),
+			r("10.244.2.10:8080", "TopologyHints: hinted for node(s) node-b; every ready endpoint has node hints, so this node (node-a) uses those hinted for it"),
+		},
+	}, {
+		name:           "Service without ports",
+		in:             ServiceInput{Service: svcTestService(func(s *v1.Service) { s.Spec.Ports = nil })},
+		wantNotProxied: []string{"the Service has no ports"},
 	}, {
 		name: "the same address in two slices",
-		in: ServiceInput{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
-			testSlice("web-1", "http", ep("10.244.1.10", thisNode, "t")),
-			testSlice("web-2", "http", ep("10.244.1.10", thisNode, "r")),
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "t")),
+			svcTestSlice("web-2", "http", svcEP("10.244.1.10", svcThisNode, "r")),
 		}},
-		want: []row{r("10.244.1.10:8080", "Duplicate"), r("10.244.1.10:8080", "used")},
+		want: []svcRow{r("10.244.1.10:8080", "Duplicate"), r("10.244.1.10:8080", "used")},
 	}}
 }
 
 func TestExplainService(t *testing.T) {
-	for _, tc := range serviceCases() {
+	for _, tc := range svcCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
-			in.Node = nodeA
+			in.Node = svcNodeA
 			r, err := ExplainService(in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, rows(r, tc.detail)); diff != "" {
+			if diff := cmp.Diff(tc.want, svcRows(r, tc.detail)); diff != "" {
 				t.Errorf("verdicts (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantNotProxied, r.NotProxied); diff != "" {
@@ -325,6 +365,15 @@ func TestExplainService(t *testing.T) {
 			}
 			if r.Proxied != (len(tc.wantNotProxied) == 0) {
 				t.Errorf("Proxied = %t with NotProxied %q", r.Proxied, r.NotProxied)
+			}
+			if tc.wantPorts != nil {
+				var got []string
+				for _, p := range r.Ports {
+					got = append(got, p.Name+"/"+string(p.Family))
+				}
+				if diff := cmp.Diff(tc.wantPorts, got); diff != "" {
+					t.Errorf("ports (-want +got):\n%s", diff)
+				}
 			}
 			if tc.wantSlices != nil {
 				var got []string
@@ -348,17 +397,17 @@ func TestExplainService(t *testing.T) {
 // calls used exactly the endpoints CategorizeEndpoints gives each kind of
 // traffic, so that the view cannot drift from what the proxy programs.
 func TestExplainServiceAgreesWithTrackers(t *testing.T) {
-	for _, tc := range serviceCases() {
+	for _, tc := range svcCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
-			in.Node = nodeA
+			in.Node = svcNodeA
 			r, err := ExplainService(in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, family := range proxyFamilies(in.Proxy.Families, nodeA.Addresses) {
-				st := changetracker.NewServiceChangeTracker(family, nil, changetracker.WithNodeIPs(nodeA.Addresses...))
-				et := changetracker.NewEndpointsChangeTracker(family, thisNode, nil)
+			for _, family := range proxyFamilies(in.Proxy.Families, svcNodeA.Addresses) {
+				st := changetracker.NewServiceChangeTracker(family, nil, changetracker.WithNodeIPs(svcNodeA.Addresses...))
+				et := changetracker.NewEndpointsChangeTracker(family, svcThisNode, nil)
 				svcMap, epMap := changetracker.ServicePortMap{}, changetracker.EndpointsMap{}
 				if !slices.ContainsFunc(r.NotProxied, func(s string) bool { return strings.HasPrefix(s, "owned by") || strings.HasPrefix(s, "headless") }) {
 					st.Update(nil, in.Service)
@@ -371,7 +420,7 @@ func TestExplainServiceAgreesWithTrackers(t *testing.T) {
 				svcMap.Update(st)
 				epMap.Update(et)
 				for name, sp := range svcMap {
-					cluster, local, _, _ := changetracker.CategorizeEndpoints(epMap[name], sp, thisNode, nodeA.Labels)
+					cluster, local, _, _ := changetracker.CategorizeEndpoints(epMap[name], sp, svcThisNode, svcNodeA.Labels)
 					internal, external := cluster, cluster
 					if sp.InternalPolicyLocal() {
 						internal = local
@@ -382,11 +431,11 @@ func TestExplainServiceAgreesWithTrackers(t *testing.T) {
 					if !sp.ExternallyAccessible() {
 						external = nil
 					}
-					gotInternal, gotExternal := usedIn(r, name, family)
-					if diff := cmp.Diff(endpointStrings(internal), gotInternal); diff != "" {
+					gotInternal, gotExternal := svcUsedIn(r, name, family)
+					if diff := cmp.Diff(svcEndpointStrings(internal), gotInternal); diff != "" {
 						t.Errorf("%s %s internal endpoints (-trackers +report):\n%s", name, family, diff)
 					}
-					if diff := cmp.Diff(endpointStrings(external), gotExternal); diff != "" {
+					if diff := cmp.Diff(svcEndpointStrings(external), gotExternal); diff != "" {
 						t.Errorf("%s %s external endpoints (-trackers +report):\n%s", name, family, diff)
 					}
 				}
@@ -397,7 +446,7 @@ func TestExplainServiceAgreesWithTrackers(t *testing.T) {
 					if _, ok := svcMap[name]; ok || p.Family != family {
 						continue
 					}
-					if i, e := usedIn(r, name, family); len(i) > 0 || len(e) > 0 {
+					if i, e := svcUsedIn(r, name, family); len(i) > 0 || len(e) > 0 {
 						t.Errorf("%s %s: the report uses %q %q, the trackers hold no such port", name, family, i, e)
 					}
 				}
@@ -406,7 +455,7 @@ func TestExplainServiceAgreesWithTrackers(t *testing.T) {
 	}
 }
 
-func endpointStrings(eps []changetracker.Endpoint) []string {
+func svcEndpointStrings(eps []changetracker.Endpoint) []string {
 	var out []string
 	for _, ep := range eps {
 		out = append(out, ep.String())
@@ -415,9 +464,9 @@ func endpointStrings(eps []changetracker.Endpoint) []string {
 	return out
 }
 
-// usedIn returns the "ip:port" of the endpoints the report calls used
+// svcUsedIn returns the "ip:port" of the endpoints the report calls used
 // for internal and external traffic of one port and family, sorted.
-func usedIn(r *ServiceReport, name changetracker.ServicePortName, family v1.IPFamily) (internal, external []string) {
+func svcUsedIn(r *ServiceReport, name changetracker.ServicePortName, family v1.IPFamily) (internal, external []string) {
 	for _, p := range r.Ports {
 		if p.Name != name.Port || p.Protocol != name.Protocol || p.Family != family {
 			continue
@@ -438,7 +487,7 @@ func usedIn(r *ServiceReport, name changetracker.ServicePortName, family v1.IPFa
 }
 
 func TestExplainServiceWaysIn(t *testing.T) {
-	svc := testService(func(s *v1.Service) {
+	svc := svcTestService(func(s *v1.Service) {
 		s.Spec.Type = v1.ServiceTypeLoadBalancer
 		s.Spec.Ports[0].NodePort = 30080
 		s.Spec.ExternalIPs = []string{"203.0.113.7"}
@@ -446,8 +495,8 @@ func TestExplainServiceWaysIn(t *testing.T) {
 		s.Spec.HealthCheckNodePort = 31000
 		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.9"}}
 	})
-	r, err := ExplainService(ServiceInput{Service: svc, Node: nodeA, Slices: []*discoveryv1.EndpointSlice{
-		testSlice("web-1", "http", ep("10.244.1.10", thisNode, "r"), ep("10.244.2.10", "node-b", "r")),
+	r, err := ExplainService(ServiceInput{Service: svc, Node: svcNodeA, Slices: []*discoveryv1.EndpointSlice{
+		svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -465,14 +514,14 @@ func TestExplainServiceWaysIn(t *testing.T) {
 }
 
 func TestExplainServicePort(t *testing.T) {
-	svc := testService(func(s *v1.Service) {
+	svc := svcTestService(func(s *v1.Service) {
 		s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "metrics", Port: 9090, Protocol: v1.ProtocolTCP})
 	})
 	for _, tc := range []struct {
 		port string
 		want []string
 	}{{"", []string{"http", "metrics"}}, {"metrics", []string{"metrics"}}, {"80", []string{"http"}}} {
-		r, err := ExplainService(ServiceInput{Service: svc, Node: nodeA, Port: tc.port})
+		r, err := ExplainService(ServiceInput{Service: svc, Node: svcNodeA, Port: tc.port})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -484,7 +533,7 @@ func TestExplainServicePort(t *testing.T) {
 			t.Errorf("port %q (-want +got):\n%s", tc.port, diff)
 		}
 	}
-	if _, err := ExplainService(ServiceInput{Service: svc, Node: nodeA, Port: "nope"}); err == nil {
+	if _, err := ExplainService(ServiceInput{Service: svc, Node: svcNodeA, Port: "nope"}); err == nil {
 		t.Error("port nope: no error")
 	}
 }
@@ -494,10 +543,10 @@ func TestExplainServicePort(t *testing.T) {
 // still decodes to the text as it was.
 func TestServiceReportEscapes(t *testing.T) {
 	evil := "web\x1b[31m\u009b2J\u202e\nx"
-	svc := testService(func(s *v1.Service) { s.Name = evil })
-	sl := testSlice("web-1\x1b]0;pwned\a", "http", ep("10.244.1.10", "node\x1b[2J", "r"))
+	svc := svcTestService(func(s *v1.Service) { s.Name = evil })
+	sl := svcTestSlice("web-1\x1b]0;pwned\a", "http", svcEP("10.244.1.10", "node\x1b[2J", "r"))
 	sl.Labels[discoveryv1.LabelServiceName] = evil
-	r, err := ExplainService(ServiceInput{Service: svc, Node: nodeA, Slices: []*discoveryv1.EndpointSlice{sl}})
+	r, err := ExplainService(ServiceInput{Service: svc, Node: svcNodeA, Slices: []*discoveryv1.EndpointSlice{sl}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,7 +155,7 @@ func readAndExplainService(ctx context.Context, target serviceTarget, o *options
 	in := explain.ServiceInput{
 		Service: svc,
 		Slices:  make([]*discoveryv1.EndpointSlice, 0, len(list.Items)),
-		Node:    explain.Node{Name: nodeName},
+		Node:    explain.NodeInfo{Name: nodeName},
 		Proxy:   explain.ProxySettings{ServiceProxyName: proxyName},
 		Port:    target.port,
 	}
