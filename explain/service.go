@@ -618,6 +618,7 @@ func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, ca
 		pr.WaysIn = waysIn(svcPort, cat)
 	}
 
+	claimed := map[changetracker.Endpoint]bool{}
 	for _, c := range cands {
 		fam := sliceFamily(c.slice)
 		if fam != fs.family && shown[fam] {
@@ -625,6 +626,7 @@ func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, ca
 		}
 		for k := range c.slice.Endpoints {
 			er, excluded := endpointBase(c, k, sp.Name, proto)
+			var ep changetracker.Endpoint
 			switch {
 			case excluded.Reason != "":
 			case c.headless:
@@ -634,7 +636,7 @@ func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, ca
 			case fam != fs.family:
 				excluded = EndpointVerdict{Reason: ReasonOtherFamily, Detail: fmt.Sprintf("an %s slice; the proxy serves the port in %s only", fam, fs.family)}
 			default:
-				excluded = trackerExclusion(c, k, fs, er, pr, eps)
+				excluded, ep = trackerExclusion(c, k, fs, er, pr, eps, claimed)
 			}
 			if excluded.Reason != "" {
 				er.Internal = excluded
@@ -643,7 +645,7 @@ func portReport(sp *v1.ServicePort, fs *familyState, nn types.NamespacedName, ca
 					er.External = &v
 				}
 			} else {
-				ep := findEndpoint(eps, er)
+				claimed[ep] = true
 				er.Internal = cat.verdict(ep, cat.internal, cat.internalPolicy, node)
 				if pr.ExternalPolicy != "" {
 					v := cat.verdict(ep, cat.external, cat.externalPolicy, node)
@@ -718,24 +720,27 @@ func endpointBase(c svcCandidate, k int, portName string, proto v1.Protocol) (En
 }
 
 // trackerExclusion returns why the tracker, not the categorisation, left
-// out slice endpoint k, or the zero EndpointVerdict when it kept it.
-func trackerExclusion(c svcCandidate, k int, fs *familyState, er EndpointReport, pr PortReport, eps []changetracker.Endpoint) EndpointVerdict {
+// out slice endpoint k, or the zero EndpointVerdict and the tracker's
+// endpoint for it when it kept it. claimed holds the tracker's endpoints
+// already matched to a slice endpoint: of copies of one endpoint in
+// several slices, one is kept, and the others are duplicates.
+func trackerExclusion(c svcCandidate, k int, fs *familyState, er EndpointReport, pr PortReport, eps []changetracker.Endpoint, claimed map[changetracker.Endpoint]bool) (EndpointVerdict, changetracker.Endpoint) {
 	logs := fs.sliceLogs[c.slice]
 	if l, refused := sliceRefusal(logs); refused {
 		if c.unlabelled {
-			return EndpointVerdict{Reason: ReasonSliceUnlabelled, Detail: l.text()}
+			return EndpointVerdict{Reason: ReasonSliceUnlabelled, Detail: l.text()}, nil
 		}
-		return EndpointVerdict{Reason: ReasonSliceRefused, Detail: l.text()}
+		return EndpointVerdict{Reason: ReasonSliceRefused, Detail: l.text()}, nil
 	}
 	for _, l := range logs {
 		if pn, ok := l.kv["portName"]; ok && pn == logsafe.Quote(pr.Name) && !strings.Contains(l.msg, "duplicate") {
-			return EndpointVerdict{Reason: ReasonSliceRefused, Detail: l.text()}
+			return EndpointVerdict{Reason: ReasonSliceRefused, Detail: l.text()}, nil
 		}
 	}
 	if len(c.slice.Endpoints[k].Addresses) == 0 {
 		for _, l := range logs {
 			if l.kv["index"] == strconv.Itoa(k) {
-				return EndpointVerdict{Reason: ReasonEndpointRefused, Detail: l.text()}
+				return EndpointVerdict{Reason: ReasonEndpointRefused, Detail: l.text()}, nil
 			}
 		}
 	}
@@ -745,33 +750,35 @@ func trackerExclusion(c svcCandidate, k int, fs *familyState, er EndpointReport,
 			if l.msg == "Ignoring endpoint of the other IP family" {
 				v.Reason = ReasonOtherFamily
 			}
-			return v
+			return v, nil
 		}
 	}
 	if !pr.Proxied {
-		return EndpointVerdict{Reason: ReasonServiceNotProxied, Detail: pr.NotProxied}
+		return EndpointVerdict{Reason: ReasonServiceNotProxied, Detail: pr.NotProxied}, nil
 	}
-	if findEndpoint(eps, er) != nil {
-		return EndpointVerdict{}
+	if ep := findEndpoint(eps, er, claimed); ep != nil {
+		return EndpointVerdict{}, ep
 	}
+	ip, _ := changetracker.ParseAddr(er.Address)
 	for _, ep := range eps {
-		if ep.IP().String() == er.Address && ep.Port() == int(er.Port) {
-			return EndpointVerdict{Reason: ReasonDuplicate, Detail: "another slice lists " + ep.String() + " too, and the tracker kept that copy"}
+		if ep.IP() == ip && ep.Port() == int(er.Port) {
+			return EndpointVerdict{Reason: ReasonDuplicate, Detail: "another slice lists " + ep.String() + " too, and the tracker kept that copy"}, nil
 		}
 	}
-	return EndpointVerdict{Reason: ReasonEndpointRefused, Detail: "the tracker did not keep it"}
+	return EndpointVerdict{Reason: ReasonEndpointRefused, Detail: "the tracker did not keep it"}, nil
 }
 
-// findEndpoint returns the tracker's endpoint for a slice endpoint: the
-// same address and port, with the same conditions (of copies of one
+// findEndpoint returns the tracker's endpoint for a slice endpoint, not
+// yet claimed by another: the same address (parsed as the tracker parses
+// it) and port, with the same conditions and node (of copies of one
 // address in several slices, the tracker keeps one).
-func findEndpoint(eps []changetracker.Endpoint, er EndpointReport) changetracker.Endpoint {
-	ip, err := netip.ParseAddr(er.Address)
-	if err != nil {
+func findEndpoint(eps []changetracker.Endpoint, er EndpointReport, claimed map[changetracker.Endpoint]bool) changetracker.Endpoint {
+	ip, ok := changetracker.ParseAddr(er.Address)
+	if !ok {
 		return nil
 	}
 	for _, ep := range eps {
-		if ep.IP() == ip && ep.Port() == int(er.Port) && ep.IsReady() == er.Ready &&
+		if !claimed[ep] && ep.IP() == ip && ep.Port() == int(er.Port) && ep.IsReady() == er.Ready &&
 			ep.IsServing() == er.Serving && ep.IsTerminating() == er.Terminating && ep.NodeName() == er.NodeName {
 			return ep
 		}

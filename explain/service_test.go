@@ -335,6 +335,19 @@ func svcCases() []svcCase {
 			r("10.244.2.10:8080", "TopologyHints: hinted for node(s) node-b; every ready endpoint has node hints, so this node (node-a) uses those hinted for it"),
 		},
 	}, {
+		name: "the same endpoint alike in two slices",
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r")),
+			svcTestSlice("web-2", "http", svcEP("10.244.1.10", svcThisNode, "r")),
+		}},
+		want: []svcRow{r("10.244.1.10:8080", "used"), r("10.244.1.10:8080", "Duplicate")},
+	}, {
+		name: "an address with leading zeros, as old API servers allowed",
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("010.244.001.010", svcThisNode, "r")),
+		}},
+		want: []svcRow{r("010.244.001.010:8080", "used")},
+	}, {
 		name:           "Service without ports",
 		in:             ServiceInput{Service: svcTestService(func(s *v1.Service) { s.Spec.Ports = nil })},
 		wantNotProxied: []string{"the Service has no ports"},
@@ -472,7 +485,8 @@ func svcUsedIn(r *ServiceReport, name changetracker.ServicePortName, family v1.I
 			continue
 		}
 		for _, e := range p.Endpoints {
-			s := netip.AddrPortFrom(netip.MustParseAddr(e.Address), uint16(e.Port)).String()
+			ip, _ := changetracker.ParseAddr(e.Address)
+			s := netip.AddrPortFrom(ip, uint16(e.Port)).String()
 			if e.Internal.Used {
 				internal = append(internal, s)
 			}
