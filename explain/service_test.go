@@ -348,6 +348,32 @@ func svcCases() []svcCase {
 		}},
 		want: []svcRow{r("010.244.001.010:8080", "used")},
 	}, {
+		name: "invalid slice refused with its field",
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcWithSlice(svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r")), func(s *discoveryv1.EndpointSlice) {
+				s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To("Metrics"), Port: ptr.To[int32](9090)})
+			}),
+		}},
+		detail: true,
+		want: []svcRow{r("10.244.1.10:8080", `SliceRefused: Ignoring invalid endpoint slice: invalid: port name "Metrics": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`)},
+	}, {
+		name: "slice port without a number",
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcWithSlice(svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r")), func(s *discoveryv1.EndpointSlice) { s.Ports[0].Port = nil }),
+		}},
+		detail: true,
+		want:   []svcRow{r("10.244.1.10:0", "SliceRefused: Ignoring endpoint slice port without a number")},
+	}, {
+		name: "an IPv6 address in an IPv4 slice",
+		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
+			svcTestSlice("web-1", "http", svcEP("fd00::10", svcThisNode, "r"), svcEP("10.244.1.10", svcThisNode, "r")),
+		}},
+		detail: true,
+		want: []svcRow{
+			r("fd00::10:8080", "OtherFamily: Ignoring endpoint of the other IP family"),
+			r("10.244.1.10:8080", "used"),
+		},
+	}, {
 		name:           "Service without ports",
 		in:             ServiceInput{Service: svcTestService(func(s *v1.Service) { s.Spec.Ports = nil })},
 		wantNotProxied: []string{"the Service has no ports"},

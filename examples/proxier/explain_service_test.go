@@ -107,3 +107,23 @@ func TestExplainServiceCLIErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainServiceCLINoNode: without a Node object the command still
+// explains, says so on stderr, and uses no zone.
+func TestExplainServiceCLINoNode(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := explainServiceCmd(context.Background(), []string{"shop/web", "--manifests", explainManifests, "--hostname-override", "node-z", "-o", "json"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	if want := `node node-z not found: explaining without its zone and addresses`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+	}
+	var r explain.ServiceReport
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Node != "node-z" || r.Zone != "" || !r.Proxied {
+		t.Errorf("report for node %q zone %q proxied %t", r.Node, r.Zone, r.Proxied)
+	}
+}
