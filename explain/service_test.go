@@ -355,7 +355,7 @@ func svcCases() []svcCase {
 			}),
 		}},
 		detail: true,
-		want: []svcRow{r("10.244.1.10:8080", `SliceRefused: Ignoring invalid endpoint slice: invalid: port name "Metrics": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`)},
+		want:   []svcRow{r("10.244.1.10:8080", `SliceRefused: Ignoring invalid endpoint slice: invalid: port name "Metrics": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`)},
 	}, {
 		name: "slice port without a number",
 		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
