@@ -136,23 +136,23 @@ type svcCase struct {
 func svcCases() []svcCase {
 	r := func(ep, internal string) svcRow { return svcRow{"http", "IPv4", ep, internal, "-"} }
 	re := func(ep, internal, external string) svcRow { return svcRow{"http", "IPv4", ep, internal, external} }
+	// oneSlice is the usual input: the Service and one slice of its port.
+	oneSlice := func(eps ...discoveryv1.Endpoint) ServiceInput {
+		return ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{svcTestSlice("web-1", "http", eps...)}}
+	}
 	nodePortLocal := func(s *v1.Service) {
 		s.Spec.Type = v1.ServiceTypeNodePort
 		s.Spec.Ports[0].NodePort = 30080
 		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
 	}
 	return []svcCase{{
-		name: "healthy",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
-		}},
+		name:       "healthy",
+		in:         oneSlice(svcEP("10.244.1.10", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
 		want:       []svcRow{r("10.244.1.10:8080", "used"), r("10.244.2.10:8080", "used")},
 		wantSlices: []string{"web-1: used"},
 	}, {
-		name: "pods not ready",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "u"), svcEP("10.244.2.10", "node-b", "u")),
-		}},
+		name:   "pods not ready",
+		in:     oneSlice(svcEP("10.244.1.10", svcThisNode, "u"), svcEP("10.244.2.10", "node-b", "u")),
 		detail: true,
 		want: []svcRow{
 			r("10.244.1.10:8080", "NotReady: not ready and not serving"),
@@ -204,30 +204,24 @@ func svcCases() []svcCase {
 		})},
 		wantNotProxied: []string{"Skipping service for this IP family (ExternalName service)"},
 	}, {
-		name: "terminating endpoints used as fallback when none is ready",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "t"), svcEP("10.244.2.10", "node-b", "tn")),
-		}},
+		name:   "terminating endpoints used as fallback when none is ready",
+		in:     oneSlice(svcEP("10.244.1.10", svcThisNode, "t"), svcEP("10.244.2.10", "node-b", "tn")),
 		detail: true,
 		want: []svcRow{
 			r("10.244.1.10:8080", "used/fallback: terminating but serving, and used as a fallback: no endpoint is ready in the cluster"),
 			r("10.244.2.10:8080", "TerminatingNotServing: terminating and not serving"),
 		},
 	}, {
-		name: "terminating endpoint not used when one is ready",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "t"), svcEP("10.244.2.10", "node-b", "r")),
-		}},
+		name:   "terminating endpoint not used when one is ready",
+		in:     oneSlice(svcEP("10.244.1.10", svcThisNode, "t"), svcEP("10.244.2.10", "node-b", "r")),
 		detail: true,
 		want: []svcRow{
 			r("10.244.1.10:8080", "Terminating: terminating but serving; not used as a fallback, because endpoints are ready in the cluster"),
 			r("10.244.2.10:8080", "used"),
 		},
 	}, {
-		name: "topology hints for another zone",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("10.244.1.10", svcThisNode, "r", "zone-1"), svcEP("10.244.2.10", "node-b", "r", "zone-2")),
-		}},
+		name:   "topology hints for another zone",
+		in:     oneSlice(svcEP("10.244.1.10", svcThisNode, "r", "zone-1"), svcEP("10.244.2.10", "node-b", "r", "zone-2")),
 		detail: true,
 		want: []svcRow{
 			r("10.244.1.10:8080", "used"),
@@ -260,10 +254,8 @@ func svcCases() []svcCase {
 		},
 		wantSlices: []string{"web-1: SliceRefused"},
 	}, {
-		name: "invalid endpoint address refused with the reason",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("127.0.0.1", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
-		}},
+		name:   "invalid endpoint address refused with the reason",
+		in:     oneSlice(svcEP("127.0.0.1", svcThisNode, "r"), svcEP("10.244.2.10", "node-b", "r")),
 		detail: true,
 		want: []svcRow{
 			r("127.0.0.1:8080", "EndpointRefused: Ignoring endpoint that cannot be a backend (loopback address)"),
@@ -343,9 +335,7 @@ func svcCases() []svcCase {
 		want: []svcRow{r("10.244.1.10:8080", "used"), r("10.244.1.10:8080", "Duplicate")},
 	}, {
 		name: "an address with leading zeros, as old API servers allowed",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("010.244.001.010", svcThisNode, "r")),
-		}},
+		in:   oneSlice(svcEP("010.244.001.010", svcThisNode, "r")),
 		want: []svcRow{r("010.244.001.010:8080", "used")},
 	}, {
 		name: "invalid slice refused with its field",
@@ -364,10 +354,8 @@ func svcCases() []svcCase {
 		detail: true,
 		want:   []svcRow{r("10.244.1.10:0", "SliceRefused: Ignoring endpoint slice port without a number")},
 	}, {
-		name: "an IPv6 address in an IPv4 slice",
-		in: ServiceInput{Service: svcTestService(), Slices: []*discoveryv1.EndpointSlice{
-			svcTestSlice("web-1", "http", svcEP("fd00::10", svcThisNode, "r"), svcEP("10.244.1.10", svcThisNode, "r")),
-		}},
+		name:   "an IPv6 address in an IPv4 slice",
+		in:     oneSlice(svcEP("fd00::10", svcThisNode, "r"), svcEP("10.244.1.10", svcThisNode, "r")),
 		detail: true,
 		want: []svcRow{
 			r("fd00::10:8080", "OtherFamily: Ignoring endpoint of the other IP family"),
