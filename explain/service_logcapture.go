@@ -3,7 +3,7 @@ package explain
 import (
 	"fmt"
 
-	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 )
 
 // trackerLog is one line a tracker logged while it was fed one object: the
@@ -30,18 +30,18 @@ func (l trackerLog) text() string {
 	return s
 }
 
-// captureSink is a logr.LogSink that keeps every line, at every verbosity,
+// captureSink is a klog.LogSink that keeps every line, at every verbosity,
 // for the tracker calls of one object.
 type captureSink struct {
 	lines *[]trackerLog
 }
 
-func newCapture() (logr.Logger, *[]trackerLog) {
+func newCapture() (klog.Logger, *[]trackerLog) {
 	var lines []trackerLog
-	return logr.New(captureSink{lines: &lines}), &lines
+	return klog.New(captureSink{lines: &lines}), &lines
 }
 
-func (captureSink) Init(logr.RuntimeInfo) {}
+func (captureSink) Init(klog.RuntimeInfo) {}
 
 // Enabled is true at every level: the V(2) and V(4) lines say why a port or
 // a Service is skipped.
@@ -61,6 +61,6 @@ func (s captureSink) add(msg string, err error, kv []any) {
 
 // WithValues drops the values: the trackers log through the logger they
 // were given, with no values added.
-func (s captureSink) WithValues(...any) logr.LogSink { return s }
+func (s captureSink) WithValues(...any) klog.LogSink { return s }
 
-func (s captureSink) WithName(string) logr.LogSink { return s }
+func (s captureSink) WithName(string) klog.LogSink { return s }
