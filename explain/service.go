@@ -21,8 +21,8 @@ import (
 	"github.com/proxykit/proxykit/proxier/config"
 )
 
-// NodeInfo is the node a service report is made for, as the proxy on it sees
-// it.
+// NodeInfo is the node a service report is made for, as the proxy on it
+// sees it.
 type NodeInfo struct {
 	// Name is the node's name (--hostname-override): endpoints with this
 	// nodeName are local.
@@ -42,8 +42,8 @@ type ProxySettings struct {
 	// the Services without the label.
 	ServiceProxyName string
 	// Families are the IP families the proxy runs, primary first. Empty
-	// means the families of NodeInfo.Addresses, or IPv4 alone when the node has
-	// none.
+	// means the families of NodeInfo.Addresses, or IPv4 alone when the
+	// node has none.
 	Families []v1.IPFamily
 }
 
