@@ -91,3 +91,12 @@ func familyOf(ip netip.Addr) v1.IPFamily {
 // and an IPv4-mapped IPv6 prefix is taken as IPv4. It reports false for
 // anything else, an address without a length included.
 func ParseCIDR(s string) (netip.Prefix, bool) { return parsePrefix(s) }
+
+// ParseAddr parses an IP address the way the trackers read one in a
+// Service or an EndpointSlice: strictly, or with the IPv4 octets with
+// leading zeros that old API servers let through (kubernetes#108074). An
+// IPv4-mapped IPv6 address is returned as IPv4. It reports false for
+// anything else, an address with a zone included. A caller that matches
+// the API's address strings to the trackers' Endpoint.IP values needs it
+// to agree with them on every form.
+func ParseAddr(s string) (netip.Addr, bool) { return parseAddr(s) }

@@ -97,6 +97,27 @@ func CategorizeEndpoints(endpoints []Endpoint, svc ServicePort, nodeName string,
 	return clusterEndpoints, localEndpoints, all, hasAnyEndpoints
 }
 
+// ClusterTopology says which hints CategorizeEndpoints follows for the
+// Cluster-policy traffic of a port with these endpoints on the node
+// nodeName with labels nodeLabels: v1.ServiceTrafficDistributionPreferSameNode
+// when it keeps only the endpoints hinted for this node,
+// v1.ServiceTrafficDistributionPreferSameZone when it keeps only those
+// hinted for this node's zone, and "" when it ignores hints (no ready
+// endpoint, one ready endpoint without a hint of the kind, or none hinted
+// for this node or zone). It does not look at the Service: a port that
+// never uses Cluster policy follows no hints whatever this returns. It lets
+// a caller say why CategorizeEndpoints left out a ready endpoint without
+// deciding it a second time.
+func ClusterTopology(endpoints []Endpoint, nodeName string, nodeLabels map[string]string) string {
+	switch topologyModeFromHints(endpoints, nodeName, nodeLabels[v1.LabelTopologyZone]) {
+	case topologySameNode:
+		return v1.ServiceTrafficDistributionPreferSameNode
+	case topologySameZone:
+		return v1.ServiceTrafficDistributionPreferSameZone
+	}
+	return ""
+}
+
 // localServingTerminatingOnly reports whether Local traffic falls back to
 // terminating endpoints, in which case they may be missing from the Cluster
 // list.

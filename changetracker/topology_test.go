@@ -225,3 +225,39 @@ func TestCategorizeEndpoints(t *testing.T) {
 		})
 	}
 }
+
+func TestClusterTopology(t *testing.T) {
+	ep := func(ip string, ready bool, zones, nodes []string) Endpoint {
+		info := EndpointInfo{IP: netip.MustParseAddr(ip), Port: 80, Ready: ready, Serving: ready}
+		if zones != nil {
+			info.ZoneHints = sets.New(zones...)
+		}
+		if nodes != nil {
+			info.NodeHints = sets.New(nodes...)
+		}
+		return NewBaseEndpoint(info)
+	}
+	zoneA := map[string]string{v1.LabelTopologyZone: "zone-a"}
+	tests := []struct {
+		name      string
+		endpoints []Endpoint
+		labels    map[string]string
+		want      string
+	}{
+		{"no endpoints", nil, zoneA, ""},
+		{"no hints", []Endpoint{ep("10.0.0.1", true, nil, nil)}, zoneA, ""},
+		{"zone hints for this zone", []Endpoint{ep("10.0.0.1", true, []string{"zone-a"}, nil), ep("10.0.0.2", true, []string{"zone-b"}, nil)}, zoneA, v1.ServiceTrafficDistributionPreferSameZone},
+		{"zone hints, node without a zone", []Endpoint{ep("10.0.0.1", true, []string{"zone-a"}, nil)}, nil, ""},
+		{"zone hints for other zones only", []Endpoint{ep("10.0.0.1", true, []string{"zone-b"}, nil)}, zoneA, ""},
+		{"one ready endpoint without a hint", []Endpoint{ep("10.0.0.1", true, []string{"zone-a"}, nil), ep("10.0.0.2", true, nil, nil)}, zoneA, ""},
+		{"unready endpoint without a hint does not count", []Endpoint{ep("10.0.0.1", true, []string{"zone-a"}, nil), ep("10.0.0.2", false, nil, nil)}, zoneA, v1.ServiceTrafficDistributionPreferSameZone},
+		{"node hints win over zone hints", []Endpoint{ep("10.0.0.1", true, []string{"zone-a"}, []string{"node-1"}), ep("10.0.0.2", true, []string{"zone-a"}, []string{"node-2"})}, zoneA, v1.ServiceTrafficDistributionPreferSameNode},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ClusterTopology(tt.endpoints, "node-1", tt.labels); got != tt.want {
+				t.Errorf("ClusterTopology() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
