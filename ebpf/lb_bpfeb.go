@@ -73,7 +73,7 @@ type lbLb6RevnatKey struct {
 	Addr   [4]uint32
 	Port   uint16
 	Pad    uint16
-	_      [4]byte
+	Pad2   uint32
 }
 
 type lbLbAffinity struct {

@@ -5,6 +5,9 @@
  * each struct below into a Go type), and by a future tc/XDP program that
  * serves traffic from outside the node with the same maps.
  *
+ * Keys have no implicit padding: the programs zero every key before
+ * filling it, and a hash lookup compares all its bytes.
+ *
  * Every address and port is in network byte order, as the kernel hands
  * them to the hooks. Each family has its own maps (lb4_*, lb6_*): the
  * keys stay small and a per-family program reads only its own.
@@ -111,6 +114,7 @@ struct lb6_revnat_key {
 	__u32 addr[4];
 	__u16 port;
 	__u16 pad;
+	__u32 pad2; /* explicit, so that every byte of the key is set */
 };
 
 struct lb6_revnat {

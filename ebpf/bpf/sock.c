@@ -98,17 +98,16 @@ static __always_inline int refuse(void)
 
 static __always_inline int xlate4(struct bpf_sock_addr *ctx)
 {
-	struct lb4_key key = {
-		.addr = ctx->user_ip4,
-		.port = (__u16)ctx->user_port,
-		.proto = (__u8)ctx->protocol,
-	};
+	struct lb4_key key = {};
 	struct lb4_revnat_key rkey = {};
 	struct lb4_revnat rval = {};
 	struct lb4_endpoint *ep;
 	struct lb_service *svc;
 	__u32 id;
 
+	key.addr = ctx->user_ip4;
+	key.port = (__u16)ctx->user_port;
+	key.proto = (__u8)ctx->protocol;
 	svc = bpf_map_lookup_elem(&lb4_services, &key);
 	if (!svc)
 		return SYS_PROCEED;
@@ -136,17 +135,19 @@ static __always_inline int xlate4(struct bpf_sock_addr *ctx)
 
 static __always_inline int xlate6(struct bpf_sock_addr *ctx)
 {
-	struct lb6_key key = {
-		.addr = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
-		.port = (__u16)ctx->user_port,
-		.proto = (__u8)ctx->protocol,
-	};
+	struct lb6_key key = {};
 	struct lb6_revnat_key rkey = {};
 	struct lb6_revnat rval = {};
 	struct lb6_endpoint *ep;
 	struct lb_service *svc;
 	__u32 id;
 
+	key.addr[0] = ctx->user_ip6[0];
+	key.addr[1] = ctx->user_ip6[1];
+	key.addr[2] = ctx->user_ip6[2];
+	key.addr[3] = ctx->user_ip6[3];
+	key.port = (__u16)ctx->user_port;
+	key.proto = (__u8)ctx->protocol;
 	svc = bpf_map_lookup_elem(&lb6_services, &key);
 	if (!svc)
 		return SYS_PROCEED;
@@ -176,13 +177,13 @@ static __always_inline int xlate6(struct bpf_sock_addr *ctx)
  * the endpoint a translated socket talks to. */
 static __always_inline int restore4(struct bpf_sock_addr *ctx)
 {
-	struct lb4_revnat_key rkey = {
-		.cookie = bpf_get_socket_cookie(ctx),
-		.addr = ctx->user_ip4,
-		.port = (__u16)ctx->user_port,
-	};
-	struct lb4_revnat *rval = bpf_map_lookup_elem(&lb4_revnat, &rkey);
+	struct lb4_revnat_key rkey = {};
+	struct lb4_revnat *rval;
 
+	rkey.cookie = bpf_get_socket_cookie(ctx);
+	rkey.addr = ctx->user_ip4;
+	rkey.port = (__u16)ctx->user_port;
+	rval = bpf_map_lookup_elem(&lb4_revnat, &rkey);
 	if (rval) {
 		ctx->user_ip4 = rval->addr;
 		ctx->user_port = rval->port;
@@ -192,13 +193,16 @@ static __always_inline int restore4(struct bpf_sock_addr *ctx)
 
 static __always_inline int restore6(struct bpf_sock_addr *ctx)
 {
-	struct lb6_revnat_key rkey = {
-		.cookie = bpf_get_socket_cookie(ctx),
-		.addr = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
-		.port = (__u16)ctx->user_port,
-	};
-	struct lb6_revnat *rval = bpf_map_lookup_elem(&lb6_revnat, &rkey);
+	struct lb6_revnat_key rkey = {};
+	struct lb6_revnat *rval;
 
+	rkey.cookie = bpf_get_socket_cookie(ctx);
+	rkey.addr[0] = ctx->user_ip6[0];
+	rkey.addr[1] = ctx->user_ip6[1];
+	rkey.addr[2] = ctx->user_ip6[2];
+	rkey.addr[3] = ctx->user_ip6[3];
+	rkey.port = (__u16)ctx->user_port;
+	rval = bpf_map_lookup_elem(&lb6_revnat, &rkey);
 	if (rval) {
 		ctx->user_ip6[0] = rval->addr[0];
 		ctx->user_ip6[1] = rval->addr[1];
