@@ -110,7 +110,7 @@ type Sizes struct {
 }
 
 // DefaultSizes are the sizes used for the fields of Sizes left zero.
-var DefaultSizes = Sizes{Services: 65536, Endpoints: 262144, Affinity: 65536, RevNAT: 262144}
+var DefaultSizes = Sizes{Services: 65536, Endpoints: 524288, Affinity: 65536, RevNAT: 262144}
 
 // withDefaults returns s with zero fields set from DefaultSizes.
 func (s Sizes) withDefaults() Sizes {

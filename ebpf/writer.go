@@ -128,6 +128,24 @@ type Writer struct {
 	nodeIPs     []netip.Addr
 	nodeLabels  map[string]string
 	check       portcheck.Checker
+	// counts are the SyncResult's totals, kept as ports change so that a
+	// partial sync need not walk every port.
+	counts struct{ ports, endpoints, noLocal int }
+}
+
+// count adds ps's contribution to the totals, or takes it away (sign -1).
+func (w *Writer) count(ps *portState, sign int) {
+	if ps == nil {
+		return
+	}
+	w.counts.ports += sign
+	w.counts.endpoints += sign * len(ps.internal.slots)
+	if ps.external != ps.internal {
+		w.counts.endpoints += sign * len(ps.external.slots)
+	}
+	if ps.noLocalInternal {
+		w.counts.noLocal += sign
+	}
 }
 
 // portState is what the writer programs for one service port: its
@@ -255,16 +273,7 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) (SyncResult, e
 		res, err = w.syncPartial(logger, in)
 	}
 	w.needFull = err != nil
-	for _, ps := range w.ports {
-		res.ServicePorts++
-		res.Endpoints += len(ps.internal.slots)
-		if ps.external != nil && ps.external != ps.internal {
-			res.Endpoints += len(ps.external.slots)
-		}
-		if ps.noLocalInternal {
-			res.NoLocalEndpointsInternal++
-		}
-	}
+	res.ServicePorts, res.Endpoints, res.NoLocalEndpointsInternal = w.counts.ports, w.counts.endpoints, w.counts.noLocal
 	return res, err
 }
 
@@ -288,24 +297,12 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) (SyncResult
 			w.dropPort(name)
 		}
 	}
-	for _, name := range names {
-		ps, err := w.updatePort(logger, in, name)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if ps != nil {
-			ps.entries(desired)
-		}
-	}
-	ups, dels, err := w.apply(got, desired)
-	res.Updates, res.Deletes = ups, dels
-	if err != nil {
-		errs = append(errs, err)
-	}
+	w.counts = struct{ ports, endpoints, noLocal int }{}
+	res.Updates, res.Deletes, errs = w.writePorts(logger, in, names, got, desired, errs)
 	w.written = desired
 	w.setIDs.commit()
 	w.endpointIDs.commit()
-	return res, errors.Join(errs...)
+	return res, joinErrors(errs)
 }
 
 // syncPartial recomputes the ports of the Services that changed and
@@ -314,18 +311,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) (SyncRes
 	var res SyncResult
 	changed := in.ChangedServices
 	if changed == nil {
-		changed = map[types.NamespacedName][]changetracker.ServicePortName{}
-		for nn := range in.ServiceChanges.UpdatedServices {
-			changed[nn] = nil
-		}
-		for nn := range in.EndpointChanges.UpdatedServices {
-			changed[nn] = nil
-		}
-		for name := range in.Services {
-			if _, ok := changed[name.NamespacedName]; ok {
-				changed[name.NamespacedName] = append(changed[name.NamespacedName], name)
-			}
-		}
+		changed = w.changedServices(in)
 	}
 	var names []changetracker.ServicePortName
 	for nn, now := range changed {
@@ -346,28 +332,12 @@ func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) (SyncRes
 	for _, name := range names {
 		if ps := w.ports[name]; ps != nil {
 			ps.entries(old)
+			w.count(ps, -1)
 			w.release(ps)
 		}
 	}
 	var errs []error
-	for _, name := range names {
-		if _, ok := in.Services[name]; !ok {
-			w.dropPort(name)
-			continue
-		}
-		ps, err := w.updatePort(logger, in, name)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if ps != nil {
-			ps.entries(desired)
-		}
-	}
-	ups, dels, err := w.apply(old, desired)
-	res.Updates, res.Deletes = ups, dels
-	if err != nil {
-		errs = append(errs, err)
-	}
+	res.Updates, res.Deletes, errs = w.writePorts(logger, in, names, old, desired, errs)
 	for f := range old.Services {
 		delete(w.written.Services, f)
 	}
@@ -382,7 +352,59 @@ func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) (SyncRes
 	maps.Copy(w.written.Endpoints, desired.Endpoints)
 	w.setIDs.commit()
 	w.endpointIDs.commit()
-	return res, errors.Join(errs...)
+	return res, joinErrors(errs)
+}
+
+// writePorts recomputes the ports names into desired, then writes the
+// difference from old, the elements the kernel holds for them. It returns
+// the counts of writes and errs with the errors met.
+func (w *Writer) writePorts(logger klog.Logger, in *proxy.FamilyInput, names []changetracker.ServicePortName, old, desired *State, errs []error) (ups, dels int, _ []error) {
+	for _, name := range names {
+		ps, err := w.updatePort(logger, in, name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ps != nil {
+			ps.entries(desired)
+			w.count(ps, 1)
+		}
+	}
+	ups, dels, err := w.apply(old, desired)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return ups, dels, errs
+}
+
+// changedServices is FamilyInput.ChangedServices for a caller that does
+// not fill it: the ports of a Service whose ports changed are in the
+// service change result, and those of a Service whose endpoints alone
+// changed are the ones the writer last saw. Only a result made by hand,
+// without Ports, makes it walk the map.
+func (w *Writer) changedServices(in *proxy.FamilyInput) map[types.NamespacedName][]changetracker.ServicePortName {
+	changed := map[types.NamespacedName][]changetracker.ServicePortName{}
+	walk := false
+	for nn := range in.ServiceChanges.UpdatedServices {
+		ports, ok := in.ServiceChanges.Ports[nn]
+		walk = walk || !ok
+		changed[nn] = ports
+	}
+	for nn := range in.EndpointChanges.UpdatedServices {
+		if _, ok := changed[nn]; !ok {
+			changed[nn] = w.byService[nn]
+		}
+	}
+	if walk {
+		for nn := range in.ServiceChanges.UpdatedServices {
+			changed[nn] = nil
+		}
+		for name := range in.Services {
+			if _, ok := in.ServiceChanges.UpdatedServices[name.NamespacedName]; ok {
+				changed[name.NamespacedName] = append(changed[name.NamespacedName], name)
+			}
+		}
+	}
+	return changed
 }
 
 // release lets go of the frontends ps owns and frees its ids (for reuse
@@ -414,7 +436,11 @@ func (w *Writer) dropPort(name changetracker.ServicePortName) {
 // and returns its new state, or nil when it gets no elements (then any
 // old state is dropped).
 func (w *Writer) updatePort(logger klog.Logger, in *proxy.FamilyInput, name changetracker.ServicePortName) (*portState, error) {
-	svc := in.Services[name]
+	svc, ok := in.Services[name]
+	if !ok {
+		w.dropPort(name)
+		return nil, nil
+	}
 	w.byService[name.NamespacedName] = append(w.byService[name.NamespacedName], name)
 	if _, ok := protocolNumber(svc); !ok || !w.check.Usable(logger, name, svc, "", nil) {
 		w.dropPort(name)
@@ -645,6 +671,16 @@ func (w *Writer) apply(old, desired *State) (ups, dels int, err error) {
 		}
 	}
 	return ups, dels, nil
+}
+
+// joinErrors joins the first few errors of a sync and counts the rest:
+// a map too small fails every port after the first that does not fit.
+func joinErrors(errs []error) error {
+	const shown = 3
+	if len(errs) <= shown {
+		return errors.Join(errs...)
+	}
+	return errors.Join(append(errs[:shown:shown], fmt.Errorf("and %d more service ports", len(errs)-shown))...)
 }
 
 // countDiff counts the keys whose elements differ between a and b.

@@ -19,27 +19,31 @@
 #define SYS_REJECT 0
 #define SYS_PROCEED 1
 
-/* Map sizes here are defaults; the Go side sets each at load time. */
-#define LB_MAP(name, type_, key_t, value_t, entries) \
-	struct {                                     \
-		__uint(type, type_);                 \
-		__type(key, key_t);                  \
-		__type(value, value_t);              \
-		__uint(max_entries, entries);        \
-		__uint(map_flags, 0);                \
+/*
+ * Map sizes here are defaults; the Go side sets each at load time. The
+ * maps the writer fills take memory as they fill (BPF_F_NO_PREALLOC), so
+ * that generous sizes cost nothing until used; LRU maps cannot.
+ */
+#define LB_MAP(name, type_, key_t, value_t, entries, flags) \
+	struct {                                            \
+		__uint(type, type_);                        \
+		__type(key, key_t);                         \
+		__type(value, value_t);                     \
+		__uint(max_entries, entries);               \
+		__uint(map_flags, flags);                   \
 	} name SEC(".maps")
 
-LB_MAP(lb4_services, BPF_MAP_TYPE_HASH, struct lb4_key, struct lb_service, 65536);
-LB_MAP(lb4_slots, BPF_MAP_TYPE_HASH, struct lb_slot_key, __u32, 262144);
-LB_MAP(lb4_endpoints, BPF_MAP_TYPE_HASH, __u32, struct lb4_endpoint, 262144);
-LB_MAP(lb4_affinity, BPF_MAP_TYPE_LRU_HASH, struct lb_affinity_key, struct lb_affinity, 65536);
-LB_MAP(lb4_revnat, BPF_MAP_TYPE_LRU_HASH, struct lb4_revnat_key, struct lb4_revnat, 262144);
+LB_MAP(lb4_services, BPF_MAP_TYPE_HASH, struct lb4_key, struct lb_service, 65536, BPF_F_NO_PREALLOC);
+LB_MAP(lb4_slots, BPF_MAP_TYPE_HASH, struct lb_slot_key, __u32, 524288, BPF_F_NO_PREALLOC);
+LB_MAP(lb4_endpoints, BPF_MAP_TYPE_HASH, __u32, struct lb4_endpoint, 524288, BPF_F_NO_PREALLOC);
+LB_MAP(lb4_affinity, BPF_MAP_TYPE_LRU_HASH, struct lb_affinity_key, struct lb_affinity, 65536, 0);
+LB_MAP(lb4_revnat, BPF_MAP_TYPE_LRU_HASH, struct lb4_revnat_key, struct lb4_revnat, 262144, 0);
 
-LB_MAP(lb6_services, BPF_MAP_TYPE_HASH, struct lb6_key, struct lb_service, 65536);
-LB_MAP(lb6_slots, BPF_MAP_TYPE_HASH, struct lb_slot_key, __u32, 262144);
-LB_MAP(lb6_endpoints, BPF_MAP_TYPE_HASH, __u32, struct lb6_endpoint, 262144);
-LB_MAP(lb6_affinity, BPF_MAP_TYPE_LRU_HASH, struct lb_affinity_key, struct lb_affinity, 65536);
-LB_MAP(lb6_revnat, BPF_MAP_TYPE_LRU_HASH, struct lb6_revnat_key, struct lb6_revnat, 262144);
+LB_MAP(lb6_services, BPF_MAP_TYPE_HASH, struct lb6_key, struct lb_service, 65536, BPF_F_NO_PREALLOC);
+LB_MAP(lb6_slots, BPF_MAP_TYPE_HASH, struct lb_slot_key, __u32, 524288, BPF_F_NO_PREALLOC);
+LB_MAP(lb6_endpoints, BPF_MAP_TYPE_HASH, __u32, struct lb6_endpoint, 524288, BPF_F_NO_PREALLOC);
+LB_MAP(lb6_affinity, BPF_MAP_TYPE_LRU_HASH, struct lb_affinity_key, struct lb_affinity, 65536, 0);
+LB_MAP(lb6_revnat, BPF_MAP_TYPE_LRU_HASH, struct lb6_revnat_key, struct lb6_revnat, 262144, 0);
 
 /*
  * pick returns the id of the endpoint of svc that the socket's connection
