@@ -95,5 +95,5 @@ fmt:
 # what is committed.
 ebpf-check:
 	$(GO) generate ./ebpf
-	@changed="$$(git status --porcelain -- ebpf)"; \
+	@changed="$$(git status --porcelain -- 'ebpf/lb_bpf*')"; \
 	if [ -n "$$changed" ]; then echo "ebpf: generated files differ from the committed ones (run go generate ./ebpf):"; echo "$$changed"; exit 1; fi
