@@ -20,7 +20,12 @@ const DefaultNamePrefix = "proxykit"
 // DatapathConfig says where one family's programs and maps live.
 type DatapathConfig struct {
 	// Family is v1.IPv4Protocol (the connect4, sendmsg4, recvmsg4 and
-	// getpeername4 programs and the lb4 maps) or v1.IPv6Protocol.
+	// getpeername4 programs and the lb4 maps) or v1.IPv6Protocol (the
+	// programs ending in 6 and the lb6 maps). The IPv6 programs also
+	// translate IPv4-mapped addresses (::ffff:a.b.c.d) of dual-stack
+	// sockets, with the lb4 maps: they take over those the IPv4 Datapath
+	// of the same PinPath and NamePrefix pinned, or pin new ones for it to
+	// take over, so open both families with the same Sizes.
 	Family v1.IPFamily
 	// CgroupPath is the cgroup v2 directory the programs are attached
 	// to; they act on the sockets of every process in it and in the
@@ -47,6 +52,21 @@ type DatapathConfig struct {
 type pinNames struct {
 	maps  map[string]string // ELF map name → pin path
 	links map[string]string // ELF program name → pin path
+	// borrowed are the other family's maps that this family's programs
+	// read too: the IPv4 maps, for IPv4-mapped addresses on IPv6 sockets.
+	borrowed map[string]string
+}
+
+// borrowedMaps returns the ELF names of the maps family's programs use
+// beside their own: the IPv6 programs translate IPv4-mapped addresses
+// with the IPv4 maps, which the IPv4 Datapath owns and the IPv4 writer
+// fills.
+func borrowedMaps(f v1.IPFamily) []string {
+	if f != v1.IPv6Protocol {
+		return nil
+	}
+	own, _ := objectNames(v1.IPv4Protocol)
+	return own
 }
 
 func (c DatapathConfig) validate() (DatapathConfig, error) {
@@ -101,9 +121,12 @@ func objectNames(f v1.IPFamily) (mapNames, progNames []string) {
 
 func (c DatapathConfig) pins() pinNames {
 	mapNames, progNames := objectNames(c.Family)
-	p := pinNames{maps: map[string]string{}, links: map[string]string{}}
+	p := pinNames{maps: map[string]string{}, links: map[string]string{}, borrowed: map[string]string{}}
 	for _, m := range mapNames {
 		p.maps[m] = filepath.Join(c.PinPath, c.NamePrefix+"_"+m)
+	}
+	for _, m := range borrowedMaps(c.Family) {
+		p.borrowed[m] = filepath.Join(c.PinPath, c.NamePrefix+"_"+m)
 	}
 	for _, prog := range progNames {
 		p.links[prog] = filepath.Join(c.PinPath, c.NamePrefix+"_"+prog)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"syscall"
@@ -59,7 +60,8 @@ func Open(cfg DatapathConfig) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	mapNames, progNames := objectNames(cfg.Family)
+	own, progNames := objectNames(cfg.Family)
+	mapNames := append(own, borrowedMaps(cfg.Family)...)
 	keepOnly(spec, mapNames, progNames)
 	sizes := map[string]int{}
 	for _, m := range mapNames {
@@ -70,6 +72,7 @@ func Open(cfg DatapathConfig) (*Datapath, error) {
 		return nil, fmt.Errorf("ebpf: pin directory: %w", err)
 	}
 	pins := cfg.pins()
+	maps.Copy(pins.maps, pins.borrowed)
 	replace := map[string]*ebpf.Map{}
 	defer func() {
 		for _, m := range replace {
@@ -387,9 +390,12 @@ func unport(p uint16) uint16 {
 
 // Cleanup detaches the programs and removes the maps cfg.Family's
 // Datapath pinned under cfg.PinPath with cfg.NamePrefix; a Family of ""
-// cleans both families. What is not there is skipped; it returns the
-// errors of what it could not remove. A program stays attached while
-// another process holds its link open (a running proxy): stop it first.
+// cleans both families. The IPv4 maps an IPv6 Datapath pinned for its
+// IPv4-mapped addresses go with the IPv6 cleanup only when no IPv4
+// program is pinned (an IPv4 Datapath owns them otherwise). What is not
+// there is skipped; it returns the errors of what it could not remove. A
+// program stays attached while another process holds its link open (a
+// running proxy): stop it first.
 func Cleanup(cfg DatapathConfig) error {
 	fams := []DatapathConfig{cfg}
 	if cfg.Family == "" {
@@ -421,6 +427,9 @@ func Cleanup(cfg DatapathConfig) error {
 			}
 			l.Close()
 		}
+		if len(pins.borrowed) > 0 && !linksPinned(c, v1.IPv4Protocol) {
+			maps.Copy(pins.maps, pins.borrowed)
+		}
 		for _, pin := range pins.maps {
 			if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("ebpf: removing %s: %w", pin, err))
@@ -428,6 +437,17 @@ func Cleanup(cfg DatapathConfig) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// linksPinned reports whether any program of family is pinned for c.
+func linksPinned(c DatapathConfig, family v1.IPFamily) bool {
+	c.Family = family
+	for _, pin := range c.pins().links {
+		if _, err := os.Lstat(pin); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // FindLeftovers reports whether anything that Cleanup(cfg) would remove is

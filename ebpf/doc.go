@@ -27,9 +27,10 @@
 // (node ports, external IPs and load-balancer VIPs reached from another
 // host) needs a packet-level backend beside it, such as the nftables
 // mode; connections it translates never carry a Service address, so the
-// two never act on one packet. A socket of one family does not reach the
-// other family's frontends: an IPv6 socket connecting to an IPv4-mapped
-// address (::ffff:10.96.0.10) is not translated. Load-balancer VIPs with
+// two never act on one packet. An IPv6 socket connecting or sending to an
+// IPv4-mapped address (::ffff:10.96.0.10, as dual-stack sockets do) is
+// translated only while the IPv6 programs are attached beside the IPv4
+// maps (open both families). Load-balancer VIPs with
 // loadBalancerSourceRanges are left to the packet-level backend.
 // ClientIP affinity is per network namespace. A Service with endpoints
 // nowhere reachable refuses connect and sendmsg with ECONNREFUSED, also

@@ -100,6 +100,34 @@ func clientOnce(op, network, addr string) (name, peer string, err error) {
 			return "", "", err
 		}
 		return strings.Fields(line)[0], peer, nil
+	case "dial6":
+		// An IPv6 socket to an address Go would dial over IPv4 (an
+		// IPv4-mapped one), as dual-stack programs in other languages do.
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM, 0)
+		if err != nil {
+			return "", "", err
+		}
+		ap := netip.MustParseAddrPort(addr)
+		if err := unix.Connect(fd, &unix.SockaddrInet6{Addr: netip.AddrFrom16(ap.Addr().As16()).As16(), Port: int(ap.Port())}); err != nil {
+			unix.Close(fd)
+			return "", "", err
+		}
+		sa, err := unix.Getpeername(fd)
+		if err != nil {
+			unix.Close(fd)
+			return "", "", err
+		}
+		conn, err := net.FileConn(os.NewFile(uintptr(fd), "client"))
+		if err != nil {
+			return "", "", err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(deadline)
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil {
+			return "", "", err
+		}
+		return strings.Fields(line)[0], sockaddrString(sa), nil
 	case "sendto":
 		pc, err := net.ListenPacket(network, "")
 		if err != nil {
@@ -130,7 +158,7 @@ func sockaddrString(sa unix.Sockaddr) string {
 	case *unix.SockaddrInet4:
 		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
 	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)).String()
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port)).String()
 	}
 	return fmt.Sprint(sa)
 }
@@ -284,6 +312,33 @@ func TestKernelConnect(t *testing.T) {
 			t.Errorf("UDP connect (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// TestKernelV4Mapped: an IPv6 socket that connects or sends to the
+// IPv4-mapped form of an IPv4 cluster IP is translated by the IPv6
+// programs with the IPv4 maps, and gets the Service address back.
+func TestKernelV4Mapped(t *testing.T) {
+	l := newLab(t, v1.IPv4Protocol)
+	cfg6 := l.cfg
+	cfg6.Family = v1.IPv6Protocol
+	dp6, err := ebpf.Open(cfg6)
+	if err != nil {
+		t.Fatalf("Open IPv6: %v", err)
+	}
+	t.Cleanup(func() { dp6.Close(); _ = ebpf.Cleanup(cfg6) })
+	l.c.SetService(writertest.Service("ns", "web", l.svcIP, writertest.WithPorts(
+		v1.ServicePort{Name: "p", Port: 80, Protocol: v1.ProtocolTCP},
+		v1.ServicePort{Name: "u", Port: 53, Protocol: v1.ProtocolUDP})))
+	l.c.SetEndpoints("ns", "web", []discoveryv1.EndpointPort{writertest.SlicePort("p", 8080, v1.ProtocolTCP), writertest.SlicePort("u", 8080, v1.ProtocolUDP)}, l.endpoint(1))
+	l.sync(t)
+	svc := func(port uint16) string { return netip.AddrPortFrom(netip.MustParseAddr(l.svcIP), port).String() }
+	if diff := cmp.Diff(repeat("b "+svc(80), 2), l.run(t, "dial6", "tcp", 80, 2)); diff != "" {
+		t.Errorf("TCP connect of an IPv6 socket (-want +got):\n%s", diff)
+	}
+	// Go's "udp" socket is dual-stack: the datagram goes to the mapped address.
+	if diff := cmp.Diff(repeat("b "+svc(53), 2), l.run(t, "sendto", "udp", 53, 2)); diff != "" {
+		t.Errorf("UDP sendto of a dual-stack socket (-want +got):\n%s", diff)
+	}
 }
 
 // TestKernelSendmsg: an unconnected UDP socket's datagram to a cluster

@@ -9,6 +9,7 @@
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 #include "lb.h"
 
@@ -100,7 +101,15 @@ static __always_inline int refuse(void)
 	return SYS_REJECT;
 }
 
-static __always_inline int xlate4(struct bpf_sock_addr *ctx)
+/*
+ * lookup4 returns the endpoint an IPv4 frontend sends the socket to and
+ * records the translation for recvmsg and getpeername, or returns NULL
+ * to leave the socket alone, with *refused set when the frontend has no
+ * endpoint. The IPv6 programs call it too, for IPv4-mapped addresses
+ * (::ffff:a.b.c.d) of dual-stack sockets.
+ */
+static __always_inline struct lb4_endpoint *lookup4(void *ctx, __u32 addr, __u16 port,
+						    __u8 proto, int *refused)
 {
 	struct lb4_key key = {};
 	struct lb4_revnat_key rkey = {};
@@ -109,32 +118,52 @@ static __always_inline int xlate4(struct bpf_sock_addr *ctx)
 	struct lb_service *svc;
 	__u32 id;
 
-	key.addr = ctx->user_ip4;
-	key.port = (__u16)ctx->user_port;
-	key.proto = (__u8)ctx->protocol;
+	key.addr = addr;
+	key.port = port;
+	key.proto = proto;
 	svc = bpf_map_lookup_elem(&lb4_services, &key);
 	if (!svc)
-		return SYS_PROCEED;
-	if (!svc->count)
-		return refuse();
+		return 0;
+	if (!svc->count) {
+		*refused = 1;
+		return 0;
+	}
 	id = pick(ctx, svc, &lb4_slots, &lb4_affinity, &lb4_endpoints);
 	ep = id ? bpf_map_lookup_elem(&lb4_endpoints, &id) : 0;
 	/* A set being rewritten while we read it: leave the socket to the
 	 * Service address, which a packet-level backend beside this one
 	 * still serves, rather than fail a connection that would succeed. */
 	if (!ep || ep->service != svc->id)
-		return SYS_PROCEED;
+		return 0;
 
 	rkey.cookie = bpf_get_socket_cookie(ctx);
 	rkey.addr = ep->addr;
 	rkey.port = ep->port;
-	rval.addr = key.addr;
-	rval.port = key.port;
+	rval.addr = addr;
+	rval.port = port;
 	bpf_map_update_elem(&lb4_revnat, &rkey, &rval, BPF_ANY);
+	return ep;
+}
 
-	ctx->user_ip4 = ep->addr;
-	ctx->user_port = ep->port;
+static __always_inline int xlate4(struct bpf_sock_addr *ctx)
+{
+	int refused = 0;
+	struct lb4_endpoint *ep = lookup4(ctx, ctx->user_ip4, (__u16)ctx->user_port,
+					  (__u8)ctx->protocol, &refused);
+
+	if (refused)
+		return refuse();
+	if (ep) {
+		ctx->user_ip4 = ep->addr;
+		ctx->user_port = ep->port;
+	}
 	return SYS_PROCEED;
+}
+
+/* is_v4mapped reports whether an IPv6 address is ::ffff:a.b.c.d. */
+static __always_inline int is_v4mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff);
 }
 
 static __always_inline int xlate6(struct bpf_sock_addr *ctx)
@@ -152,6 +181,18 @@ static __always_inline int xlate6(struct bpf_sock_addr *ctx)
 	key.addr[3] = ctx->user_ip6[3];
 	key.port = (__u16)ctx->user_port;
 	key.proto = (__u8)ctx->protocol;
+	if (is_v4mapped(key.addr)) {
+		int refused = 0;
+		struct lb4_endpoint *ep4 = lookup4(ctx, key.addr[3], key.port, key.proto, &refused);
+
+		if (refused)
+			return refuse();
+		if (ep4) {
+			ctx->user_ip6[3] = ep4->addr;
+			ctx->user_port = ep4->port;
+		}
+		return SYS_PROCEED;
+	}
 	svc = bpf_map_lookup_elem(&lb6_services, &key);
 	if (!svc)
 		return SYS_PROCEED;
@@ -206,6 +247,20 @@ static __always_inline int restore6(struct bpf_sock_addr *ctx)
 	rkey.addr[2] = ctx->user_ip6[2];
 	rkey.addr[3] = ctx->user_ip6[3];
 	rkey.port = (__u16)ctx->user_port;
+	if (is_v4mapped(rkey.addr)) {
+		struct lb4_revnat_key rkey4 = {};
+		struct lb4_revnat *rval4;
+
+		rkey4.cookie = rkey.cookie;
+		rkey4.addr = rkey.addr[3];
+		rkey4.port = rkey.port;
+		rval4 = bpf_map_lookup_elem(&lb4_revnat, &rkey4);
+		if (rval4) {
+			ctx->user_ip6[3] = rval4->addr;
+			ctx->user_port = rval4->port;
+		}
+		return SYS_PROCEED;
+	}
 	rval = bpf_map_lookup_elem(&lb6_revnat, &rkey);
 	if (rval) {
 		ctx->user_ip6[0] = rval->addr[0];
