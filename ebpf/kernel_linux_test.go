@@ -294,17 +294,24 @@ func forFamilies(t *testing.T, fn func(t *testing.T, l *lab)) {
 	}
 }
 
+// webService programs Service ns/web, TCP port 80 and UDP port 53 to
+// port 8080 of the lab's endpoint i, and returns the Service's address
+// with a port as a client sees it.
+func (l *lab) webService(t *testing.T, i int) func(port uint16) string {
+	l.c.SetService(writertest.Service("ns", "web", l.svcIP, writertest.WithPorts(
+		v1.ServicePort{Name: "p", Port: 80, Protocol: v1.ProtocolTCP},
+		v1.ServicePort{Name: "u", Port: 53, Protocol: v1.ProtocolUDP})))
+	l.c.SetEndpoints("ns", "web", []discoveryv1.EndpointPort{writertest.SlicePort("p", 8080, v1.ProtocolTCP), writertest.SlicePort("u", 8080, v1.ProtocolUDP)}, l.endpoint(i))
+	l.sync(t)
+	return func(port uint16) string { return netip.AddrPortFrom(netip.MustParseAddr(l.svcIP), port).String() }
+}
+
 // TestKernelConnect: a TCP connect to a cluster IP reaches an endpoint,
 // and getpeername gives the Service address back; a UDP socket that
 // connects does the same.
 func TestKernelConnect(t *testing.T) {
 	forFamilies(t, func(t *testing.T, l *lab) {
-		l.c.SetService(writertest.Service("ns", "web", l.svcIP, writertest.WithPorts(
-			v1.ServicePort{Name: "p", Port: 80, Protocol: v1.ProtocolTCP},
-			v1.ServicePort{Name: "u", Port: 53, Protocol: v1.ProtocolUDP})))
-		l.c.SetEndpoints("ns", "web", []discoveryv1.EndpointPort{writertest.SlicePort("p", 8080, v1.ProtocolTCP), writertest.SlicePort("u", 8080, v1.ProtocolUDP)}, l.endpoint(0))
-		l.sync(t)
-		svc := func(port uint16) string { return netip.AddrPortFrom(netip.MustParseAddr(l.svcIP), port).String() }
+		svc := l.webService(t, 0)
 		if diff := cmp.Diff(repeat("a "+svc(80), 3), l.run(t, "dial", "tcp", 80, 3)); diff != "" {
 			t.Errorf("TCP connect (-want +got):\n%s", diff)
 		}
@@ -326,12 +333,7 @@ func TestKernelV4Mapped(t *testing.T) {
 		t.Fatalf("Open IPv6: %v", err)
 	}
 	t.Cleanup(func() { dp6.Close(); _ = ebpf.Cleanup(cfg6) })
-	l.c.SetService(writertest.Service("ns", "web", l.svcIP, writertest.WithPorts(
-		v1.ServicePort{Name: "p", Port: 80, Protocol: v1.ProtocolTCP},
-		v1.ServicePort{Name: "u", Port: 53, Protocol: v1.ProtocolUDP})))
-	l.c.SetEndpoints("ns", "web", []discoveryv1.EndpointPort{writertest.SlicePort("p", 8080, v1.ProtocolTCP), writertest.SlicePort("u", 8080, v1.ProtocolUDP)}, l.endpoint(1))
-	l.sync(t)
-	svc := func(port uint16) string { return netip.AddrPortFrom(netip.MustParseAddr(l.svcIP), port).String() }
+	svc := l.webService(t, 1)
 	if diff := cmp.Diff(repeat("b "+svc(80), 2), l.run(t, "dial6", "tcp", 80, 2)); diff != "" {
 		t.Errorf("TCP connect of an IPv6 socket (-want +got):\n%s", diff)
 	}
