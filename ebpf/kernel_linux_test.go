@@ -259,7 +259,13 @@ func (l *lab) sync(t *testing.T) ebpf.SyncResult {
 // clone3 before it runs) and namespace, and returns its lines.
 func (l *lab) run(t *testing.T, op, network string, port uint16, count int) []string {
 	t.Helper()
-	cg, err := os.Open(l.cgroup)
+	return l.runIn(t, l.cgroup, op, network, port, count)
+}
+
+// runIn is run in another cgroup.
+func (l *lab) runIn(t *testing.T, cgroup, op, network string, port uint16, count int) []string {
+	t.Helper()
+	cg, err := os.Open(cgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +323,17 @@ func TestKernelConnect(t *testing.T) {
 		}
 		if diff := cmp.Diff(repeat("a "+svc(53), 3), l.run(t, "dial", "udp", 53, 3)); diff != "" {
 			t.Errorf("UDP connect (-want +got):\n%s", diff)
+		}
+		// A process of a sibling cgroup is not translated: the programs
+		// act on the cgroup they are attached to, and the client's
+		// namespace has no route to the Service address.
+		other := filepath.Join(filepath.Dir(l.cgroup), "other")
+		if err := os.Mkdir(other, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(other) })
+		if diff := cmp.Diff([]string{"error ENETUNREACH"}, l.runIn(t, other, "dial", "tcp", 80, 1)); diff != "" {
+			t.Errorf("TCP connect from outside the cgroup (-want +got):\n%s", diff)
 		}
 	})
 }
