@@ -45,6 +45,7 @@ var layout = []struct {
 	{[]string{"conntrack"}, []string{"changetracker", "kernel", "internal/logsafe"}},
 	{[]string{"iptables"}, []string{"changetracker", "proxy", "portcheck", "kernel", "internal/boundedexec", "internal/logsafe"}},
 	{[]string{"nftables"}, []string{"changetracker", "proxy", "portcheck", "internal/netlinkbuf", "internal/logsafe"}},
+	{[]string{"ebpf"}, []string{"changetracker", "proxy", "portcheck", "internal/logsafe"}},
 	{[]string{"ipvsmode"}, []string{"changetracker", "proxy", "portcheck", "kernel", "ipvs", "ipset", "iptables", "internal/logsafe"}},
 	{[]string{"proxier", "proxier/config"}, []string{"changetracker", "proxy", "healthz", "runner", "proxier/config", "internal/logsafe"}},
 	{[]string{"kubeproxy"}, []string{
@@ -59,7 +60,7 @@ var layout = []struct {
 
 var (
 	// blocks import neither the composition nor kubeproxy, in tests either.
-	blocks = []string{"kernel", "ipset", "ipvs", "conntrack", "healthz", "changetracker", "runner", "proxy", "portcheck", "iptables", "nftables", "ipvsmode"}
+	blocks = []string{"kernel", "ipset", "ipvs", "conntrack", "healthz", "changetracker", "runner", "proxy", "portcheck", "iptables", "nftables", "ipvsmode", "ebpf"}
 	// composition is what blocks never import.
 	composition = []string{"proxier/...", "kubeproxy/..."}
 	// lowBlocks import no mode, in tests either.
