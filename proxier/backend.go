@@ -11,6 +11,35 @@ import (
 
 // BackendGroup is a Backend and the IP families it serves, in the order of
 // the inputs its Sync gets. Each group is synced by a runner of its own.
+//
+// Several groups may serve one family, when their Backends divide the
+// family's traffic between them rather than each serving all of it: a
+// socket-level Backend that rewrites a Service address to an endpoint's
+// when a local socket connects, beside a packet-level one (nftables mode)
+// for the packets that arrive from other hosts, which never pass a local
+// socket. A connection the first has translated never carries a Service
+// address, so the second's rules never match it, and the two cannot both
+// act on one packet. Dividing the traffic so is the Backends' business;
+// the Proxier gives each group the same input of the family, as if it
+// served the family alone, and keeps the groups apart otherwise:
+//
+//   - each group has its own change trackers and maps for the family,
+//     fed by the same events (the family's maps are held once per group),
+//     and its own runner: a group's failed or slow sync holds no other
+//     back, its retries are its own, and its Backend's lost asks for a
+//     full sync of that group alone;
+//   - conntrack cleanup and the service health server follow each
+//     group's good syncs, as with one group;
+//   - the proxy health server counts the family up to date once every
+//     group has synced the changes it has had, so /healthz fails when any
+//     group of it stops syncing;
+//   - the per-sync metrics (sync durations, network programming latency)
+//     observe every group's syncs under the family's label;
+//     sync_proxy_rules_last_timestamp_seconds is the oldest of the
+//     groups' last good syncs, absent until each has had one, so an
+//     alert on its age fires when any group is stuck; the no-local-
+//     endpoints gauges are the largest a group reported; the pending
+//     changes gauges count those of the group furthest behind.
 type BackendGroup struct {
 	// Backend syncs the families; it must not be nil.
 	Backend proxy.Backend
@@ -41,8 +70,9 @@ type Node struct {
 }
 
 // NewBackendsFunc makes the backends for node, once its Node object (or
-// its absence) is known. It returns one group per runner; together they
-// must serve each family at most once. To proxy as kube-proxy does, it
+// its absence) is known. It returns one group per runner; a group lists
+// each of its families once, and several groups may serve one family when
+// their Backends divide its traffic (see BackendGroup). To proxy as kube-proxy does, it
 // serves the primary family (node.Families[0]), failing when it cannot,
 // and the other one when the host supports it, whether or not the node
 // has an address of it (package kubeproxy's modes decide so); a family no

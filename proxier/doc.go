@@ -3,7 +3,7 @@
 //
 // A Proxier watches the cluster through a client-go kubernetes.Interface
 // with kube-proxy's selectors (package proxier/config), keeps a pair of
-// change trackers per IP family of the node (package changetracker),
+// change trackers per IP family each BackendGroup serves (package changetracker),
 // follows the node's topology labels and its deletion, and syncs through a
 // runner.Runner per BackendGroup: at most once per min sync period, at
 // least once per sync period, and again within the retry period after a
@@ -19,7 +19,15 @@
 // kube-proxy's modes: iptables mode (iptables.Mode) and nftables mode
 // (nftables.Mode) serve one family per Backend, each family's rules being
 // a table of its own; IPVS mode (ipvsmode.Mode) serves all of them in one.
-// Package kubeproxy builds them from a KubeProxyConfiguration. A custom Backend of a few dozen lines is enough for
+// Package kubeproxy builds them from a KubeProxyConfiguration.
+//
+// Two Backends may serve one family, each in a group of its own, when
+// they divide its traffic: a socket-level load balancer that translates a
+// Service address when a local socket connects, beside nftables mode for
+// the packets that come from other hosts. Each group then gets the same
+// input of the family and syncs, fails and resyncs on its own; the
+// family's health and last-sync time are those of its slowest group (see
+// BackendGroup). A custom Backend of a few dozen lines is enough for
 // a proxy of one's own; see the Example.
 //
 //	p, err := proxier.New(client, nodeName,

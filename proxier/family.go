@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/changetracker"
-	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/proxier/config"
 	"github.com/proxykit/proxykit/proxy"
 )
@@ -37,8 +36,17 @@ type familyProxier struct {
 	// runner's Run, and never blocks.
 	requestSync func()
 
+	// share is what the groups serving the family have in common; its
+	// mutex guards pendingSince, lastGoodSync and noLocal.
+	share *familyShare
+	// pendingSince is when the oldest change not yet synced was queued
+	// (zero: none); lastGoodSync is when the last good sync ended;
+	// noLocal are the no-local-endpoint counts of that sync.
+	pendingSince time.Time
+	lastGoodSync time.Time
+	noLocal      [2]int
+
 	// Optional parts, nil when not in use (RunOnce has no health servers).
-	health    *healthz.ProxyHealthServer
 	svcHealth *serviceHealth
 	ct        ConntrackCleaner
 	// serviceCIDRs gives proxy.FamilyInput.ServiceCIDRs.
@@ -87,7 +95,7 @@ func newFamilyProxier(ctx context.Context, family v1.IPFamily, nodeName string, 
 func newFamilyProxierWith(ctx context.Context, family v1.IPFamily, nodeName string, topo *changetracker.NodeTopology, m *metrics,
 	makeServicePort changetracker.MakeServicePortFunc, makeEndpoint changetracker.MakeEndpointFunc, nodeIPs ...netip.Addr) *familyProxier {
 	logger := changetracker.WithLogger(klog.FromContext(ctx).WithValues("ipFamily", family))
-	return &familyProxier{
+	p := &familyProxier{
 		family:      family,
 		svcTracker:  changetracker.NewServiceChangeTracker(family, makeServicePort, logger, changetracker.WithNodeIPs(nodeIPs...)),
 		epTracker:   changetracker.NewEndpointsChangeTracker(family, nodeName, makeEndpoint, logger),
@@ -102,6 +110,9 @@ func newFamilyProxierWith(ctx context.Context, family v1.IPFamily, nodeName stri
 		needFull:    true,
 		ports:       map[types.NamespacedName][]changetracker.ServicePortName{},
 	}
+	// Alone in its family until the Proxier makes it join a share.
+	newFamilyShare(family, nil, m).join(p)
+	return p
 }
 
 // currentNodeIPs returns the node's addresses of the family; the slice is
@@ -126,9 +137,7 @@ func (p *familyProxier) setNodeIPs(ips []netip.Addr) bool {
 
 // queued records that a change waits for a sync, and asks for one.
 func (p *familyProxier) queued() {
-	if p.health != nil {
-		p.health.QueuedUpdate(p.family)
-	}
+	p.share.queued(p)
 	p.metrics.lastQueued.WithLabelValues(string(p.family)).SetToCurrentTime()
 	p.requestSync()
 }
@@ -204,8 +213,7 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 			p.metrics.networkProgramming.WithLabelValues(family).Observe(done.Sub(t).Seconds())
 		}
 	}
-	p.metrics.noLocalEndpoints.WithLabelValues(family, "internal").Set(float64(out.NoLocalEndpointsInternal))
-	p.metrics.noLocalEndpoints.WithLabelValues(family, "external").Set(float64(out.NoLocalEndpointsExternal))
+	p.share.noLocalEndpoints(p, out.NoLocalEndpointsInternal, out.NoLocalEndpointsExternal)
 
 	// After the rules, so that the next packet of a deleted flow goes
 	// through them. A full sync also cleans, which catches flows left
@@ -231,9 +239,7 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 		p.healthPorts = map[types.NamespacedName]uint16{}
 		p.healthLocal = map[types.NamespacedName]int{}
 	}
-	if p.health != nil {
-		p.health.Updated(p.family)
-	}
+	p.share.updated(p)
 	logger.V(2).Info("Synced proxy rules", "full", out.Full, "servicePorts", out.ServicePorts, "endpoints", out.Endpoints, "took", took)
 }
 

@@ -18,10 +18,10 @@ import (
 )
 
 // seenFamily is what a test reads of a metric family: its type, and per
-// series its labels with the series' count (a counter's value, a
-// histogram's sample count) and a histogram's bucket bounds.
+// series its labels with the series' count (a counter's or a gauge's
+// value, a histogram's sample count) and a histogram's bucket bounds.
 type seenFamily struct {
-	Type   string             // COUNTER, HISTOGRAM
+	Type   string             // COUNTER, GAUGE, HISTOGRAM
 	Series map[string]float64 // "name=value,..." → count
 	Bounds []float64
 }
@@ -55,6 +55,8 @@ func gatherFamilies(t *testing.T, reg *prometheus.Registry, names ...string) map
 				}
 			case m.GetCounter() != nil:
 				sf.Series[key] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sf.Series[key] = m.GetGauge().GetValue()
 			}
 		}
 		got[f.GetName()] = sf

@@ -86,10 +86,10 @@ func New(client kubernetes.Interface, nodeName string, newBackends NewBackendsFu
 //     waits for the first list;
 //   - finds the node's addresses and its primary IP family (Node), and
 //     makes the backends with them, which decide the families proxied;
-//   - gives each family a pair of change trackers, and each BackendGroup
-//     a runner.Runner, which syncs at most once per min sync period, at
-//     least once per sync period, and within the retry period after a
-//     failure;
+//   - gives each family of each BackendGroup a pair of change trackers,
+//     and each BackendGroup a runner.Runner, which syncs at most once per
+//     min sync period, at least once per sync period, and within the
+//     retry period after a failure;
 //   - starts the Service and EndpointSlice informers with kube-proxy's
 //     selectors, and syncs nothing before both have listed everything;
 //   - watches the ServiceCIDR objects (networking.k8s.io/v1) for
@@ -202,21 +202,34 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 	// In the order of the groups: RunOnce syncs them in that order.
 	syncGroups := make([]*syncGroup, len(groups))
 	runners := make([]*runner.Runner, len(groups))
+	shares := map[v1.IPFamily]*familyShare{}
+	runnerNames := map[string]bool{}
+	for _, f := range served.Families {
+		shares[f] = newFamilyShare(f, hs, p.metrics)
+	}
 	for i, bg := range groups {
 		g := &syncGroup{backend: bg.Backend}
 		var names []string
 		for _, family := range bg.Families {
 			fp := newFamilyProxierWith(ctx, family, p.nodeName, topology, p.metrics, p.o.makeServicePort, p.o.makeEndpoint,
 				slices.Concat(node.IPs[v1.IPv4Protocol], node.IPs[v1.IPv6Protocol])...)
-			fp.health, fp.svcHealth, fp.ct = hs, svcHealth, p.o.conntrack
+			shares[family].join(fp)
+			fp.svcHealth, fp.ct = svcHealth, p.o.conntrack
 			fp.serviceCIDRs = cidrs
 			fp.setNodeIPs(node.IPs[family])
 			g.families = append(g.families, fp)
 			names = append(names, string(family))
 			p.add(fp)
 		}
-		r := runner.New("sync-proxy-rules-"+strings.Join(names, "-"), func() error { return g.sync(ctx) },
-			p.o.minSyncPeriod, p.o.retryPeriod, p.o.maxSyncPeriod, runner.WithObserver(p.observeSync(bg.Families)))
+		name := "sync-proxy-rules-" + strings.Join(names, "-")
+		if runnerNames[name] {
+			// Another group serves the same families: the logs tell
+			// the runners apart by the group's index.
+			name = fmt.Sprintf("%s-%d", name, i)
+		}
+		runnerNames[name] = true
+		r := runner.New(name, func() error { return g.sync(ctx) },
+			p.o.minSyncPeriod, p.o.retryPeriod, p.o.maxSyncPeriod, runner.WithObserver(p.observeSync(g.families)))
 		for _, fp := range g.families {
 			fp.requestSync = r.Run
 		}
@@ -299,10 +312,10 @@ func (p *Proxier) run(ctx context.Context, longRunning bool) error {
 	return err
 }
 
-// checkGroups checks that groups serve each family at most once and only
-// families of node (both IP families), each group with a Backend and a family, and returns
-// node as the groups serve it: only the families they serve, in the
-// node's order.
+// checkGroups checks that groups serve only families of node (both IP
+// families), each group with a Backend and each of its families once, and
+// returns node as the groups serve it: only the families they serve, in
+// the node's order. Several groups may serve one family.
 func checkGroups(node Node, groups []BackendGroup) (Node, error) {
 	if len(groups) == 0 {
 		return Node{}, errors.New("proxier: the backend factory made no backend")
@@ -312,12 +325,13 @@ func checkGroups(node Node, groups []BackendGroup) (Node, error) {
 		if g.Backend == nil || len(g.Families) == 0 {
 			return Node{}, fmt.Errorf("proxier: backend group %d has no backend or no family", i)
 		}
-		for _, f := range g.Families {
+		for j, f := range g.Families {
 			if !slices.Contains(node.Families, f) {
 				return Node{}, fmt.Errorf("proxier: backend group %d serves %q, which is not an IP family of node %s", i, f, node.Name)
 			}
-			if seen[f] {
-				return Node{}, fmt.Errorf("proxier: %s is served by two backend groups", f)
+			if slices.Contains(g.Families[:j], f) {
+				// Its Sync would get two inputs of one family.
+				return Node{}, fmt.Errorf("proxier: backend group %d lists %s twice", i, f)
 			}
 			seen[f] = true
 		}
@@ -395,29 +409,35 @@ func (p *Proxier) requestSyncAll() {
 }
 
 func (p *Proxier) pendingServices() int {
-	n := 0
-	for _, fp := range p.all() {
-		n += fp.svcTracker.PendingChanges().Len()
-	}
-	return n
+	return p.pending(func(fp *familyProxier) int { return fp.svcTracker.PendingChanges().Len() })
 }
 
 func (p *Proxier) pendingEndpoints() int {
+	return p.pending(func(fp *familyProxier) int { return fp.epTracker.PendingChanges().Len() })
+}
+
+// pending sums, over the families, the count pending gives for the group
+// furthest behind in each.
+func (p *Proxier) pending(pending func(*familyProxier) int) int {
+	shares := map[*familyShare]bool{}
 	n := 0
 	for _, fp := range p.all() {
-		n += fp.epTracker.PendingChanges().Len()
+		if !shares[fp.share] {
+			shares[fp.share] = true
+			n += fp.share.pending(pending)
+		}
 	}
 	return n
 }
 
-// observeSync is the runner's observer for the families it syncs: every
-// sync's duration, and the time of the last good one.
-func (p *Proxier) observeSync(families []v1.IPFamily) func(runner.RunInfo) {
+// observeSync is the runner's observer for the families of one group:
+// every sync's duration, and the time of the last good one.
+func (p *Proxier) observeSync(families []*familyProxier) func(runner.RunInfo) {
 	return func(ri runner.RunInfo) {
-		for _, family := range families {
-			p.metrics.syncDuration.WithLabelValues(string(family)).Observe(ri.Duration.Seconds())
+		for _, fp := range families {
+			p.metrics.syncDuration.WithLabelValues(string(fp.family)).Observe(ri.Duration.Seconds())
 			if ri.Err == nil {
-				p.metrics.lastSync.WithLabelValues(string(family)).Set(float64(ri.Start.Add(ri.Duration).UnixNano()) / 1e9)
+				fp.share.syncedAt(fp, ri.Start.Add(ri.Duration))
 			}
 		}
 	}

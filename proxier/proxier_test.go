@@ -526,7 +526,7 @@ func TestRunRefusesBadGroups(t *testing.T) {
 	}{
 		{"none", nil, "made no backend"},
 		{"not an IP family", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{"IPv5"}}}, "not an IP family"},
-		{"a family twice", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{v1.IPv4Protocol}}, {Backend: b, Families: []v1.IPFamily{v1.IPv4Protocol}}}, "two backend groups"},
+		{"a family twice in a group", []proxier.BackendGroup{{Backend: b, Families: []v1.IPFamily{v1.IPv4Protocol, v1.IPv4Protocol}}}, "lists IPv4 twice"},
 		{"no backend", []proxier.BackendGroup{{Families: []v1.IPFamily{v1.IPv4Protocol}}}, "no backend or no family"},
 	} {
 		_, ctx := ktesting.NewTestContext(t)
