@@ -1,7 +1,6 @@
 package explain
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -264,12 +263,7 @@ func Grid(services []*v1.Service, family v1.IPFamily, node Node) []Packet {
 }
 
 // WriteJSON writes d as indented JSON.
-func (d *Drift) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(d)
-}
+func (d *Drift) WriteJSON(w io.Writer) error { return writeJSON(w, d) }
 
 // WriteText writes d for a reader: each packet that goes elsewhere than
 // wanted, with both sets of outcomes, then what is missing and extra.
@@ -279,16 +273,15 @@ func (d *Drift) WriteText(w io.Writer) error {
 		d.Mode, d.Family, d.Traced, len(d.Packets), len(d.Missing), len(d.Extra))
 	for _, p := range d.Packets {
 		fmt.Fprintf(&b, "packet %s\n", p.Packet)
-		for _, o := range p.Live {
-			fmt.Fprintf(&b, "  live: %s\n", o.Summary())
-			if o.Rule != "" {
-				fmt.Fprintf(&b, "        by: %s\n", o.Rule)
-			}
-		}
-		for _, o := range p.Want {
-			fmt.Fprintf(&b, "  want: %s\n", o.Summary())
-			if o.Rule != "" {
-				fmt.Fprintf(&b, "        by: %s\n", o.Rule)
+		for _, side := range []struct {
+			name string
+			outs []Outcome
+		}{{"live", p.Live}, {"want", p.Want}} {
+			for _, o := range side.outs {
+				fmt.Fprintf(&b, "  %s: %s\n", side.name, o.Summary())
+				if o.Rule != "" {
+					fmt.Fprintf(&b, "        by: %s\n", o.Rule)
+				}
 			}
 		}
 	}

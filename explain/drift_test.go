@@ -83,12 +83,12 @@ func TestCompareKernelOutput(t *testing.T) {
 		{name: "iptables as written", mode: explain.ModeIPTables},
 		{name: "nftables as written", mode: explain.ModeNFTables},
 		{
-			name: "iptables: a rule added by hand drops DNS",
+			name: "iptables: a rule added by hand drops one DNS endpoint",
 			mode: explain.ModeIPTables,
-			edit: replace("-A KUBE-SERVICES ", "-A KUBE-SERVICES -d 10.96.0.53/32 -p udp -j DROP\n-A KUBE-SERVICES "),
+			edit: replace("-A KUBE-SERVICES -d 10.96.0.50/32", "-A KUBE-SERVICES -d 10.244.1.53/32 -p udp -j DROP\n-A KUBE-SERVICES -d 10.96.0.50/32"),
 			want: drift{
 				Packets: []string{"udp 10.96.0.53:53 pod", "udp 10.96.0.53:53 node", "udp 10.96.0.53:53 outside"},
-				Extra:   []string{"-t nat -A KUBE-SERVICES -d 10.96.0.53/32 -p udp -j DROP"},
+				Extra:   []string{"-t filter -A KUBE-SERVICES -d 10.244.1.53/32 -p udp -j DROP"},
 			},
 		},
 		{

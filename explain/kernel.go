@@ -23,8 +23,9 @@ type Target struct {
 	// Table is the nftables table ("" means kube-proxy's, "kube-proxy").
 	Table string
 	// Backend is the iptables backend whose tools read the rules:
-	// iptables.BackendLegacy or iptables.BackendNFT; "" runs
-	// iptables-save (ip6tables-save), whichever backend that is.
+	// iptables.BackendLegacy or iptables.BackendNFT; "" means the one
+	// whose rules hold the prefix's SERVICES chain (nft first, as
+	// kube-proxy looks), else iptables-save's.
 	Backend iptables.Backend
 	// NetNS is the path of the network namespace to read, such as
 	// /run/netns/NAME or /proc/PID/ns/net; "" means the caller's.
@@ -37,7 +38,8 @@ const DefaultTable = "kube-proxy"
 
 // ReadKernel reads the rules of family that t names from the kernel, with
 // the tools a node has: in iptables mode `iptables-save -t nat` and
-// `iptables-save -t filter` (ip6tables-save for IPv6), in nftables mode
+// `iptables-save -t filter` (ip6tables-save for IPv6; with t.Backend
+// empty, of the backend that holds the proxy's chains), in nftables mode
 // `nft list table ip|ip6 TABLE`, run in t.NetNS. It changes nothing. It
 // fails with an error naming what could not be read: a tool not in PATH,
 // a table that does not exist, the tool's own message (such as a
@@ -47,19 +49,36 @@ const DefaultTable = "kube-proxy"
 func ReadKernel(ctx context.Context, t Target, family v1.IPFamily) (*Ruleset, error) {
 	switch t.Mode {
 	case ModeIPTables:
-		save := saveCommand(family)
-		if t.Backend != "" {
-			save = strings.Replace(save, "-save", "-"+string(t.Backend)+"-save", 1)
+		prefix := t.ChainPrefix
+		if prefix == "" {
+			prefix = iptables.DefaultChainPrefix
 		}
-		var all bytes.Buffer
-		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
-			out, err := runIn(ctx, t.NetNS, save, "-t", string(table))
-			if err != nil {
-				return nil, fmt.Errorf("reading the %s table: %w", table, err)
+		backends := []iptables.Backend{t.Backend}
+		if t.Backend == "" {
+			backends = []iptables.Backend{iptables.BackendNFT, iptables.BackendLegacy, ""}
+		}
+		var save []byte
+		var err error
+		for _, b := range backends {
+			command := saveCommand(family)
+			if b != "" {
+				command = strings.Replace(command, "-save", "-"+string(b)+"-save", 1)
 			}
-			all.Write(out)
+			if t.Backend == "" && b != "" {
+				if _, lookErr := exec.LookPath(command); lookErr != nil {
+					continue
+				}
+			}
+			if save, err = saveTables(ctx, t.NetNS, command); err != nil {
+				return nil, err
+			}
+			// Without a backend given, the one that holds the proxy's
+			// chains, as kube-proxy picks it.
+			if t.Backend != "" || bytes.Contains(save, []byte(":"+prefix+"-SERVICES ")) {
+				break
+			}
 		}
-		return IPTablesRuleset(family, all.Bytes(), t.ChainPrefix)
+		return IPTablesRuleset(family, save, t.ChainPrefix)
 	case ModeNFTables:
 		nf, err := nftFamily(family)
 		if err != nil {
@@ -76,6 +95,20 @@ func ReadKernel(ctx context.Context, t Target, family v1.IPFamily) (*Ruleset, er
 		return NFTablesRuleset(family, table, out)
 	}
 	return nil, fmt.Errorf("mode %q cannot be read: want %q or %q", t.Mode, ModeIPTables, ModeNFTables)
+}
+
+// saveTables runs command (an iptables-save) for the nat and filter
+// tables.
+func saveTables(ctx context.Context, netns, command string) ([]byte, error) {
+	var all bytes.Buffer
+	for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
+		out, err := runIn(ctx, netns, command, "-t", string(table))
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s table: %w", table, err)
+		}
+		all.Write(out)
+	}
+	return all.Bytes(), nil
 }
 
 // ErrToolMissing is wrapped by ReadKernel's error when a tool it runs is

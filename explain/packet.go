@@ -389,11 +389,15 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // WriteJSON writes e as indented JSON.
-func (e *Explanation) WriteJSON(w io.Writer) error {
+func (e *Explanation) WriteJSON(w io.Writer) error { return writeJSON(w, e) }
+
+// writeJSON writes v indented, with "<" and ">" as they are (rules and
+// comments hold them).
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(e)
+	return enc.Encode(v)
 }
 
 // WriteText writes e for a reader: the packet, then each outcome with its
