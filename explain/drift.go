@@ -50,7 +50,10 @@ func (d *Drift) Empty() bool { return len(d.Packets) == 0 && len(d.Missing) == 0
 // start with want's chain prefix and the rules of the built-in chains
 // that jump to them; in nftables mode everything in the table but the
 // elements of dynamic sets. Rules are compared as the writers write them
-// (see NFTablesRuleset). It fails when the two are not of the same mode
+// (see NFTablesRuleset); iptables rules without their nfacct counting
+// match, and without the copies of node-port rules for 127.0.0.0/8 that
+// exist only to count (a dry run renders neither, and neither changes a
+// packet's way). It fails when the two are not of the same mode
 // and family, or when a trace fails, naming the packet and the rule.
 func Compare(live, want *Ruleset, packets []Packet, node Node) (*Drift, error) {
 	if live.mode != want.mode || live.family != want.family {
@@ -110,6 +113,15 @@ func difference(a, b []string) []string {
 	return out
 }
 
+var (
+	// nfacctMatch counts packets in an nfacct counter: it changes no
+	// packet's way, and a dry run does not render it.
+	nfacctMatch = regexp.MustCompile(`-m nfacct --nfacct-name\s+\S+ `)
+	// localhostDest starts the copy of a node-port rule for 127.0.0.0/8
+	// that iptables mode adds to count localhost node-port packets.
+	localhostDest = "-d 127.0.0.0/8 "
+)
+
 // hexNumber is a hexadecimal number in a rule, which nft prints padded.
 var hexNumber = regexp.MustCompile(`\b0x[0-9a-fA-F]+\b`)
 
@@ -136,7 +148,14 @@ func (r *Ruleset) items(prefix string) []string {
 				if ours {
 					out = append(out, fmt.Sprintf("chain -t %s %s", t, c))
 				}
-				for _, rule := range r.ipt.Rules(t, c) {
+				rules := r.ipt.Rules(t, c)
+				for i := range rules {
+					rules[i] = nfacctMatch.ReplaceAllString(rules[i], "")
+				}
+				for _, rule := range rules {
+					if counted, ok := strings.CutPrefix(rule, localhostDest); ok && slices.Contains(rules, counted) {
+						continue
+					}
 					if ours || (c.IsBuiltin(t) && jumpsToPrefix(rule, prefix)) {
 						out = append(out, fmt.Sprintf("-t %s -A %s %s", t, c, rule))
 					}

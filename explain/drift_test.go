@@ -83,6 +83,19 @@ func TestCompareKernelOutput(t *testing.T) {
 		{name: "iptables as written", mode: explain.ModeIPTables},
 		{name: "nftables as written", mode: explain.ModeNFTables},
 		{
+			// As a proxier with kube-proxy's nfacct counters leaves them,
+			// which a dry run does not render.
+			name: "iptables with packet counters",
+			mode: explain.ModeIPTables,
+			edit: func(s string) string {
+				s = replace("-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
+					"-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts -j DROP")(s)
+				return replace(`-A KUBE-NODEPORTS -p tcp -m comment --comment "shop/shop-frontend:http" -m tcp --dport 30080 -j KUBE-EXT-TCV54TU65AKWGMA2`,
+					`-A KUBE-NODEPORTS -d 127.0.0.0/8 -p tcp -m comment --comment "shop/shop-frontend:http" -m tcp --dport 30080 -m nfacct --nfacct-name  localhost_nps_accepted_pkts -j KUBE-EXT-TCV54TU65AKWGMA2`+
+						"\n"+`-A KUBE-NODEPORTS -p tcp -m comment --comment "shop/shop-frontend:http" -m tcp --dport 30080 -j KUBE-EXT-TCV54TU65AKWGMA2`)(s)
+			},
+		},
+		{
 			name: "iptables: a rule added by hand drops one DNS endpoint",
 			mode: explain.ModeIPTables,
 			edit: replace("-A KUBE-SERVICES -d 10.96.0.50/32", "-A KUBE-SERVICES -d 10.244.1.53/32 -p udp -j DROP\n-A KUBE-SERVICES -d 10.96.0.50/32"),

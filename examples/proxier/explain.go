@@ -163,8 +163,8 @@ func (e *explainOptions) node(family v1.IPFamily) (explain.Node, error) {
 		// An address of the pod network that is not the node's (the
 		// first is often the node's bridge).
 		for a := p.Addr().Next(); p.Contains(a); a = a.Next() {
-			if !slices.Contains(addrs, a) && a.Next().IsValid() {
-				n.PodAddr = append(n.PodAddr, a.Next())
+			if !slices.Contains(addrs, a) {
+				n.PodAddr = append(n.PodAddr, a)
 				break
 			}
 		}
