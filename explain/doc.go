@@ -27,7 +27,7 @@
 //
 //	rs, err := explain.ReadKernel(ctx, explain.Target{Mode: explain.ModeIPTables}, v1.IPv4Protocol)
 //	// ...
-//	node := explain.Node{Addrs: nodeIPs, PodAddr: netip.MustParseAddr("10.244.1.5")}
+//	node := explain.Node{Addrs: nodeIPs, PodAddr: []netip.Addr{netip.MustParseAddr("10.244.1.5")}}
 //	ex, err := rs.Trace(explain.Packet{From: explain.FromPod(), Dest: netip.MustParseAddrPort("10.96.0.10:53"), Protocol: v1.ProtocolUDP}, node)
 //	// ...
 //	ex.WriteText(os.Stdout)

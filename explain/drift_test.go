@@ -1,6 +1,7 @@
 package explain_test
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"strings"
@@ -249,5 +250,21 @@ func TestGrid(t *testing.T) {
 	node.PodAddr = []netip.Addr{netip.MustParseAddr("10.244.0.5")}
 	if g := explain.Grid(services, v1.IPv4Protocol, node); len(g) != 3*len(want)/2 || g[0].From.Kind != explain.SourcePod {
 		t.Errorf("grid with a pod address: %d packets, first %v; want %d, from a pod first", len(g), g[0], 3*len(want)/2)
+	}
+}
+
+// TestReadKernelNames: ReadKernel's errors say what it could not read.
+func TestReadKernelNames(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := explain.ReadKernel(t.Context(), explain.Target{Mode: explain.ModeNFTables}, v1.IPv4Protocol)
+	if !errors.Is(err, explain.ErrToolMissing) || !strings.Contains(err.Error(), "nft") {
+		t.Errorf("ReadKernel without nft: %v, want ErrToolMissing naming nft", err)
+	}
+	_, err = explain.ReadKernel(t.Context(), explain.Target{Mode: explain.ModeIPTables, Backend: "legacy"}, v1.IPv6Protocol)
+	if !errors.Is(err, explain.ErrToolMissing) || !strings.Contains(err.Error(), "ip6tables-legacy-save") {
+		t.Errorf("ReadKernel without ip6tables-legacy-save: %v, want ErrToolMissing naming it", err)
+	}
+	if _, err = explain.ReadKernel(t.Context(), explain.Target{Mode: "ipvs"}, v1.IPv4Protocol); err == nil || !strings.Contains(err.Error(), `mode "ipvs"`) {
+		t.Errorf("ReadKernel of IPVS mode: %v, want an error naming the mode", err)
 	}
 }

@@ -42,11 +42,16 @@ type Source struct {
 	Addr netip.Addr `json:"addr,omitzero"`
 }
 
-// FromNode, FromPod, FromOutside and FromAddr make the Sources of each
-// kind.
-func FromNode() Source             { return Source{Kind: SourceNode} }
-func FromPod() Source              { return Source{Kind: SourcePod} }
-func FromOutside() Source          { return Source{Kind: SourceOutside} }
+// FromNode returns the Source of a process on the node.
+func FromNode() Source { return Source{Kind: SourceNode} }
+
+// FromPod returns the Source of a pod on the node.
+func FromPod() Source { return Source{Kind: SourcePod} }
+
+// FromOutside returns the Source of a client outside the cluster.
+func FromOutside() Source { return Source{Kind: SourceOutside} }
+
+// FromAddr returns the Source at address a.
 func FromAddr(a netip.Addr) Source { return Source{Kind: SourceAddr, Addr: a} }
 
 // ParseSource reads a source as the command line gives it: "node", "pod",
