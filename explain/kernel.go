@@ -43,8 +43,9 @@ const DefaultTable = "kube-proxy"
 // `nft list table ip|ip6 TABLE`, run in t.NetNS. It changes nothing. It
 // fails with an error naming what could not be read: a tool not in PATH,
 // a table that does not exist, the tool's own message (such as a
-// permission denied without CAP_NET_ADMIN), or a rule the tracers cannot
-// read. An iptables table the kernel does not have yet reads as empty, as
+// permission denied without CAP_NET_ADMIN), the proxy's SERVICES chain
+// missing from the nat table (no proxy's rules to explain), or a rule the
+// tracers cannot read. An iptables table the kernel does not have yet reads as empty, as
 // iptables-save prints it.
 func ReadKernel(ctx context.Context, t Target, family v1.IPFamily) (*Ruleset, error) {
 	switch t.Mode {
@@ -59,6 +60,7 @@ func ReadKernel(ctx context.Context, t Target, family v1.IPFamily) (*Ruleset, er
 		}
 		var save []byte
 		var err error
+		var read []string
 		for _, b := range backends {
 			command := saveCommand(family)
 			if b != "" {
@@ -72,11 +74,17 @@ func ReadKernel(ctx context.Context, t Target, family v1.IPFamily) (*Ruleset, er
 			if save, err = saveTables(ctx, t.NetNS, command); err != nil {
 				return nil, err
 			}
+			read = append(read, command)
 			// Without a backend given, the one that holds the proxy's
 			// chains, as kube-proxy picks it.
 			if t.Backend != "" || bytes.Contains(save, []byte(":"+prefix+"-SERVICES ")) {
 				break
 			}
+		}
+		if !bytes.Contains(save, []byte(":"+prefix+"-SERVICES ")) {
+			// Nothing to explain: every packet would go through
+			// untouched, which would read as an answer.
+			return nil, fmt.Errorf("no chain %s-SERVICES in the nat table of %s: this node has no rules of a proxy with chain prefix %s", prefix, strings.Join(read, " or "), prefix)
 		}
 		return IPTablesRuleset(family, save, t.ChainPrefix)
 	case ModeNFTables:

@@ -183,11 +183,9 @@ func TestReadKernel(t *testing.T) {
 			target := Target{Mode: tc.mode, Backend: tc.backend, NetNS: n.path()}
 
 			// Nothing programmed yet: the error names what is missing.
-			if tc.mode == ModeNFTables {
-				_, err := ReadKernel(ctx, target, v1.IPv4Protocol)
-				if err == nil || !strings.Contains(err.Error(), "nftables table ip kube-proxy") {
-					t.Errorf("ReadKernel without a table: %v, want an error naming the table", err)
-				}
+			missing := map[string]string{ModeNFTables: "nftables table ip kube-proxy", ModeIPTables: "no chain KUBE-SERVICES in the nat table"}[tc.mode]
+			if _, err := ReadKernel(ctx, target, v1.IPv4Protocol); err == nil || !strings.Contains(err.Error(), missing) {
+				t.Errorf("ReadKernel before the rules are there: %v, want an error containing %q", err, missing)
 			}
 
 			tc.program(t, n, input)

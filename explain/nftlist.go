@@ -349,10 +349,10 @@ func splitRuleComment(l string) (rule, comment string) {
 
 var (
 	// counterStmt is a counter, with the values nft prints unless -s.
-	counterStmt = regexp.MustCompile(`(^| )counter( packets \d+ bytes \d+)?( |$)`)
+	counterStmt = regexp.MustCompile(`(^| )counter( name "[^"]*"| name \S+)?( packets \d+ bytes \d+)?( |$)`)
 	// markOp is nft's spelling of a mark operation.
 	markSet   = regexp.MustCompile(`\bmeta mark set meta mark ([|^]) (\S+)`)
-	markMatch = regexp.MustCompile(`\bmeta mark & (\S+) == (\S+)`)
+	markMatch = regexp.MustCompile(`\bmeta mark & (\S+) (==|!=) (\S+)`)
 	// braceComma is a comma that nft prints against the word before it,
 	// inside an anonymous set or map.
 	braceComma = regexp.MustCompile(`(\S),( |$)`)
@@ -360,7 +360,7 @@ var (
 
 // normalizeRule rewrites a rule as nft prints it into the form the
 // writers write it in, which the tracer reads and Compare compares: no
-// counter, marks as "mark set mark or|xor V" and "mark and M == V", and
+// counter (anonymous or named: it changes no packet's way), marks as "mark set mark or|xor V" and "mark and M == V", and
 // list commas apart from the words around them.
 func normalizeRule(rule string) string {
 	rule = counterStmt.ReplaceAllString(rule, "$1")
@@ -372,7 +372,7 @@ func normalizeRule(rule string) string {
 		}
 		return "mark set mark " + op + " " + m[2]
 	})
-	rule = markMatch.ReplaceAllString(rule, "mark and $1 == $2")
+	rule = markMatch.ReplaceAllString(rule, "mark and $1 $2 $3")
 	if strings.Contains(rule, "{") {
 		rule = braceComma.ReplaceAllString(rule, "$1 ,$2")
 	}
