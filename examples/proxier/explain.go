@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -210,7 +211,8 @@ func explainPacket(ctx context.Context, e *explainOptions, env *environment) err
 
 // explainDrift is `proxier explain drift`: it renders what this proxier
 // would program with a dry run, reads the live rules, and compares them
-// for each family the dry run renders.
+// for each family the dry run renders; with -o json it writes one list of
+// the families' drifts.
 func explainDrift(ctx context.Context, e *explainOptions, env *environment) error {
 	client, err := openCluster(ctx, e.options, env, false)
 	if err != nil {
@@ -275,13 +277,15 @@ func explainDrift(ctx context.Context, e *explainOptions, env *environment) erro
 		}
 		drifts = append(drifts, d)
 	}
+	if e.output == "json" {
+		// One document: a list with each family's drift.
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(drifts)
+	}
 	for _, d := range drifts {
-		if e.output == "json" {
-			err = d.WriteJSON(env.stdout)
-		} else {
-			err = d.WriteText(env.stdout)
-		}
-		if err != nil {
+		if err := d.WriteText(env.stdout); err != nil {
 			return err
 		}
 	}

@@ -157,6 +157,11 @@ func TestExplainE2E(t *testing.T) {
 		if status != 0 || !strings.Contains(out, "0 differ; 0 missing, 0 extra") {
 			t.Fatalf("drift of the rules the proxier wrote: status %d\n%s\n%s", status, out, stderr)
 		}
+		status, out, stderr = run(t, "drift", "-o", "json")
+		var drifts []explain.Drift
+		if err := json.Unmarshal([]byte(out), &drifts); status != 0 || err != nil || len(drifts) != 1 || !drifts[0].Empty() || drifts[0].Traced == 0 {
+			t.Fatalf("drift as JSON: status %d, %v\n%s\n%s", status, err, out, stderr)
+		}
 		// A rule added by hand in front of the proxy's: the cluster IP no
 		// longer reaches its endpoints.
 		if m.mode == modeNFTables {
