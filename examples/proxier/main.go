@@ -17,6 +17,12 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "explain" {
+		ctx := klog.NewContext(context.Background(), klog.Background())
+		code := explainMain(ctx, os.Args[2:], realEnvironment(os.Stdout), os.Stderr)
+		klog.Flush()
+		os.Exit(code)
+	}
 	o, err := parseOptions(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

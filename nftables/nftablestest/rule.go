@@ -367,11 +367,13 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 				verdicts[k] = strings.Join(it[2:], " ")
 			}
 			var ends []end
+			branch := st
+			branch.prob /= float64(n)
 			for k, v := range verdicts {
 				if v == "" {
 					return nil, fmt.Errorf("numgen value %d has no verdict", k)
 				}
-				e, err := r.verdict(v, st)
+				e, err := r.verdict(v, branch)
 				if err != nil {
 					return nil, err
 				}
@@ -572,8 +574,11 @@ func (r *run) concatMatch(p *parser, st state) ([]end, error) {
 			return noMatch, nil
 		}
 		var ends []end
+		// One key per numgen value: each as likely.
+		branch := st
+		branch.prob /= float64(len(keys))
 		for _, k := range keys {
-			e, err := r.vmapLookup(p, name, k, st)
+			e, err := r.vmapLookup(p, name, k, branch)
 			if err != nil {
 				return nil, err
 			}
@@ -643,6 +648,8 @@ func (r *run) dnatMap(p *parser, st state) ([]end, error) {
 		return []end{{state: st, verdict: vContinue}}, nil
 	}
 	var ends []end
+	// One key per numgen value: each as likely.
+	st.prob /= float64(len(keys))
 	for _, k := range keys {
 		e := m.FindElement(k...)
 		if e == nil {

@@ -50,6 +50,10 @@ type Outcome struct {
 	Masquerade bool
 	// Chains are the chains the packet went through, in order.
 	Chains []string
+	// Probability is how likely this outcome is: each "numgen random mod
+	// N" the packet meets splits it evenly among its N values, as in the
+	// kernel. The probabilities of all outcomes add up to 1.
+	Probability float64
 }
 
 // Tracer follows packets through one table of a knftables.Fake.
@@ -92,7 +96,7 @@ func (t *Tracer) Trace(p Packet) ([]Outcome, error) {
 	if p.Output {
 		r.iif = ""
 	}
-	start := state{dst: p.Dst, dport: p.DstPort}
+	start := state{dst: p.Dst, dport: p.DstPort, prob: 1}
 	// A node's packet starts at output and leaves through postrouting; if
 	// its destination (after DNAT) is local, it comes back in over
 	// loopback: prerouting, then input, where it ends. A packet from
@@ -185,6 +189,8 @@ type state struct {
 	masq   bool
 	looped bool // the node's packet, back over loopback
 	chains []string
+	// prob is the branch's probability, from the numgens it met.
+	prob float64
 }
 
 func (s state) with(chain string) state {
@@ -205,7 +211,7 @@ func (e end) outcome() Outcome {
 	case vReject:
 		v = Reject
 	}
-	return Outcome{Verdict: v, DNAT: e.dnat, Masquerade: e.masq && v == Accept, Chains: e.chains}
+	return Outcome{Verdict: v, DNAT: e.dnat, Masquerade: e.masq && v == Accept, Chains: e.chains, Probability: e.prob}
 }
 
 type run struct {

@@ -209,9 +209,11 @@ func TestTraceDataMap(t *testing.T) {
 	two := [][2][]string{{key("0"), []string{"10.1.0.1", "8080"}}, {key("1"), []string{"10.0.0.7", "8081"}}}
 	lookup := "dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 2 map @eps"
 	hairpin := []string{"ct status dnat ip saddr . ip daddr @pairs masquerade"}
+	// P is the outcome's probability: each numgen index is as likely.
 	type out struct {
 		DNAT string
 		Masq bool
+		P    float64
 	}
 	for _, tc := range []struct {
 		name  string
@@ -221,13 +223,15 @@ func TestTraceDataMap(t *testing.T) {
 		p     nftablestest.Packet
 		want  []out
 	}{
-		{"both indexes", []string{lookup}, two, nil, pkt, []out{{DNAT: "10.1.0.1:8080"}, {DNAT: "10.0.0.7:8081"}}},
-		{"hairpin: the client reached itself", []string{lookup}, two, hairpin, pkt, []out{{DNAT: "10.1.0.1:8080", Masq: true}, {DNAT: "10.0.0.7:8081"}}},
-		{"missing index falls through", []string{lookup, "goto ep"}, two[:1], nil, pkt, []out{{DNAT: "10.1.0.1:8080"}, {DNAT: "10.0.0.5:80"}}},
+		{"both indexes", []string{lookup}, two, nil, pkt, []out{{DNAT: "10.1.0.1:8080", P: 0.5}, {DNAT: "10.0.0.7:8081", P: 0.5}}},
+		{"hairpin: the client reached itself", []string{lookup}, two, hairpin, pkt, []out{{DNAT: "10.1.0.1:8080", Masq: true, P: 0.5}, {DNAT: "10.0.0.7:8081", P: 0.5}}},
+		{"missing index falls through", []string{lookup, "goto ep"}, two[:1], nil, pkt, []out{{DNAT: "10.1.0.1:8080", P: 0.5}, {DNAT: "10.0.0.5:80", P: 0.5}}},
+		{"numgen verdict map: each index as likely", []string{"numgen random mod 4 vmap { 0 : goto ep , 1 : goto ep , 2 : goto ep , 3 : drop }"}, nil, nil, pkt,
+			[]out{{DNAT: "10.0.0.5:80", P: 0.25}, {DNAT: "10.0.0.5:80", P: 0.25}, {DNAT: "10.0.0.5:80", P: 0.25}, {P: 0.25}}},
 		{"tcp dport does not match UDP", []string{lookup}, two, nil,
-			nftablestest.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: v1.ProtocolUDP, DstPort: 80}, []out{{}}},
+			nftablestest.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: v1.ProtocolUDP, DstPort: 80}, []out{{P: 1}}},
 		{"no DNAT, no hairpin", nil, nil, []string{"ct status dnat ip saddr . ip daddr @pairs masquerade", "ip saddr . ip saddr @pairs masquerade"},
-			nftablestest.Packet{Src: pkt.Src, Dst: pkt.Src, Protocol: v1.ProtocolTCP, DstPort: 80, Output: true}, []out{{Masq: true}}},
+			nftablestest.Packet{Src: pkt.Src, Dst: pkt.Src, Protocol: v1.ProtocolTCP, DstPort: 80, Output: true}, []out{{Masq: true, P: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := nftablestest.NewTracer(dataMapTable(t, tc.rules, tc.elems, tc.post...), knftables.IPv4Family, "t")
@@ -237,7 +241,7 @@ func TestTraceDataMap(t *testing.T) {
 			}
 			var got []out
 			for _, o := range outs {
-				g := out{Masq: o.Masquerade}
+				g := out{Masq: o.Masquerade, P: o.Probability}
 				if o.DNAT.IsValid() {
 					g.DNAT = o.DNAT.String()
 				}
@@ -311,17 +315,17 @@ func TestTraceLocalDelivery(t *testing.T) {
 		want nftablestest.Outcome
 	}{
 		{"to a local port that input rejects", node("10.1.0.1", 81),
-			nftablestest.Outcome{Verdict: nftablestest.Reject, Chains: []string{"out", "post", "filter-pre", "in"}}},
+			nftablestest.Outcome{Verdict: nftablestest.Reject, Chains: []string{"out", "post", "filter-pre", "in"}, Probability: 1}},
 		{"to a local port that prerouting's filter drops", node("10.1.0.1", 83),
-			nftablestest.Outcome{Verdict: nftablestest.Drop, Chains: []string{"out", "post", "filter-pre"}}},
+			nftablestest.Outcome{Verdict: nftablestest.Drop, Chains: []string{"out", "post", "filter-pre"}, Probability: 1}},
 		{"DNATed to a local address: no second DNAT in prerouting", node("10.96.0.1", 80),
-			nftablestest.Outcome{Verdict: nftablestest.Accept, DNAT: netip.MustParseAddrPort("10.1.0.1:8080"), Chains: []string{"out", "post", "filter-pre", "in"}}},
+			nftablestest.Outcome{Verdict: nftablestest.Accept, DNAT: netip.MustParseAddrPort("10.1.0.1:8080"), Chains: []string{"out", "post", "filter-pre", "in"}, Probability: 1}},
 		{"masqueraded on the way out, delivered locally", node("10.1.0.1", 82),
-			nftablestest.Outcome{Verdict: nftablestest.Accept, Masquerade: true, Chains: []string{"out", "post", "filter-pre", "in"}}},
+			nftablestest.Outcome{Verdict: nftablestest.Accept, Masquerade: true, Chains: []string{"out", "post", "filter-pre", "in"}, Probability: 1}},
 		{"to another host: leaves after postrouting", node("10.2.0.9", 81),
-			nftablestest.Outcome{Verdict: nftablestest.Accept, Chains: []string{"out", "post"}}},
+			nftablestest.Outcome{Verdict: nftablestest.Accept, Chains: []string{"out", "post"}, Probability: 1}},
 		{"from outside to a local port that input rejects", nftablestest.Packet{Src: netip.MustParseAddr("10.2.0.9"), Dst: netip.MustParseAddr("10.1.0.1"), Protocol: v1.ProtocolTCP, DstPort: 81},
-			nftablestest.Outcome{Verdict: nftablestest.Reject, Chains: []string{"pre", "filter-pre", "in"}}},
+			nftablestest.Outcome{Verdict: nftablestest.Reject, Chains: []string{"pre", "filter-pre", "in"}, Probability: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			outs, err := tr.Trace(tc.p)
