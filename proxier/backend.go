@@ -20,8 +20,9 @@ import (
 // socket. A connection the first has translated never carries a Service
 // address, so the second's rules never match it, and the two cannot both
 // act on one packet. Dividing the traffic so is the Backends' business;
-// the Proxier gives each group the same input of the family, as if it
-// served the family alone, and keeps the groups apart otherwise:
+// the Proxier gives each group an input of the family with the same
+// Services, endpoints and node state, as if it served the family alone,
+// and keeps the groups apart otherwise:
 //
 //   - each group has its own change trackers and maps for the family,
 //     fed by the same events (the family's maps are held once per group),
@@ -29,7 +30,8 @@ import (
 //     back, its retries are its own, and its Backend's lost asks for a
 //     full sync of that group alone;
 //   - conntrack cleanup and the service health server follow each
-//     group's good syncs, as with one group;
+//     group's good syncs, as with one group (so a cleanup that a change
+//     calls for runs once per group);
 //   - the proxy health server counts the family up to date once every
 //     group has synced the changes it has had, so /healthz fails when any
 //     group of it stops syncing;

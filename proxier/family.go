@@ -69,6 +69,9 @@ type familyProxier struct {
 	// ports indexes the ports of every Service in svcMap, kept up to date
 	// from the service change results, for FamilyInput.ChangedServices.
 	ports map[types.NamespacedName][]changetracker.ServicePortName
+	// noChanges is the ChangedServices of an input without changes:
+	// empty, never written (inputs are read-only).
+	noChanges map[types.NamespacedName][]changetracker.ServicePortName
 
 	// Owned by the sync.
 	svcMap changetracker.ServicePortMap
@@ -109,6 +112,7 @@ func newFamilyProxierWith(ctx context.Context, family v1.IPFamily, nodeName stri
 		healthLocal: map[types.NamespacedName]int{},
 		needFull:    true,
 		ports:       map[types.NamespacedName][]changetracker.ServicePortName{},
+		noChanges:   map[types.NamespacedName][]changetracker.ServicePortName{},
 	}
 	// Alone in its family until the Proxier makes it join a share.
 	newFamilyShare(family, nil, m).join(p)
@@ -156,20 +160,11 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 		NodeIPs:         p.currentNodeIPs(),
 		PodCIDRs:        p.currentPodCIDRs(),
 	}
-	ports := in.ServiceChanges.PortsIn(p.svcMap)
-	changed := make(map[types.NamespacedName][]changetracker.ServicePortName, len(in.ServiceChanges.UpdatedServices)+len(in.EndpointChanges.UpdatedServices))
-	for svc := range in.ServiceChanges.UpdatedServices {
-		if ps := ports[svc]; len(ps) > 0 {
-			p.ports[svc] = ps
-		} else {
-			delete(p.ports, svc)
-		}
-		changed[svc] = p.ports[svc]
+	// An idle sync allocates no index of its own.
+	in.ChangedServices = p.noChanges
+	if len(in.ServiceChanges.UpdatedServices)+len(in.EndpointChanges.UpdatedServices) > 0 {
+		in.ChangedServices = p.changedServices(in)
 	}
-	for svc := range in.EndpointChanges.UpdatedServices {
-		changed[svc] = p.ports[svc]
-	}
-	in.ChangedServices = changed
 	if !maps.Equal(in.NodeLabels, p.lastLabels) || !slices.Equal(in.NodeIPs, p.lastNodeIPs) {
 		// Topology and node addresses reach every port: kube-proxy's
 		// proxiers sync everything when they change.
@@ -183,7 +178,9 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 		p.lastPodCIDRs = in.PodCIDRs
 	}
 	in.Full = p.needFull
-	p.deletedUDP = p.deletedUDP.Union(in.ServiceChanges.DeletedUDPClusterIPs)
+	for ip := range in.ServiceChanges.DeletedUDPClusterIPs {
+		p.deletedUDP.Insert(ip)
+	}
 	p.conntrackDue = p.conntrackDue || in.EndpointChanges.ConntrackCleanupRequired
 	if p.svcHealth != nil {
 		// A later update's value replaces an earlier one's: each is the
@@ -194,10 +191,31 @@ func (p *familyProxier) update() *proxy.FamilyInput {
 	return in
 }
 
+// changedServices keeps the ports index up to date with in's service
+// changes and returns in.ChangedServices.
+func (p *familyProxier) changedServices(in *proxy.FamilyInput) map[types.NamespacedName][]changetracker.ServicePortName {
+	ports := in.ServiceChanges.PortsIn(p.svcMap)
+	changed := make(map[types.NamespacedName][]changetracker.ServicePortName, len(in.ServiceChanges.UpdatedServices)+len(in.EndpointChanges.UpdatedServices))
+	for svc := range in.ServiceChanges.UpdatedServices {
+		if ps := ports[svc]; len(ps) > 0 {
+			p.ports[svc] = ps
+		} else {
+			delete(p.ports, svc)
+		}
+		changed[svc] = p.ports[svc]
+	}
+	for svc := range in.EndpointChanges.UpdatedServices {
+		changed[svc] = p.ports[svc]
+	}
+	return changed
+}
+
 // synced reports the backend's work on in, which took took and failed
 // with err, and does what follows a good one; all of it is best effort.
 func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out proxy.SyncResult, took time.Duration, err error) {
-	logger := klog.FromContext(ctx).WithValues("ipFamily", p.family)
+	// The logger is the context's: a logger with values of its own
+	// would cost allocations at every sync, the idle ones included.
+	logger := klog.FromContext(ctx)
 	family := string(p.family)
 	if out.Full {
 		p.metrics.syncFullDuration.WithLabelValues(family).Observe(took.Seconds())
@@ -224,7 +242,7 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 		p.metrics.conntrackDuration.WithLabelValues(family).Observe(time.Since(start).Seconds())
 		p.metrics.conntrackDeleted.WithLabelValues(family).Add(float64(n))
 		if err != nil {
-			logger.Error(err, "Clearing stale conntrack entries; will try again after the next sync", "deleted", n)
+			logger.Error(err, "Clearing stale conntrack entries; will try again after the next sync", "ipFamily", p.family, "deleted", n)
 		} else {
 			p.deletedUDP, p.conntrackDue = sets.New[netip.Addr](), false
 		}
@@ -235,12 +253,21 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 		p.svcHealth.update(ctx, p.family, p.healthPorts, p.healthLocal)
 		// New maps, not cleared ones: a map keeps the room it once
 		// needed, and ranging over it costs that much, so the first
-		// sync's every Service would make each later sync a walk.
-		p.healthPorts = map[types.NamespacedName]uint16{}
-		p.healthLocal = map[types.NamespacedName]int{}
+		// sync's every Service would make each later sync a walk. An
+		// empty one is kept, so that an idle sync allocates none.
+		if len(p.healthPorts) > 0 {
+			p.healthPorts = map[types.NamespacedName]uint16{}
+		}
+		if len(p.healthLocal) > 0 {
+			p.healthLocal = map[types.NamespacedName]int{}
+		}
 	}
 	p.share.updated(p)
-	logger.V(2).Info("Synced proxy rules", "full", out.Full, "servicePorts", out.ServicePorts, "endpoints", out.Endpoints, "took", took)
+	if v := logger.V(2); v.Enabled() {
+		// Behind the check: the arguments' boxing allocates even when
+		// the line is not written.
+		v.Info("Synced proxy rules", "ipFamily", p.family, "full", out.Full, "servicePorts", out.ServicePorts, "endpoints", out.Endpoints, "took", took)
+	}
 }
 
 // syncGroup is what one runner syncs: a BackendGroup with its families'
