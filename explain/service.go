@@ -197,6 +197,9 @@ type WayIn struct {
 	// Endpoints are the "ip:port" of the endpoints the tracker gives this
 	// traffic on this node; empty when it has none.
 	Endpoints []string `json:"endpoints"`
+	// Traces are this way in traced through the node's rules, once
+	// ServiceReport.TraceWaysIn has run.
+	Traces []WayTrace `json:"traces,omitempty"`
 }
 
 // The kinds of WayIn.

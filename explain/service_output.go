@@ -150,6 +150,9 @@ func writePortText(b *bytes.Buffer, p *PortReport) {
 				eps = "no endpoints"
 			}
 			fmt.Fprintf(b, "  way in: %s %s/%s (%s) -> %s\n", wi.Kind, dest, wi.Protocol, wi.Policy, q(eps))
+			for _, t := range wi.Traces {
+				writeWayTrace(b, t)
+			}
 		}
 	}
 	if len(p.Endpoints) == 0 {
@@ -205,4 +208,24 @@ func svcDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeWayTrace writes one traced way in under its way: its outcomes
+// in the live rules, or why it could not be traced.
+func writeWayTrace(b *bytes.Buffer, t WayTrace) {
+	if t.Error != "" {
+		fmt.Fprintf(b, "    from %s: not traced: %s\n", t.From.Kind, svcSafeText(t.Error))
+		return
+	}
+	fmt.Fprintf(b, "    from %s to %s in the live rules:", t.From, t.Dest)
+	for i, o := range t.Outcomes {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		b.WriteString(" " + o.Summary())
+	}
+	b.WriteString("\n")
+	if t.Differs {
+		b.WriteString("      ! the rules do not send this traffic to the endpoints above (see proxier explain drift)\n")
+	}
 }

@@ -10,12 +10,14 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proxykit/proxykit/explain"
+	"github.com/proxykit/proxykit/internal/logsafe"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/kubeproxy"
 	"github.com/proxykit/proxykit/proxier"
@@ -48,8 +50,12 @@ The proxier's own flags say what to read and render: --mode (or
 type explainOptions struct {
 	*options
 	// from is --from; output is -o; netns is --netns; backend is
-	// --iptables-backend.
-	from, output, netns, backend string
+	// --iptables-backend; proxyName is --service-proxy-name.
+	from, output, netns, backend, proxyName string
+	// trace is --trace: explain service also traces the ways in.
+	trace bool
+	// stderr takes the warnings of a view that still explains.
+	stderr io.Writer
 	// args are the view's positional arguments.
 	args []string
 }
@@ -74,15 +80,15 @@ func explainMain(ctx context.Context, args []string, env *environment, stderr io
 	case "drift":
 		run = explainDrift
 	case "service":
-		// The service view is built apart; it is wired here.
-		run = func(context.Context, *explainOptions, *environment) error {
-			return errors.New("explain service: not built into this proxier")
-		}
+		run = explainServiceView
 	default:
 		fmt.Fprintf(stderr, "proxier explain: unknown view %q: want packet, drift or service\n", view)
 		return 2
 	}
 	o, err := parseExplainOptions(view, args[1:], stderr)
+	if o != nil {
+		o.stderr = stderr
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -104,6 +110,9 @@ func parseExplainOptions(view string, args []string, stderr io.Writer) (*explain
 	e := &explainOptions{}
 	fs.StringVar(&e.from, "from", string(explain.SourceNode), "explain packet: the sender: node (a process on this node), pod (a pod on this node, with an address of --cluster-cidr), outside (a client outside the cluster, 203.0.113.1 or 2001:db8::1), or an IP address.")
 	fs.StringVar(&e.output, "o", "text", "Output format: text or json.")
+	fs.StringVar(&e.output, "output", "text", "The same as -o.")
+	fs.StringVar(&e.proxyName, "service-proxy-name", "", "explain service: the service.kubernetes.io/service-proxy-name this proxy serves; empty for the default proxy, which serves the Services without the label.")
+	fs.BoolVar(&e.trace, "trace", true, "explain service: also trace each way in (cluster IP, node port, external IP, load-balancer VIP; from a pod, the node and outside) through the node's live rules (of --netns); --trace=false explains the endpoints alone, off the node.")
 	fs.StringVar(&e.netns, "netns", "", "Read the rules and addresses of the network namespace at this path (such as /run/netns/NAME) instead of the current one.")
 	fs.StringVar(&e.backend, "iptables-backend", "", "In iptables mode, read with the tools of this backend: legacy or nft; empty means the one that holds the proxy's chains.")
 	fs.Usage = func() {
@@ -140,8 +149,17 @@ func parseExplainOptions(view string, args []string, stderr io.Writer) (*explain
 		return nil, errors.New("--mode ipvs: the IPVS virtual servers are not read; explain reads iptables and nftables mode")
 	}
 	want := map[string]int{"packet": 1, "drift": 0, "service": 1}[view]
-	if len(e.args) != want {
-		return nil, fmt.Errorf("want %d argument(s), got %q", want, e.args)
+	missing := map[string]string{"packet": "DEST_IP:PORT/PROTO", "service": "NAMESPACE/NAME[:PORT]"}[view]
+	switch {
+	case len(e.args) == 0 && want > 0:
+		return nil, fmt.Errorf("missing %s", missing)
+	case len(e.args) != want:
+		return nil, fmt.Errorf("want %d argument(s), got %s", want, logsafe.Quote(strings.Join(e.args, " ")))
+	}
+	if view == "service" {
+		if _, err := parseServiceTarget(e.args[0]); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -24,44 +22,68 @@ import (
 // unreachable one is reported instead of waited for.
 const explainReadTimeout = 30 * time.Second
 
-// explainServiceCmd is `proxier explain service NAMESPACE/NAME[:PORT]`:
+// explainServiceView is `proxier explain service NAMESPACE/NAME[:PORT]`:
 // it reads the Service, the EndpointSlices of its namespace and this
 // node's Node from the cluster the proxier's flags name (--kubeconfig,
 // --master, in-cluster, or --manifests) and prints, per port, every
 // endpoint with the verdict the trackers reach on this node
-// (--hostname-override), as text or, with -o json, as JSON. It only reads.
-// It returns 0 when it explained the Service, 1 when it could not read
-// what it needs (the message names it) and 2 for a bad command line.
-func explainServiceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return explainService(ctx, args, stdout, stderr, &environment{})
+// (--hostname-override), then (unless --trace=false) each way in traced
+// through the node's live rules, as text or, with -o json, as JSON. It
+// only reads. A way in that cannot be traced says why, and the command
+// then fails after printing the report.
+func explainServiceView(ctx context.Context, e *explainOptions, env *environment) error {
+	target, err := parseServiceTarget(e.args[0])
+	if err != nil {
+		return err
+	}
+	stderr := e.stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	report, err := readAndExplainService(ctx, target, e.options, e.proxyName, env, stderr)
+	if err != nil {
+		return err
+	}
+	var traceErr error
+	if e.trace {
+		traceErr = traceServiceWays(ctx, e, report)
+	}
+	if e.output == "json" {
+		err = report.WriteJSON(env.stdout)
+	} else {
+		err = report.WriteText(env.stdout)
+	}
+	if err != nil {
+		return err
+	}
+	return traceErr
 }
 
-// explainService is explainServiceCmd in env, whose client, when set,
-// replaces the cluster the flags name.
-func explainService(ctx context.Context, args []string, stdout, stderr io.Writer, env *environment) int {
-	target, o, output, proxyName, err := parseExplainServiceArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+// traceServiceWays reads the live rules of each family the report has
+// ports in and traces the ways in through them. It returns the first
+// family's read error, after tracing what could be read.
+func traceServiceWays(ctx context.Context, e *explainOptions, report *explain.ServiceReport) error {
+	rules := map[v1.IPFamily]*explain.Ruleset{}
+	nodes := map[v1.IPFamily]explain.Node{}
+	var first error
+	for _, p := range report.Ports {
+		if _, done := nodes[p.Family]; done || !p.Proxied {
+			continue
+		}
+		node, err := e.node(p.Family)
+		if err == nil {
+			nodes[p.Family] = node
+			var rs *explain.Ruleset
+			if rs, err = explain.ReadKernel(ctx, e.target(), p.Family); err == nil {
+				rules[p.Family] = rs
+			}
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("cannot trace the ways in (--trace=false explains the endpoints alone): %w", err)
+		}
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "proxier explain service:", err)
-		return 2
-	}
-	report, err := readAndExplainService(ctx, target, o, proxyName, env, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "proxier explain service:", err)
-		return 1
-	}
-	if output == "json" {
-		err = report.WriteJSON(stdout)
-	} else {
-		err = report.WriteText(stdout)
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "proxier explain service:", err)
-		return 1
-	}
-	return 0
+	report.TraceWaysIn(rules, nodes)
+	return first
 }
 
 // serviceTarget is NAMESPACE/NAME[:PORT].
@@ -79,49 +101,6 @@ func parseServiceTarget(s string) (serviceTarget, error) {
 		return serviceTarget{}, fmt.Errorf("want NAMESPACE/NAME[:PORT], not %s", logsafe.Quote(s))
 	}
 	return serviceTarget{namespace: ns, name: name, port: port}, nil
-}
-
-// parseExplainServiceArgs reads the target and the proxier's own flags
-// (see newFlagSet), with -o and --service-proxy-name. The target comes
-// first or after the flags.
-func parseExplainServiceArgs(args []string, stderr io.Writer) (serviceTarget, *options, string, string, error) {
-	var positional string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		positional, args = args[0], args[1:]
-	}
-	o, fs, k := newFlagSet(stderr)
-	var output, proxyName string
-	fs.StringVar(&output, "o", "text", "Output format: text or json.")
-	fs.StringVar(&output, "output", "text", "The same as -o.")
-	fs.StringVar(&proxyName, "service-proxy-name", "", "The service.kubernetes.io/service-proxy-name this proxy serves; empty for the default proxy, which serves the Services without the label.")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: proxier explain service NAMESPACE/NAME[:PORT] [flags]\n\nSays which endpoints of the Service this node's proxy uses, and why each other one is left out.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return serviceTarget{}, nil, "", "", err
-	}
-	rest := fs.Args()
-	if positional == "" && len(rest) > 0 {
-		positional, rest = rest[0], rest[1:]
-	}
-	if len(rest) > 0 {
-		return serviceTarget{}, nil, "", "", fmt.Errorf("unexpected arguments %s", logsafe.Quote(strings.Join(rest, " ")))
-	}
-	if positional == "" {
-		return serviceTarget{}, nil, "", "", errors.New("missing NAMESPACE/NAME[:PORT]")
-	}
-	target, err := parseServiceTarget(positional)
-	if err != nil {
-		return serviceTarget{}, nil, "", "", err
-	}
-	if output != "text" && output != "json" {
-		return serviceTarget{}, nil, "", "", fmt.Errorf("-o %s: want text or json", logsafe.Quote(output))
-	}
-	if o, err = completeOptions(o, fs, k); err != nil {
-		return serviceTarget{}, nil, "", "", err
-	}
-	return target, o, output, proxyName, nil
 }
 
 // readAndExplainService reads the objects and explains them. A missing

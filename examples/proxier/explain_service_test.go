@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -13,6 +14,12 @@ import (
 )
 
 const explainManifests = "testdata/explain/cluster.yaml"
+
+// explainServiceCmd runs `proxier explain service ARGS` without tracing
+// the ways in: these tests read manifests, on no node.
+func explainServiceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return explainMain(ctx, append([]string{"service", "--trace=false"}, args...), &environment{stdout: stdout}, stderr)
+}
 
 // TestExplainServiceCLI runs the command on the manifests of
 // testdata/explain, one Service per fault, and checks the verdict of
@@ -92,7 +99,7 @@ func TestExplainServiceCLIErrors(t *testing.T) {
 		{"no API access", []string{"shop/web", "--kubeconfig", "testdata/explain/no-such-kubeconfig", "--hostname-override", "node-a"}, 1, "cannot read the cluster"},
 		{"no target", []string{"--manifests", explainManifests}, 2, "missing NAMESPACE/NAME[:PORT]"},
 		{"bad target", []string{"web"}, 2, "want NAMESPACE/NAME[:PORT]"},
-		{"bad output", []string{"shop/web", "-o", "yaml"}, 2, "-o yaml: want text or json"},
+		{"bad output", []string{"shop/web", "-o", "yaml"}, 2, `-o "yaml": want text or json`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,7 @@ func TestExplainCommandLine(t *testing.T) {
 			err: "--chain-prefix"},
 		{name: "a chain prefix", args: []string{"--mode", "iptables", "--chain-prefix", "PXB", "[fd00::1]:80", "--iptables-backend", "legacy"},
 			want: "iptables PXB pxb-proxy node text  legacy [[fd00::1]:80]"},
-		{name: "no destination", args: nil, err: "want 1 argument(s)"},
+		{name: "no destination", args: nil, err: "missing DEST_IP:PORT/PROTO"},
 		{name: "two destinations", args: []string{"10.96.0.10:80", "10.96.0.11:80"}, err: "want 1 argument(s)"},
 		{name: "an output format it has not", args: []string{"10.96.0.10:80", "-o", "yaml"}, err: `-o "yaml"`},
 		{name: "IPVS mode", args: []string{"10.96.0.10:80", "--proxy-mode", "ipvs"}, err: "IPVS virtual servers are not read"},
@@ -73,7 +73,7 @@ func TestExplainExitStatus(t *testing.T) {
 		{[]string{"packet", "10.96.0.10"}, 1, "want ADDR:PORT/PROTO"},
 		{[]string{"packet", "10.96.0.10:80", "--from", "somewhere"}, 1, "want node, pod, outside or an IP address"},
 		{[]string{"packet", "10.96.0.10:80", "--netns", "/nonexistent/netns"}, 1, "/nonexistent/netns"},
-		{[]string{"service", "ns/name"}, 1, "not built"},
+		{[]string{"service", "ns/name"}, 1, "cannot read the cluster"},
 		{[]string{"drift", "extra"}, 2, "want 0 argument(s)"},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -152,6 +152,44 @@ func TestExplainE2E(t *testing.T) {
 				}
 			})
 		}
+
+		// The service view traces each way in through the same rules:
+		// the node port of np from outside reaches both endpoints, as
+		// the trackers decide, with nothing differing.
+		t.Run("service ways in", func(t *testing.T) {
+			status, out, stderr := run(t, "service", e2eNS+"/np", "-o", "json")
+			if status != 0 {
+				t.Fatalf("status %d: %s", status, stderr)
+			}
+			var r explain.ServiceReport
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v:\n%s", err, out)
+			}
+			got := map[string][]string{}
+			for _, p := range r.Ports {
+				for _, wi := range p.WaysIn {
+					for _, tr := range wi.Traces {
+						key := wi.Kind + " from " + string(tr.From.Kind)
+						if tr.Error != "" || tr.Differs {
+							t.Errorf("%s: error %q, differs %t", key, tr.Error, tr.Differs)
+						}
+						for _, o := range tr.Outcomes {
+							got[key] = append(got[key], o.Endpoint.String())
+						}
+					}
+				}
+			}
+			both := []string{"10.244.0.11:8080", "10.244.0.12:8080"}
+			want := map[string][]string{"ClusterIP from pod": both, "ClusterIP from node": both,
+				"NodePort from pod": both, "NodePort from node": both, "NodePort from outside": both}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("traced ways in (-want +got):\n%s\n%s", diff, out)
+			}
+			status, text, stderr := run(t, "service", e2eNS+"/np")
+			if status != 0 || !strings.Contains(text, "(outside) to 10.1.0.1:30080 in the live rules: p=0.5 ACCEPT, DNAT to 10.244.0.1") {
+				t.Errorf("text: status %d\n%s\n%s", status, text, stderr)
+			}
+		})
 
 		status, out, stderr := run(t, "drift")
 		if status != 0 || !strings.Contains(out, "0 differ; 0 missing, 0 extra") {
