@@ -27,8 +27,11 @@ type appliedChains struct {
 	// known is false until a full payload has been applied and after a
 	// payload failed or was never reported: the next sync is full then,
 	// and rebuilds chains from scratch.
-	known  bool
-	chains map[chainRef]*chainSum
+	known bool
+	// chains holds values, not pointers: at hundreds of thousands of
+	// chains a pointer per entry is an allocation each and a map the
+	// garbage collector must scan.
+	chains map[chainRef]chainSum
 	// round counts the checks; a chainSum's seen and compared hold the
 	// round in which a check last found the chain declared and compared
 	// its rules.
@@ -57,15 +60,28 @@ func (w *Writer) noteAppliedChains() {
 	}
 	a := &w.applied
 	if !a.known {
-		if a.chains == nil {
-			a.chains = make(map[chainRef]*chainSum)
+		// The full payload that rebuilds the map declares every chain it
+		// will hold: sized for them at once, the map is not grown (and
+		// rehashed) step by step.
+		if a.chains == nil || w.payloadFull {
+			a.chains = make(map[chainRef]chainSum, w.declared)
+		} else {
+			clear(a.chains)
 		}
-		clear(a.chains)
 		a.known = true
 	}
 	nat := false
-	var last []byte   // the chain of the previous rule
-	var sum *chainSum // its entry, nil if not a service chain
+	var last []byte // the chain of the previous rule
+	var lastRef chainRef
+	var sum chainSum // its entry, while inSum
+	inSum := false   // whether last is a service chain the map holds
+	flush := func() {
+		if inSum {
+			a.chains[lastRef] = sum
+			inSum = false
+		}
+	}
+	defer flush()
 	b := w.payload
 	for len(b) > 0 {
 		var line []byte
@@ -78,32 +94,34 @@ func (w *Writer) noteAppliedChains() {
 		}
 		switch {
 		case line[0] == '*':
+			flush()
 			nat = string(line) == "*nat"
 			last = nil
 		case !nat:
 		case line[0] == '-' && line[1] == 'A' && line[2] == ' ':
 			name, spec, _ := bytes.Cut(line[3:], []byte{' '})
 			if last == nil || !bytes.Equal(name, last) {
-				last, sum = name, nil
+				flush()
+				last = name
 				if r, ok := w.cn.parseRef(string(name)); ok {
-					sum = a.chains[r]
+					sum, inSum = a.chains[r]
+					lastRef = r
 				}
 			}
-			if sum != nil {
+			if inSum {
 				sum.rules++
 				sum.targets += targetHash(spec)
 			}
 		case line[0] == ':':
+			flush()
 			name, _, _ := bytes.Cut(line[1:], []byte{' '})
 			if r, ok := w.cn.parseRef(string(name)); ok {
-				if s := a.chains[r]; s != nil {
-					*s = chainSum{}
-				} else {
-					a.chains[r] = &chainSum{}
-				}
+				// A declared chain is flushed.
+				a.chains[r] = chainSum{}
 			}
 			last = nil
 		case line[0] == '-' && line[1] == 'X' && line[2] == ' ':
+			flush()
 			if r, ok := w.cn.parseRef(string(line[3:])); ok {
 				delete(a.chains, r)
 			}
@@ -176,15 +194,17 @@ func (w *Writer) checkServiceChains(ctx context.Context, ipt Interface, natSave 
 func (w *Writer) readServiceChains(listing string, d *Drift) {
 	a := &w.applied
 	var curName string
-	var cur *chainSum // curName's entry, nil if not one of the writer's
+	var cur chainSum // curName's entry, while known
+	known := false   // whether curName is one of the writer's chains
 	var curRef chainRef
 	var rules uint32
 	var targets uint64
 	finish := func() {
-		if cur == nil {
+		if !known {
 			return
 		}
 		cur.compared = a.round
+		a.chains[curRef] = cur
 		if rules != cur.rules || targets != cur.targets {
 			w.chainDrift(curRef, cur, rules, d)
 		}
@@ -197,20 +217,22 @@ func (w *Writer) readServiceChains(listing string, d *Drift) {
 			name, spec, _ := strings.Cut(line[3:], " ")
 			if name != curName {
 				finish()
-				curName, cur, rules, targets = name, nil, 0, 0
+				curName, known, rules, targets = name, false, 0, 0
 				if r, ok := w.cn.parseRef(name); ok {
-					cur, curRef = a.chains[r], r
+					cur, known = a.chains[r]
+					curRef = r
 				}
 			}
-			if cur != nil {
+			if known {
 				rules++
 				targets += targetHash(spec)
 			}
 		case strings.HasPrefix(line, ":"):
 			name, _, _ := strings.Cut(line[1:], " ")
 			if r, ok := w.cn.parseRef(name); ok {
-				if s := a.chains[r]; s != nil {
+				if s, ok := a.chains[r]; ok {
 					s.seen = a.round
+					a.chains[r] = s
 				}
 			}
 		}
@@ -221,7 +243,7 @@ func (w *Writer) readServiceChains(listing string, d *Drift) {
 // compareChain adds to d what a check found for the chain r after
 // readServiceChains: nothing if its rules were compared; the whole chain
 // if it was not declared; its rules if it was declared without any.
-func (w *Writer) compareChain(r chainRef, s *chainSum, d *Drift) {
+func (w *Writer) compareChain(r chainRef, s chainSum, d *Drift) {
 	switch {
 	case s.compared == w.applied.round:
 	case s.seen != w.applied.round:
@@ -235,7 +257,7 @@ func (w *Writer) compareChain(r chainRef, s *chainSum, d *Drift) {
 // chainDrift adds to d a chain r that holds rules where the writer applied
 // s: rules it lacks count as missing, rules beyond as unexpected, and the
 // same number of rules with other targets as one of each.
-func (w *Writer) chainDrift(r chainRef, s *chainSum, rules uint32, d *Drift) {
+func (w *Writer) chainDrift(r chainRef, s chainSum, rules uint32, d *Drift) {
 	want := int(s.rules)
 	have := int(rules)
 	switch {
