@@ -533,6 +533,7 @@ func (w *Writer) Applied(err error) {
 func (w *Writer) failed() {
 	w.needFull = true
 	w.applied.known = false
+	w.dropPending()
 	for _, r := range w.deleting {
 		w.maybeStale[r] = struct{}{}
 	}
@@ -603,6 +604,13 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		full = true
 	}
 
+	if full {
+		// The payload replaces the record of applied chains, or, should
+		// it fail, leaves it unknown; those not read yet are not needed,
+		// and their buffer serves this sync.
+		w.dropPending()
+		w.applied.known = false
+	}
 	w.payload = w.payload[:0]
 	w.natTop = w.natTop[:0]
 	w.filter = w.filter[:0]

@@ -36,6 +36,16 @@ type appliedChains struct {
 	// round in which a check last found the chain declared and compared
 	// its rules.
 	round uint32
+	// pending is the last full payload applied, not yet read into chains,
+	// and deltas the partial payloads applied after it, in order. Reading
+	// a full payload costs a map entry per chain, hundreds of thousands
+	// in a large cluster, and only the drift check needs them: the check
+	// reads them (readApplied), so that the first sync, which a proxy's
+	// start waits for, does not. pendingChains is how many chains pending
+	// declares.
+	pending       []byte
+	deltas        []byte
+	pendingChains int
 }
 
 type chainSum struct {
@@ -44,32 +54,88 @@ type chainSum struct {
 	targets        uint64
 }
 
-// noteAppliedChains updates w.applied from the payload just applied: a
-// declared chain is flushed, "-A" adds a rule, "-X" deletes the chain.
-// A full payload declares every chain the writer keeps, so after a
-// failure the map is rebuilt from the next (full) one. The writer writes
-// a chain's rules together, so a rule's chain is looked up only when it
-// is not the previous rule's. A Mode's rule tally (w.tally) reads the
-// payload in the same walk: at tens of megabytes, a second walk would
-// cost as much again.
+// noteAppliedChains updates w.applied from the payload just applied, and
+// a Mode's rule tally (w.tally) with it. A full payload declares every
+// chain the writer keeps: it replaces the record, and is kept as it is
+// until a drift check reads it (readApplied); partial payloads after it
+// are kept with it, up to a quarter of its size, beyond which they are
+// all read at once. Once the record is read, a partial payload is read
+// as it is applied, in the same walk as the tally's: at tens of megabytes,
+// a second walk would cost as much again.
 func (w *Writer) noteAppliedChains() {
-	t := w.tally
+	a := &w.applied
+	if w.payloadFull {
+		if w.tally != nil {
+			w.tally.note(w.payload, true)
+		}
+		// The buffers trade places: the writer renders the next sync in
+		// the one an older payload, never read, leaves.
+		a.pending, w.payload = w.payload, a.pending[:0]
+		a.pendingChains = w.declared
+		a.deltas = a.deltas[:0]
+		a.known = true
+		return
+	}
+	if a.pending != nil {
+		if w.tally != nil {
+			w.tally.note(w.payload, false)
+		}
+		a.deltas = append(a.deltas, w.payload...)
+		if len(a.deltas) > len(a.pending)/4 {
+			w.readApplied()
+		}
+		return
+	}
+	if a.chains == nil {
+		a.chains = make(map[chainRef]chainSum)
+	}
+	w.walkApplied(w.payload, w.tally)
+}
+
+// readApplied reads the applied payloads that noteAppliedChains kept into
+// w.applied.chains, and gives the full payload's buffer back to the writer
+// for its next sync.
+func (w *Writer) readApplied() {
+	a := &w.applied
+	if a.pending == nil {
+		return
+	}
+	// Sized for the chains the full payload declares, the map is not
+	// grown (and rehashed) step by step.
+	a.chains = make(map[chainRef]chainSum, a.pendingChains)
+	w.walkApplied(a.pending, nil)
+	w.walkApplied(a.deltas, nil)
+	w.reclaimPending()
+}
+
+// dropPending forgets the applied payloads not yet read, which a full sync
+// replaces or a failure makes stale, keeping the full one's buffer for the
+// next sync.
+func (w *Writer) dropPending() {
+	if w.applied.pending != nil {
+		w.reclaimPending()
+	}
+}
+
+func (w *Writer) reclaimPending() {
+	a := &w.applied
+	if cap(a.pending) > cap(w.payload) {
+		w.payload = a.pending[:0]
+	}
+	a.pending = nil
+	a.deltas = a.deltas[:0]
+}
+
+// walkApplied updates w.applied.chains from an applied payload b, and t
+// (when not nil) from b: a declared chain is flushed, "-A" adds a rule,
+// "-X" deletes the chain. The writer writes a chain's rules together, so
+// a rule's chain is looked up only when it is not the previous rule's.
+func (w *Writer) walkApplied(b []byte, t *ruleTally) {
 	if t != nil {
-		t.start(w.payloadFull)
+		t.start(false)
 		defer t.end()
 	}
 	a := &w.applied
-	if !a.known {
-		// The full payload that rebuilds the map declares every chain it
-		// will hold: sized for them at once, the map is not grown (and
-		// rehashed) step by step.
-		if a.chains == nil || w.payloadFull {
-			a.chains = make(map[chainRef]chainSum, w.declared)
-		} else {
-			clear(a.chains)
-		}
-		a.known = true
-	}
 	nat := false
 	var last []byte // the chain of the previous rule
 	var lastRef chainRef
@@ -82,7 +148,6 @@ func (w *Writer) noteAppliedChains() {
 		}
 	}
 	defer flush()
-	b := w.payload
 	for len(b) > 0 {
 		var line []byte
 		line, b, _ = bytes.Cut(b, []byte{'\n'})
@@ -163,6 +228,7 @@ func targetHash[T string | []byte](spec T) uint64 {
 // legacy backend); otherwise it saves nat itself, in one check of every
 // NFTServiceChainCheckInterval.
 func (w *Writer) checkServiceChains(ctx context.Context, ipt Interface, natSave string, d *Drift) error {
+	w.readApplied()
 	a := &w.applied
 	if !a.known || len(a.chains) == 0 {
 		return nil
