@@ -275,6 +275,8 @@ type Writer struct {
 	// splitDue says the next declaration starts a new commit.
 	batchChains int
 	splitDue    bool
+	// declared counts the service chains the payload declares.
+	declared int
 }
 
 // serviceState is what the writer last wrote for the ports of one service.
@@ -531,6 +533,7 @@ func (w *Writer) Applied(err error) {
 func (w *Writer) failed() {
 	w.needFull = true
 	w.applied.known = false
+	w.dropPending()
 	for _, r := range w.deleting {
 		w.maybeStale[r] = struct{}{}
 	}
@@ -601,12 +604,20 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 		full = true
 	}
 
+	if full {
+		// The payload replaces the record of applied chains, or, should
+		// it fail, leaves it unknown; those not read yet are not needed,
+		// and their buffer serves this sync.
+		w.dropPending()
+		w.applied.known = false
+	}
 	w.payload = w.payload[:0]
 	w.natTop = w.natTop[:0]
 	w.filter = w.filter[:0]
 	w.deleting = w.deleting[:0]
 	w.lines = 0
 	w.batchChains, w.splitDue = 0, false
+	w.declared = 0
 	var written int
 	if full {
 		written = w.syncFull(logger, in)
@@ -650,6 +661,10 @@ func (w *Writer) estimateFullSize() int {
 	}
 	return 4096 + 500*w.totalPorts + perEndpoint*w.totalEndpoints
 }
+
+// topRuleSize is about the length of a port's rule in KUBE-SERVICES: the
+// comment with its name, protocol, cluster IP and port, and the jump.
+const topRuleSize = 160
 
 // fullPort is a port a full sync writes, with its map values.
 type fullPort struct {
@@ -697,6 +712,10 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 	w.noLocalInt, w.noLocalExt = 0, 0
 
 	b := w.endLine(append(growBuffer(w.payload, w.estimateFullSize()), "*nat"...))
+	// The top-level nat rules, a cluster-IP rule or so per port, are
+	// written aside until the chains they jump to are declared; sized at
+	// once, that buffer is not copied over and over as it grows.
+	w.natTop = growBuffer(w.natTop, topRuleSize*len(w.full))
 	b = w.chainLine(b, w.cn.postrouting)
 	b = w.chainLine(b, w.cn.markMasq)
 	b = w.staticNATRules(b)

@@ -108,6 +108,26 @@ func BenchmarkSyncFirst(b *testing.B) {
 	}
 }
 
+// BenchmarkSyncFirstApplied is BenchmarkSyncFirst followed by the report
+// that the payload was applied, as a proxier makes it: the writer then
+// records the chains the payload declares, for its drift checks.
+func BenchmarkSyncFirstApplied(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.String(), func(b *testing.B) {
+			in := benchCluster(size).input()
+			ctx := context.Background()
+			b.ReportAllocs()
+			cpu := benchcpu.Start()
+			for b.Loop() {
+				w := benchWriter(b)
+				w.Sync(ctx, in)
+				w.Applied(nil)
+			}
+			cpu.Report(b)
+		})
+	}
+}
+
 // BenchmarkSyncPartial measures a partial sync after one endpoint of one
 // service changed (turned not ready, or back), including the change
 // trackers' Update of the maps, as a proxier's sync does.

@@ -86,9 +86,11 @@ func (w *Writer) describeRule(k ruleKey) string {
 // also reads the service chains; on the nft backend the checks that read
 // the service chains add one iptables-save of nat, which reads the whole
 // ruleset and costs far more than listing a chain. Memory grows with the
-// services and endpoints: the writer keeps a count and a sum per chain,
-// updated by Applied from each payload. BENCHMARKS.md has the costs at
-// 10,000 services.
+// services and endpoints: the writer keeps a count and a sum per chain.
+// The first check after a full sync reads them from the payloads applied
+// since (kept until then, so that the sync does not pay for them), which
+// costs a walk of the full payload; Applied then updates them from each
+// payload. BENCHMARKS.md has the costs at 10,000 services.
 //
 // Call it between Applied and the next Sync, never concurrently with them.
 // It does nothing, and execs nothing, when the next Sync is full anyway

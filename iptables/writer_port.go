@@ -230,6 +230,7 @@ func (w *Writer) declare(b []byte, r chainRef) []byte {
 		b = w.endLine(append(b, "*nat"...))
 	}
 	w.batchChains++
+	w.declared++
 	b = append(b, ':')
 	b = r.appendTo(b, w.cn)
 	return w.endLine(append(b, " - [0:0]"...))

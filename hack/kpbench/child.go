@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,10 +87,12 @@ func childMain(args []string, stdout, stderr io.Writer) int {
 	services := fs.Int("services", 1000, "Services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per Service")
 	reps := fs.Int("reps", 5, "operations of each small step (one-endpoint change, Service add, unchanged resync)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the first full sync to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the first full sync (every allocation sampled; FILE.base holds what came before, for pprof -base) to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	res, err := runChild(*who, *mode, *services, *endpoints, *reps)
+	res, err := runChild(*who, *mode, *services, *endpoints, *reps, profiles{cpu: *cpuProfile, mem: *memProfile})
 	if err != nil {
 		fmt.Fprintf(stderr, "kpbench child %s %s %dx%d: %v\n", *who, *mode, *services, *endpoints, err)
 		return 1
@@ -101,7 +104,11 @@ func childMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runChild(who, mode string, services, endpoints, reps int) (*childResult, error) {
+// profiles names the files a child writes its first full sync's profiles
+// to; empty names write none.
+type profiles struct{ cpu, mem string }
+
+func runChild(who, mode string, services, endpoints, reps int, prof profiles) (*childResult, error) {
 	if services < 1 || endpoints < 1 || reps < 1 {
 		return nil, fmt.Errorf("services, endpoints and reps must be positive")
 	}
@@ -167,6 +174,10 @@ func runChild(who, mode string, services, endpoints, reps int) (*childResult, er
 		})
 		return nil
 	}
+	stopProfiles, err := prof.start()
+	if err != nil {
+		return nil, err
+	}
 	if err := run(stepFirst, 1, func(int) error {
 		for i := range services {
 			s.service(nil, initialSvcs[i])
@@ -174,6 +185,9 @@ func runChild(who, mode string, services, endpoints, reps int) (*childResult, er
 		}
 		return s.sync()
 	}); err != nil {
+		return nil, err
+	}
+	if err := stopProfiles(); err != nil {
 		return nil, err
 	}
 	if err := run(stepEndpoint, reps, func(i int) error {
@@ -284,4 +298,56 @@ func vmHWM() uint64 {
 		}
 	}
 	return 0
+}
+
+// start begins the profiles p names; the returned function ends them and
+// writes the files. The allocation profile samples every allocation (which
+// slows the step it profiles), so a run that profiles is not one to
+// measure.
+func (p profiles) start() (stop func() error, err error) {
+	var cpuFile *os.File
+	if p.cpu != "" {
+		if cpuFile, err = os.Create(p.cpu); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpuFile); err != nil {
+			cpuFile.Close()
+			return nil, err
+		}
+	}
+	if p.mem != "" {
+		// The allocation profile counts from the process's start; the
+		// base, written now, lets pprof -base leave out the workload's
+		// making.
+		runtime.MemProfileRate = 1
+		if err := writeAllocs(p.mem + ".base"); err != nil {
+			return nil, err
+		}
+	}
+	return func() error {
+		if cpuFile != nil {
+			pprof.StopCPUProfile()
+			if err := cpuFile.Close(); err != nil {
+				return err
+			}
+		}
+		if p.mem == "" {
+			return nil
+		}
+		return writeAllocs(p.mem)
+	}, nil
+}
+
+func writeAllocs(name string) error {
+	// The allocation profile holds what was allocated up to the last GC.
+	runtime.GC()
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

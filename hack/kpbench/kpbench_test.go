@@ -1,8 +1,10 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -169,4 +171,57 @@ func TestNFTRecorderList(t *testing.T) {
 	if r.bytes == 0 || r.failed != 0 {
 		t.Errorf("recorded %d bytes and %d failures, want some bytes and no failure", r.bytes, r.failed)
 	}
+}
+
+// TestChildProfiles runs one child with the profile flags and checks that
+// each file is a profile of the kind asked for, and that the allocation
+// profile holds the first sync's allocations and its base does not.
+func TestChildProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu, mem := dir+"/first.cpu", dir+"/first.mem"
+	var stdout, stderr strings.Builder
+	if rc := childMain([]string{"-side", "pk", "-mode", "iptables", "-services", "300", "-endpoints", "10", "-reps", "1", "-cpuprofile", cpu, "-memprofile", mem}, &stdout, &stderr); rc != 0 {
+		t.Fatalf("child exited %d: %s", rc, stderr.String())
+	}
+	// A profile is a gzipped protocol buffer whose string table names its
+	// sample types and its functions.
+	for _, tc := range []struct {
+		file string
+		want []string
+		not  []string
+	}{
+		{file: cpu, want: []string{"cpu", "iptables.(*Writer).Sync"}},
+		{file: mem, want: []string{"alloc_space", "iptables.growBuffer"}},
+		{file: mem + ".base", want: []string{"alloc_space"}, not: []string{"iptables.growBuffer"}},
+	} {
+		text := profileText(t, tc.file)
+		for _, w := range tc.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s does not name %q", tc.file, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(text, n) {
+				t.Errorf("%s names %q", tc.file, n)
+			}
+		}
+	}
+}
+
+func profileText(t *testing.T, file string) string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	b, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return string(b)
 }
