@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +87,8 @@ func childMain(args []string, stdout, stderr io.Writer) int {
 	services := fs.Int("services", 1000, "Services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per Service")
 	reps := fs.Int("reps", 5, "operations of each small step (one-endpoint change, Service add, unchanged resync)")
+	fs.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the first full sync to this file")
+	fs.StringVar(&prof.mem, "memprofile", "", "write an allocation profile of the first full sync (alloc_space since the step began) to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -168,11 +171,18 @@ func runChild(who, mode string, services, endpoints, reps int) (*childResult, er
 		return nil
 	}
 	if err := run(stepFirst, 1, func(int) error {
+		stop, err := prof.start()
+		if err != nil {
+			return err
+		}
 		for i := range services {
 			s.service(nil, initialSvcs[i])
 			s.slice(nil, initialSlices[i])
 		}
-		return s.sync()
+		if err := s.sync(); err != nil {
+			return err
+		}
+		return stop()
 	}); err != nil {
 		return nil, err
 	}
@@ -204,6 +214,60 @@ func runChild(who, mode string, services, endpoints, reps int) (*childResult, er
 	runtime.KeepAlive(s)
 	res.PeakRSS = vmHWM()
 	return res, nil
+}
+
+// prof is where the child writes the profiles of its first full sync
+// (-cpuprofile, -memprofile); empty: none. The profiles' own cost is in
+// that step's figures, so measure without them.
+var prof profiles
+
+type profiles struct{ cpu, mem string }
+
+// start starts the profiles and returns what ends them.
+func (p profiles) start() (stop func() error, err error) {
+	var cpu *os.File
+	if p.cpu != "" {
+		if cpu, err = os.Create(p.cpu); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			cpu.Close()
+			return nil, err
+		}
+	}
+	if p.mem != "" {
+		runtime.MemProfileRate = 64 << 10
+		// The profile is cumulative: one written now is subtracted
+		// with go tool pprof -base.
+		if err := writeHeap(p.mem + ".base"); err != nil {
+			return nil, err
+		}
+	}
+	return func() error {
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			if err := cpu.Close(); err != nil {
+				return err
+			}
+		}
+		if p.mem != "" {
+			return writeHeap(p.mem)
+		}
+		return nil
+	}, nil
+}
+
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func sub(a, b uint64) uint64 {
