@@ -94,10 +94,16 @@
 // unused; a full sync deletes the unused ones. A full sync (the first,
 // one after a failed transaction, RequestFullSync, node label changes,
 // a change of the service CIDRs, which decide which ports are refused,
-// FullSyncPeriod unless the periodic resync below avoids it) flushes and refills everything the writer owns in one
-// atomic transaction and deletes what nothing needs; the first full sync
-// and the first after a failure list the table's chains and sets once, to
-// find objects no memory holds. A chain or set that a sync deletes is
+// FullSyncPeriod unless the periodic resync below avoids it) rewrites every
+// chain and rule the writer owns in one atomic transaction and deletes what
+// nothing needs; the first full sync and the first after a failure list the
+// table's chains and sets once, to find objects no memory holds. The
+// elements of its maps and sets are not sent again when the kernel holds
+// them unchanged: a full sync into a table the writer knows sends only the
+// elements that differ (see Writer.RequestFullSync), and flushes and fills
+// them only when the table is missing or their listing fails (and always
+// for the interval sets firewall-allow and nodeport-ips, a few elements,
+// whose listing nft prints in another form). A chain or set that a sync deletes is
 // added first in the same transaction, so that one another program
 // deleted (or the whole table, before RequestFullSync) does not make the
 // kernel refuse the transaction.
@@ -258,8 +264,8 @@
 // the elements of the big maps and sets through netlink with
 // ApplyElements. Only a load into a missing
 // table is split, because the two steps are not one transaction: a full
-// resync of an existing table flushes and refills its maps, which split
-// would leave empty in between.
+// resync of an existing table changes elements in place, and its
+// transaction must hold the chains and the elements together.
 //
 // Set both when the caller sends SyncResult.Elements and Batch to the
 // kernel its transactions reach (ApplyElements and ApplyElementBatch talk

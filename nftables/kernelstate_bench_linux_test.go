@@ -26,7 +26,7 @@ func BenchmarkSyncNothingKernelState(b *testing.B) {
 	}
 	ctx := context.Background()
 	c := changeByHandCluster()
-	res := w.Sync(ctx, c.input())
+	res := syncIn(b, ns, w, c.input())
 	err = ns.Do(func() error { return nft.Run(ctx, res.Transaction) })
 	w.Applied(err)
 	if err != nil {

@@ -91,7 +91,7 @@ func TestApplyElementBatchKernel(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res := w.Sync(context.Background(), in)
+				res := syncIn(t, s.ns, w, in)
 				if err := s.ns.Do(func() error { return s.nft.Run(context.Background(), res.Transaction) }); err != nil {
 					t.Fatal(err)
 				}
@@ -245,7 +245,7 @@ func TestWriterNetlinkElementSyncsKernel(t *testing.T) {
 				t.Helper()
 				in := c.input()
 				for i, s := range sides {
-					res := s.w.Sync(context.Background(), in)
+					res := syncIn(t, s.ns, s.w, in)
 					err := run(s, res)
 					s.w.Applied(err)
 					if err != nil {
@@ -319,7 +319,7 @@ func TestWriterNetlinkElementSyncsKernel(t *testing.T) {
 			before := listTable(t, nw.Node, tc.nft)
 			c.setEndpoints("ns", "new", tcp8080, local(tc.podA))
 			w := sides[0].w
-			res := w.Sync(context.Background(), c.input())
+			res := syncIn(t, sides[0].ns, w, c.input())
 			if res.Batch == nil {
 				t.Fatalf("endpoint removed: no batch; transaction:\n%s", res.Transaction)
 			}
@@ -331,7 +331,7 @@ func TestWriterNetlinkElementSyncsKernel(t *testing.T) {
 			if diff := cmp.Diff(before, listTable(t, nw.Node, tc.nft)); diff != "" {
 				t.Errorf("the refused batch changed the table (-before +after):\n%s", diff)
 			}
-			res = w.Sync(context.Background(), c.input())
+			res = syncIn(t, sides[0].ns, w, c.input())
 			err = run(sides[0], res)
 			w.Applied(err)
 			if err != nil || !res.Full || res.Batch != nil {
@@ -371,7 +371,7 @@ func TestWriterNetlinkElementSyncsResyncKernel(t *testing.T) {
 				c := newCluster(fam.family, node)
 				sync := func(what string, want nftables.Resync, wantBatch bool) nftables.SyncResult {
 					t.Helper()
-					res := w.Sync(context.Background(), c.input())
+					res := syncIn(t, ns, w, c.input())
 					err := ns.Do(func() error {
 						if res.Batch != nil {
 							return nftables.ApplyElementBatch(*res.Batch)

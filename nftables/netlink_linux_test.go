@@ -78,7 +78,7 @@ func TestWriterSplitFirstLoadKernel(t *testing.T) {
 				in := c.input() // once: it takes the trackers' changes
 				for i := range sides {
 					s := &sides[i]
-					res := s.w.Sync(context.Background(), in)
+					res := syncIn(t, s.ns, s.w, in)
 					if split := len(res.Elements) > 0; split != (wantSplit && i == 1) {
 						t.Fatalf("%s, writer %d: %d elements split off", what, i, len(res.Elements))
 					}

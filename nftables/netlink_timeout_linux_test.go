@@ -1,7 +1,6 @@
 package nftables_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -61,7 +60,7 @@ func TestApplyElementBatchTimeout(t *testing.T) {
 
 			// The same number of endpoints: only elements change.
 			c.setEndpoints("ns", "one", tcp8080, remote(fam.podB))
-			res := w.Sync(context.Background(), c.input())
+			res := syncIn(t, ns, w, c.input())
 			if res.Full || res.Batch == nil {
 				t.Fatalf("sync full=%v, batch %v; want a partial sync sent as a batch", res.Full, res.Batch != nil)
 			}
@@ -78,7 +77,7 @@ func TestApplyElementBatchTimeout(t *testing.T) {
 				t.Fatalf("batch without acknowledgements: error %v, want a timeout", err)
 			}
 			w.Applied(err)
-			if res := w.Sync(context.Background(), c.input()); !res.Full {
+			if res := syncIn(t, ns, w, c.input()); !res.Full {
 				t.Error("the sync after a timed-out batch is partial, want full")
 			}
 		})

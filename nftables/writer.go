@@ -240,7 +240,12 @@ type Writer struct {
 	needList bool
 	// split says this sync's element additions that ApplyElements can
 	// send go to SyncResult.Elements (SplitFirstLoad, table missing).
-	split      bool
+	split bool
+	// keepElems says this full sync does not flush the sets and maps
+	// whose elements the writer tracks (all but firewall-allow and
+	// nodeport-ips): it knows what the kernel holds, and sends only the
+	// difference (see syncFull).
+	keepElems  bool
 	baseFresh  bool // the base chains were recreated once
 	lastFull   time.Time
 	nodeLabels map[string]string
@@ -269,6 +274,14 @@ type Writer struct {
 
 	names   []changetracker.ServicePortName
 	changed []types.NamespacedName
+
+	// epSlab is where newEPValue carves endpoint values from; gotos
+	// holds the verdicts to the shared chains (gotoShared).
+	epSlab   []epValue
+	elemSlab []knftables.Element
+	gotos    map[sharedKey]string
+	// keyBuf is claimEndpoints' buffer for the keys it looks up.
+	keyBuf []byte
 
 	// sharedRefs counts, for each shared load-balancing chain, the
 	// service-ips and service-nodeports elements that will point at it
@@ -462,6 +475,21 @@ func (w *Writer) Table() string { return w.table }
 // RequestFullSync makes the next Sync full: call it when another program
 // may have changed the table. It is safe to call from any goroutine.
 //
+// A full sync rewrites every chain and rule, but sends only the set and
+// map elements that differ from what the kernel holds. It knows what the
+// kernel holds without reading it when WriterConfig.KernelState's
+// generation says no one committed since the writer's last transaction,
+// which the kernel took whole. Otherwise (no KernelState, another
+// program's commit, or a failed transaction before) it reads them back
+// through the Interface's ListElements, as kube-proxy's full sync does,
+// and sends what repairs them: the missing and changed elements added,
+// those it does not own deleted. When the table is missing (every
+// listing not found) it loads everything, split as
+// WriterConfig.SplitFirstLoad says if a listing of the table found it
+// missing; when a listing fails otherwise, the sync flushes and fills
+// the maps and sets as the first does. The interval sets firewall-allow
+// and nodeport-ips are always flushed and filled.
+//
 // That full sync does not need the writer's memory of the table to be
 // true: the chains and affinity sets it deletes because nothing needs
 // them are added first (a no-op for one that exists), so a table that
@@ -580,7 +608,7 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 	w.chainsDeleted = 0
 	var written int
 	if full {
-		written = w.syncFull(ctx, logger, in)
+		written = w.syncFull(ctx, logger, in, unchanged)
 		w.lastFull = now
 	} else {
 		written = w.syncPartial(logger, in)
@@ -683,9 +711,11 @@ func (w *Writer) elementBatch() *ElementBatch {
 // syncFull renders everything the writer owns and returns how many
 // service ports it wrote.
 //
-// The top-level chains, maps and sets are flushed and filled again, in one
-// atomic transaction, so whatever drifted (an element or a rule deleted by
-// hand) is repaired. Per-service chains are flushed and rewritten; those
+// The top-level chains are flushed and filled again, in one atomic
+// transaction, so whatever drifted (a rule deleted by hand) is repaired;
+// the elements of the maps and sets are compared with what the kernel
+// holds, and only the difference is sent (knowElements), unless the
+// kernel's holdings are unknown, when they are flushed and filled too. Per-service chains are flushed and rewritten; those
 // no service needs are deleted. To know those, the writer trusts its
 // memory, except on the first full sync and the first after a failed
 // transaction: then it lists the table's chains and sets once (one nft
@@ -694,17 +724,18 @@ func (w *Writer) elementBatch() *ElementBatch {
 // Trusting memory to name what to delete does not make the transaction
 // depend on it being true: deleteChain and deleteSet add what they delete
 // first, so one that another program removed is no error.
-func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *proxy.FamilyInput) int {
+func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *proxy.FamilyInput, unchanged bool) int {
 	// listed, from a listing, holds the per-service chains (true) and
 	// sets (false) in the table; without one, each port's memory says
 	// what it has.
 	var listed map[string]bool
+	absent := false
 	if w.needList {
-		var absent bool
 		listed, absent = w.listServiceObjects(ctx, logger)
 		w.split = absent && w.cfg.SplitFirstLoad
 	}
 	w.needList = false
+	w.keepElems = !absent && w.knowElements(ctx, logger, unchanged)
 
 	w.gen++
 	w.names = w.names[:0]
@@ -723,8 +754,17 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *proxy.Fam
 
 	w.writeStatic()
 	for _, t := range w.tables {
-		t.reset()
+		if w.keepElems && t.name != firewallAllowSet {
+			t.reclaimAll()
+		} else {
+			t.reset()
+		}
 	}
+	// The maps grow with the services and endpoints: sized once, not
+	// grown from empty by the first full sync.
+	w.tables[tClusterIPs].presize(len(w.names))
+	w.tables[tServiceIPs].presize(len(w.names))
+	w.tables[tEndpoints].presize(total)
 	old := w.ports
 	w.ports = make(map[types.NamespacedName][]*portState, len(old))
 	for _, ports := range old {
@@ -756,6 +796,12 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *proxy.Fam
 			desired[s.name] = true
 		}
 	}
+	dirty := 0
+	for _, t := range w.tables {
+		dirty += len(t.dirty)
+	}
+	// At most one addition per dirty entry: room made once.
+	w.elemAdds = slices.Grow(w.elemAdds, dirty)
 	for _, t := range w.tables {
 		t.diff(w, &w.elemDels, &w.elemAdds)
 	}
@@ -792,6 +838,48 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *proxy.Fam
 		}
 	}
 	return len(w.names)
+}
+
+// knowElements reports whether the writer knows the elements the kernel
+// holds in the sets and maps it tracks, so that a full sync may send only
+// the difference instead of flushing and filling them again. It does when
+// unchanged (the nf_tables generation says no one committed since the
+// writer's last transaction, which the kernel took whole: the kernel holds
+// what the writer's memory says), and otherwise reads them back: each set
+// and map listed through the Interface (nft --json list, as kube-proxy's
+// full sync does), the writer's memory of it replaced by what the kernel
+// holds. A set or map the kernel does not have holds nothing. It reports
+// false, and the sync flushes and fills them, when a listing fails
+// otherwise, or the table is gone (every listing not found): there is
+// nothing to keep, and a full load is cheaper than the diff.
+func (w *Writer) knowElements(ctx context.Context, logger klog.Logger, unchanged bool) bool {
+	if unchanged {
+		return true
+	}
+	found, changed := false, 0
+	for _, t := range w.tables {
+		if t.name == firewallAllowSet {
+			continue
+		}
+		kind := "set"
+		if t.isMap {
+			kind = "map"
+		}
+		els, err := w.nft.ListElements(ctx, kind, t.name)
+		switch {
+		case err == nil:
+			found = true
+		case knftables.IsNotFound(err):
+		default:
+			logger.Error(err, "Listing an nftables set failed; the full sync rewrites every element", "table", w.table, "ipFamily", w.cfg.Family, "set", t.name)
+			return false
+		}
+		changed += t.readBack(els)
+	}
+	if changed > 0 {
+		logger.V(2).Info("The nftables table's elements differ from the writer's memory; the full sync repairs them", "table", w.table, "ipFamily", w.cfg.Family, "elements", changed)
+	}
+	return found
 }
 
 // listServiceObjects lists the per-service chains (true) and affinity sets
@@ -1027,7 +1115,7 @@ func (w *Writer) writeStatic() {
 	} {
 		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, Type: vmapType(m.key), Comment: ptr.To(m.comment)}
 		w.add(&w.chainOps, mp)
-		w.chainOps = append(w.chainOps, op{opFlush, mp})
+		w.flushElements(mp)
 	}
 	for _, m := range []struct{ name, typeOf, comment string }{
 		{endpointsMap, w.ipX + " daddr . meta l4proto . tcp dport . numgen random mod 1 : " + w.ipX + " daddr . tcp dport",
@@ -1040,7 +1128,7 @@ func (w *Writer) writeStatic() {
 		// chains look the map up with one rule per protocol.
 		mp := &knftables.Map{Family: w.family, Table: w.table, Name: m.name, TypeOf: m.typeOf, Comment: ptr.To(m.comment)}
 		w.add(&w.chainOps, mp)
-		w.chainOps = append(w.chainOps, op{opFlush, mp})
+		w.flushElements(mp)
 	}
 	for _, st := range []*knftables.Set{
 		{Family: w.family, Table: w.table, Name: firewallIPsSet, Type: addrKey,
@@ -1049,15 +1137,19 @@ func (w *Writer) writeStatic() {
 			Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: ptr.To("sources allowed by loadBalancerSourceRanges")},
 	} {
 		w.add(&w.chainOps, st)
-		w.chainOps = append(w.chainOps, op{opFlush, st})
+		if st.Name == firewallAllowSet {
+			w.chainOps = append(w.chainOps, op{opFlush, st})
+		} else {
+			w.flushElements(st)
+		}
 	}
 	hairpin := &knftables.Set{Family: w.family, Table: w.table, Name: hairpinSet, Type: w.addrType + " . " + w.addrType,
 		Comment: ptr.To("this node's endpoints, to masquerade one reaching itself through a service")}
 	w.add(&w.chainOps, hairpin)
-	w.chainOps = append(w.chainOps, op{opFlush, hairpin})
+	w.flushElements(hairpin)
 	cips := &knftables.Set{Family: w.family, Table: w.table, Name: clusterIPsSet, Type: w.addrType, Comment: ptr.To("cluster IPs of services")}
 	w.add(&w.chainOps, cips)
-	w.chainOps = append(w.chainOps, op{opFlush, cips})
+	w.flushElements(cips)
 	npIPs := &knftables.Set{Family: w.family, Table: w.table, Name: nodePortIPsSet, Type: w.addrType,
 		Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: ptr.To("ranges of local addresses that accept node-port traffic")}
 	w.add(&w.chainOps, npIPs)
@@ -1111,6 +1203,14 @@ func (w *Writer) writeStatic() {
 			cidrs = append(cidrs, p.String())
 		}
 		rule(clusterIPsCheckChain, dst, "{", cidrs, "} drop")
+	}
+}
+
+// flushElements queues the flush of one of the sets and maps whose
+// elements the writer tracks, unless this full sync keeps them (keepElems).
+func (w *Writer) flushElements(obj knftables.Object) {
+	if !w.keepElems {
+		w.chainOps = append(w.chainOps, op{opFlush, obj})
 	}
 }
 

@@ -51,7 +51,7 @@ func TestWriterKernelBatchKinds(t *testing.T) {
 			}
 			c := benchCluster(size)
 			ctx := context.Background()
-			res := w.Sync(ctx, c.input())
+			res := syncIn(t, ns, w, c.input())
 			err = ns.Do(func() error {
 				if err := nft.Run(ctx, res.Transaction); err != nil {
 					return err
@@ -75,7 +75,7 @@ func TestWriterKernelBatchKinds(t *testing.T) {
 						}
 					}
 					c.EndpointTracker.EndpointSliceUpdate(s, false)
-					res := w.Sync(ctx, c.input())
+					res := syncIn(t, ns, w, c.input())
 					if res.Batch == nil {
 						err := ns.Do(func() error { return nft.Run(ctx, res.Transaction) })
 						w.Applied(err)

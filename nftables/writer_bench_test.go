@@ -57,6 +57,25 @@ func benchWriter(b *testing.B) *nftables.Writer {
 	return w
 }
 
+// BenchmarkSyncFirst measures the first sync of a new writer, into a
+// table that does not exist: every element claimed from empty tables and
+// rendered.
+func BenchmarkSyncFirst(b *testing.B) {
+	for _, size := range []benchSize{{1000, 10}, {10000, 10}} {
+		b.Run(size.String(), func(b *testing.B) {
+			in := benchCluster(size).input()
+			ctx := context.Background()
+			b.ReportAllocs()
+			var res nftables.SyncResult
+			for b.Loop() {
+				w := benchWriter(b)
+				res = w.Sync(ctx, in)
+			}
+			b.ReportMetric(float64(res.Transaction.NumOperations()), "ops")
+		})
+	}
+}
+
 // BenchmarkSyncFull measures a full sync of a loaded cluster by a writer
 // that synced it before (as periodic full syncs are).
 func BenchmarkSyncFull(b *testing.B) {

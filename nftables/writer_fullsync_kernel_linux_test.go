@@ -34,8 +34,12 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 			}
 			apply := func(in *proxy.FamilyInput, wantFull bool) {
 				t.Helper()
-				res := w.Sync(context.Background(), in)
-				err := run(res.Transaction)
+				// Inside ns: a full sync may list the table.
+				var res nftables.SyncResult
+				err := ns.Do(func() error {
+					res = w.Sync(context.Background(), in)
+					return nft.Run(context.Background(), res.Transaction)
+				})
 				w.Applied(err)
 				if err != nil || res.Full != wantFull {
 					t.Fatalf("sync: full %v, error %v; want full %v and no error\n%s", res.Full, err, wantFull, res.Transaction)
@@ -87,5 +91,40 @@ func TestWriterRequestedFullSyncKernel(t *testing.T) {
 				t.Errorf("affinity sets after a partial sync that set their timeout to 300 s: %d of 5m, want 2 and no other:\n%s", n, sets)
 			}
 		})
+	}
+}
+
+// TestWriterForcedFullSyncKernel checks, on the kernel, that a full sync
+// asked for reads the elements back through nft and sends none of those
+// the kernel holds unchanged (nft's listing of them must read as the
+// writer writes them), and only the repair of one deleted by hand.
+func TestWriterForcedFullSyncKernel(t *testing.T) {
+	kerneltest.Require(t, "nft")
+	ns := kerneltest.NewNS(t)
+	nft := nsNFT(t, ns, knftables.IPv4Family)
+	w, err := nftables.NewWriter(nft, baseConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := changeByHandCluster()
+	c.setService(makeService("ns", "c", "10.96.0.3", withExternalIPs("192.0.2.3")))
+	c.setEndpoints("ns", "c", tcp8080)
+	applyIn(t, ns, nft, w, c.input(), true)
+
+	w.RequestFullSync()
+	res := applyIn(t, ns, nft, w, c.input(), true)
+	if got := trackedElementLines(res.Transaction); len(got) != 0 {
+		t.Errorf("forced full sync of an unchanged table sent element lines:\n%s", strings.Join(got, "\n"))
+	}
+
+	ns.MustExec(t, "nft", "delete", "element", "ip", nftables.DefaultTableName, "cluster-ips", "{ 10.96.0.2 }")
+	w.RequestFullSync()
+	res = applyIn(t, ns, nft, w, c.input(), true)
+	want := []string{"add element ip kube-proxy cluster-ips { 10.96.0.2 }"}
+	if diff := cmp.Diff(want, trackedElementLines(res.Transaction)); diff != "" {
+		t.Errorf("forced full sync after an element was deleted by hand (-want +got):\n%s", diff)
+	}
+	if out := ns.MustExec(t, "nft", "list", "set", "ip", nftables.DefaultTableName, "cluster-ips"); !strings.Contains(out, "10.96.0.2") {
+		t.Errorf("cluster-ips after the forced full sync lacks 10.96.0.2:\n%s", out)
 	}
 }

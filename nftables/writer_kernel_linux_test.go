@@ -159,7 +159,7 @@ func TestWriterKernel(t *testing.T) {
 			nw.Node.MustExec(t, "nft", "add", "chain", string(tc.nftFamily), "other", "keep")
 			nw.Node.MustExec(t, "nft", "delete", "table", string(tc.nftFamily), nftables.DefaultTableName)
 			c.setEndpoints("ns", "web", tcp8080, local(tc.podA), local(tc.podB))
-			res := w.Sync(context.Background(), c.input())
+			res := syncIn(t, nw.Node, w, c.input())
 			err = nw.Node.Do(func() error { return nft.Run(context.Background(), res.Transaction) })
 			w.Applied(err)
 			if res.Full || err == nil {

@@ -64,7 +64,7 @@ func TestWriterKernelLoad(t *testing.T) {
 			ctx := context.Background()
 			nftFile := func(what string) {
 				t.Helper()
-				res := w.Sync(ctx, c.input())
+				res := syncIn(t, ns, w, c.input())
 				text := res.Transaction.String()
 				var stderr bytes.Buffer
 				var wall time.Duration
@@ -112,7 +112,7 @@ func TestWriterKernelLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := sw.Sync(ctx, c.input())
+			res := syncIn(t, splitNS, sw, c.input())
 			var skel, elems time.Duration
 			err = splitNS.Do(func() error {
 				start := time.Now()
@@ -142,7 +142,7 @@ func TestWriterKernelLoad(t *testing.T) {
 					s.Endpoints[3].Conditions.Ready = ptr.To(false)
 				}
 				c.EndpointTracker.EndpointSliceUpdate(s, false)
-				res := w.Sync(ctx, c.input())
+				res := syncIn(t, ns, w, c.input())
 				if res.Full {
 					t.Fatal("one-endpoint change made a full sync")
 				}
@@ -184,7 +184,7 @@ func TestWriterKernelLoad(t *testing.T) {
 					rc.before(i)
 					clock.Step(time.Hour)
 					start := time.Now()
-					res := w.Sync(ctx, c.input())
+					res := syncIn(t, ns, w, c.input())
 					inWriter = append(inWriter, time.Since(start))
 					var err error
 					if res.Transaction.NumOperations() > 0 {

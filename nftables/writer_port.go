@@ -26,10 +26,27 @@ import (
 func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker.ServicePort, rawEps []changetracker.Endpoint, prevChains []string, prevSets []affinitySet, full bool, listed map[string]bool) {
 	eps := w.usableEndpoints(logger, ps.name, rawEps)
 	cluster, local, all, hasEndpoints := changetracker.CategorizeEndpoints(eps, svc, w.cfg.Node.Name, w.nodeLabels)
+	if cap(ps.claims) == 0 {
+		// A claim per endpoint per address (and node port) the port is
+		// reached at, and one of each address: grown once, not by
+		// doubling.
+		addrs := 1 + len(svc.ExternalIPs())
+		if svc.NodePort() != 0 {
+			addrs++
+		}
+		ps.claims = make([]claimRef, 0, addrs*(len(eps)+1)+1)
+	}
 
-	clusterChain := clusterChainPrefix + ps.base
-	localChain := localChainPrefix + ps.base
-	extChain := externalChainPrefix + ps.base
+	// Affinity, or a Local external policy that the service is reachable
+	// by, keeps kube-proxy's per-service chains (below); only then are
+	// their names needed.
+	perService := svc.SessionAffinityType() == v1.ServiceAffinityClientIP || (svc.ExternalPolicyLocal() && svc.ExternallyAccessible())
+	var clusterChain, localChain, extChain string
+	if perService {
+		clusterChain = clusterChainPrefix + ps.base
+		localChain = localChainPrefix + ps.base
+		extChain = externalChainPrefix + ps.base
+	}
 
 	usesCluster := len(cluster) > 0 && svc.UsesClusterEndpoints()
 	usesLocal := len(local) > 0 && svc.UsesLocalEndpoints()
@@ -67,7 +84,6 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	// Services with ClientIP affinity, or with a Local external policy
 	// that the service is reachable by, keep kube-proxy's per-service and
 	// per-endpoint chains; all others are elements of the data-map layout.
-	perService := affinity || (svc.ExternalPolicyLocal() && svc.ExternallyAccessible())
 	internalEps, externalEps := cluster, cluster
 	if svc.InternalPolicyLocal() {
 		internalEps = local
@@ -119,11 +135,14 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 	svcKey := func(ip netip.Addr) []string { return []string{ip.String(), proto, port} }
 	// The verdicts of the service-ips and service-nodeports elements; in
 	// the data-map layout each address also gets its endpoints' elements.
-	internalTo, externalTo, nodePortTo := "goto "+internalChain, "goto "+extChain, "goto "+extChain
-	if !perService {
-		internalTo = "goto " + sharedChain(lbInternal, len(ps.order[0]))
-		externalTo = "goto " + sharedChain(lbExternal, len(ps.order[1]))
-		nodePortTo = "goto " + sharedChain(lbNodePort, len(ps.order[1]))
+	var internalTo, externalTo, nodePortTo string
+	if perService {
+		internalTo, externalTo = "goto "+internalChain, "goto "+extChain
+		nodePortTo = externalTo
+	} else {
+		internalTo = w.gotoShared(lbInternal, len(ps.order[0]))
+		externalTo = w.gotoShared(lbExternal, len(ps.order[1]))
+		nodePortTo = w.gotoShared(lbNodePort, len(ps.order[1]))
 	}
 	if hasInternal {
 		w.claim(ps, tServiceIPs, svcKey(svc.ClusterIP()), internalTo, nil)
@@ -322,34 +341,94 @@ func (w *Writer) allowedSources(svc changetracker.ServicePort, vips []netip.Addr
 // their indexes: keyed by addr, protocol, port and index, or, for the
 // node-port map (addr ""), protocol, port and index.
 func (w *Writer) claimEndpoints(ps *portState, t tableID, addr, proto, port string, eps []netip.AddrPort) {
+	// Every key of the port shares its first parts: the key is looked up
+	// from a buffer, and made a string (its parts carved from one array)
+	// only when the table does not hold it yet, as on a first sync.
+	buf, n := w.keyBuf[:0], 3
+	if addr != "" {
+		buf, n = append(append(buf, addr...), " . "...), 4
+	}
+	buf = append(append(append(append(buf, proto...), " . "...), port...), " . "...)
+	prefix := len(buf)
+	tab := w.tables[t]
+	var keys []string
 	for i, ep := range eps {
-		var key []string
-		if addr == "" {
-			key = []string{proto, port, strconv.Itoa(i)}
-		} else {
-			key = []string{addr, proto, port, strconv.Itoa(i)}
+		buf = strconv.AppendInt(buf[:prefix], int64(i), 10)
+		e := tab.entries[string(buf)]
+		if e == nil {
+			if len(keys) < n {
+				keys = make([]string, n*(len(eps)-i))
+			}
+			key := keys[:n:n]
+			keys = keys[n:]
+			idx := strconv.Itoa(i)
+			if addr == "" {
+				key[0], key[1], key[2] = proto, port, idx
+			} else {
+				key[0], key[1], key[2], key[3] = addr, proto, port, idx
+			}
+			e = tab.add(string(buf), key)
 		}
 		v := ps.epValues[ep]
 		if v == nil {
 			if ps.epValues == nil {
 				ps.epValues = make(map[netip.AddrPort]*epValue, len(eps))
 			}
-			a, p := ep.Addr().String(), strconv.Itoa(int(ep.Port()))
-			v = &epValue{text: a + " . " + p, parts: []string{a, p}}
+			v = w.newEPValue(ep)
 			ps.epValues[ep] = v
 		}
 		v.gen = w.gen
-		w.tables[t].claim(ps, w.gen, key, v.text, v.parts, nil)
+		tab.claimEntry(e, ps, w.gen, v.text, v.parts[:], nil)
 	}
+	w.keyBuf = buf[:0]
+}
+
+// newEPValue makes ep's element value: its text in one string, whose
+// parts are slices of it, and the struct from a slab shared by the
+// endpoints of a sync (a slab lives while one of its values does).
+func (w *Writer) newEPValue(ep netip.AddrPort) *epValue {
+	var buf [64]byte
+	b := ep.Addr().AppendTo(buf[:0])
+	n := len(b)
+	b = append(b, " . "...)
+	b = strconv.AppendUint(b, uint64(ep.Port()), 10)
+	text := string(b)
+	if len(w.epSlab) == 0 {
+		w.epSlab = make([]epValue, slabSize)
+	}
+	v := &w.epSlab[0]
+	w.epSlab = w.epSlab[1:]
+	*v = epValue{text: text, parts: [2]string{text[:n], text[n+3:]}}
+	return v
+}
+
+// gotoShared returns the verdict "goto" the shared chain of kind for k
+// endpoints, made once per kind and count.
+func (w *Writer) gotoShared(kind string, k int) string {
+	key := sharedKey{kind, k}
+	v, ok := w.gotos[key]
+	if !ok {
+		if w.gotos == nil {
+			w.gotos = make(map[sharedKey]string)
+		}
+		v = "goto " + sharedChain(kind, k)
+		w.gotos[key] = v
+	}
+	return v
+}
+
+type sharedKey struct {
+	kind string
+	k    int
 }
 
 // epValue is an endpoint as the value of an endpoints map element, made
 // once per endpoint of a port and reused by every sync that claims it
 // (elements hold parts; nothing changes them).
 type epValue struct {
-	text  string   // "addr . port"
-	parts []string // addr, port
-	gen   uint64   // the last sync that claimed it
+	text  string    // "addr . port"
+	parts [2]string // addr, port
+	gen   uint64    // the last sync that claimed it
 }
 
 // endpointOrder returns the endpoints of eps in the order of their

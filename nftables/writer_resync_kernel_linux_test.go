@@ -94,7 +94,7 @@ func TestWriterResyncKernel(t *testing.T) {
 				// not run.
 				sync := func(c *cluster) nftables.SyncResult {
 					t.Helper()
-					res := w.Sync(ctx, c.input())
+					res := syncIn(t, nw.Node, w, c.input())
 					var err error
 					if res.Transaction.NumOperations() > 0 {
 						run := func() error { return nw.Node.Do(func() error { return nft.Run(ctx, res.Transaction) }) }

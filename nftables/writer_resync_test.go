@@ -34,6 +34,8 @@ type fakeKernel struct {
 	// table changed; a generation bumped by hand (gen++) is another
 	// program's batch on a table of its own.
 	touched map[uint32]nftables.TableChanges
+	// listedElements counts ListElements calls.
+	listedElements int
 }
 
 func (k *fakeKernel) Run(ctx context.Context, tx *knftables.Transaction) error {

@@ -174,20 +174,20 @@ func runChild(who, mode string, services, endpoints, reps int, prof profiles) (*
 		})
 		return nil
 	}
-	stopProfiles, err := prof.start()
-	if err != nil {
-		return nil, err
-	}
 	if err := run(stepFirst, 1, func(int) error {
+		stop, err := prof.start()
+		if err != nil {
+			return err
+		}
 		for i := range services {
 			s.service(nil, initialSvcs[i])
 			s.slice(nil, initialSlices[i])
 		}
-		return s.sync()
+		if err := s.sync(); err != nil {
+			return err
+		}
+		return stop()
 	}); err != nil {
-		return nil, err
-	}
-	if err := stopProfiles(); err != nil {
 		return nil, err
 	}
 	if err := run(stepEndpoint, reps, func(i int) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
 	"sigs.k8s.io/knftables"
+
+	"github.com/proxykit/proxykit/nftables"
 )
 
 // The kernel sides. Both proxies hand their work to the same stand-ins for
@@ -39,6 +42,8 @@ type nftRecorder struct {
 	// failed counts transactions that carried an error (an object
 	// knftables refused), which nft would not have been given.
 	failed int
+	// gen counts the transactions run, as the nf_tables generation does.
+	gen    uint32
 	table  bool
 	chains *offHeapMap
 	sets   *offHeapMap
@@ -47,7 +52,10 @@ type nftRecorder struct {
 	elems map[string]*offHeapMap
 }
 
-var _ knftables.Interface = (*nftRecorder)(nil)
+var (
+	_ knftables.Interface  = (*nftRecorder)(nil)
+	_ nftables.KernelState = (*nftRecorder)(nil)
+)
 
 func newNFTRecorder() *nftRecorder {
 	return &nftRecorder{
@@ -69,7 +77,31 @@ func (r *nftRecorder) Run(_ context.Context, tx *knftables.Transaction) error {
 	}
 	r.bytes += int64(len(text))
 	r.overhead += threadCPU(func() { r.note(text) })
+	if tx.NumOperations() > 0 {
+		r.gen++
+	}
 	return nil
+}
+
+// Generation is part of nftables.KernelState: the kernel's count of
+// committed batches, one per transaction run. proxykit's Mode gives its
+// writer the netlink KernelState, whose generation read is one small
+// request; with it a forced full resync of a table no one else committed
+// to trusts the writer's memory instead of listing the elements.
+func (r *nftRecorder) Generation() (uint32, error) { return r.gen, nil }
+
+// errNotModelled is the answer of the KernelState methods that only a
+// periodic resync or a drift check calls, which the steps do not make.
+var errNotModelled = errors.New("kpbench: not modelled by the stand-in kernel")
+
+// RuleCounts is part of nftables.KernelState; not modelled.
+func (r *nftRecorder) RuleCounts(knftables.Family, string) (map[string]int, error) {
+	return nil, errNotModelled
+}
+
+// CheckElements is part of nftables.KernelState; not modelled.
+func (r *nftRecorder) CheckElements([]*knftables.Element) ([]nftables.ElementState, error) {
+	return nil, errNotModelled
 }
 
 // note applies one transaction's text ("add chain ip kube-proxy NAME …",

@@ -18,8 +18,9 @@
 // tool is handed: the iptables-restore input, or the nft -f text of the
 // transaction (knftables' Transaction.String, for both sides; proxykit's
 // netlink element paths are off). Neither side runs a kernel tool: stand-ins
-// count the bytes and answer kube-proxy's listings of the table as the kernel
-// would (see kernel.go). kube-proxy's Proxiers are made with their exported
+// count the bytes and answer both sides' listings of the table, and
+// proxykit's reads of the nf_tables generation, as the kernel would (see
+// kernel.go). kube-proxy's Proxiers are made with their exported
 // NewProxier; the fields that reach the host (nfacct, conntrack, the nft
 // Interface) are then replaced by the fakes kube-proxy's own tests use, or
 // the stand-ins.

@@ -21,7 +21,10 @@ import (
 // rule writer's Sync, whose output goes to the same stand-in kernel tool as
 // kube-proxy's (iptables-restore input; nft -f text through the recorder,
 // with the writer's netlink paths off, so both sides are measured on nft
-// text). It leaves out the proxier's per-sync bookkeeping beside the writer
+// text). The nftables writer reads the generation from the recorder, as
+// the Mode's writer reads it from the kernel (its KernelState), which is
+// what lets a forced full resync of a table no one else changed send only
+// the difference without listing the elements. It leaves out the proxier's per-sync bookkeeping beside the writer
 // (metrics, health servers, conntrack), which walks only what changed.
 type proxyKit struct {
 	svcTracker *changetracker.ServiceChangeTracker
@@ -71,7 +74,10 @@ func newProxyKit(mode string) (*proxyKit, error) {
 		k.overhead = func() time.Duration { return 0 }
 	case "nftables":
 		rec := newNFTRecorder()
-		w, err := nftables.NewWriter(rec, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: node})
+		// The recorder's generation stands for the KernelState that the
+		// Mode gives its writer (NewMode); the periodic resync is off,
+		// as no step waits for it.
+		w, err := nftables.NewWriter(rec, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: node, KernelState: rec})
 		if err != nil {
 			return nil, err
 		}
