@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -154,25 +152,7 @@ func testProgrammingLatency(t *testing.T, m e2eMode, services, endpoints int) {
 			t.Logf("proxier log:\n%s", log.String())
 		}
 	})
-	get := func(url string) (int, string, error) {
-		tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := ns.Do(func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		}}
-		c := http.Client{Transport: tr, Timeout: 10 * time.Second}
-		resp, err := c.Get(url)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		var body bytes.Buffer
-		_, err = body.ReadFrom(resp.Body)
-		return resp.StatusCode, body.String(), err
-	}
+	get := nsGet(ns)
 	metrics := func() map[string]float64 {
 		t.Helper()
 		m, err := scrape(get, "http://127.0.0.1:10249/metrics")

@@ -87,6 +87,9 @@ func EndpointSliceLabelSelector() labels.Selector {
 // resyncing every resyncPeriod (0: never). Use its Core().V1().Services()
 // informer only: the field selector is one the API server accepts for
 // Services alone. Start it with the factory of NewEndpointSliceInformerFactory.
+// The informer caches and delivers Services without their managed fields
+// and kubectl's kubectl.kubernetes.io/last-applied-configuration
+// annotation (a copy of the whole object), which no proxier reads.
 func NewServiceInformerFactory(client kubernetes.Interface, resyncPeriod time.Duration, opts ...InformerFactoryOption) informers.SharedInformerFactory {
 	var o factoryOptions
 	for _, opt := range opts {
@@ -97,6 +100,7 @@ func NewServiceInformerFactory(client kubernetes.Interface, resyncPeriod time.Du
 	labelSelector := ServiceLabelSelector(o.proxyName).String()
 	fieldSelector := ServiceFieldSelector().String()
 	return informers.NewSharedInformerFactoryWithOptions(client, resyncPeriod,
+		informers.WithTransform(trimService),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.LabelSelector = labelSelector
 			lo.FieldSelector = fieldSelector
@@ -106,10 +110,16 @@ func NewServiceInformerFactory(client kubernetes.Interface, resyncPeriod time.Du
 // NewEndpointSliceInformerFactory returns a SharedInformerFactory for the
 // EndpointSlice informer of NewEndpointSliceConfig: it lists the slices that
 // are not headless (EndpointSliceLabelSelector), as kube-proxy does,
-// resyncing every resyncPeriod (0: never).
+// resyncing every resyncPeriod (0: never). The informer caches and
+// delivers slices cut down to what the endpoint tracker reads (see
+// changetracker.EndpointsChangeTracker.EndpointSliceUpdate): no managed
+// fields or owner references, no labels but kubernetes.io/service-name,
+// no annotations but endpoints.kubernetes.io/last-change-trigger-time, and
+// no target reference, hostname or deprecated topology in the endpoints.
 func NewEndpointSliceInformerFactory(client kubernetes.Interface, resyncPeriod time.Duration) informers.SharedInformerFactory {
 	selector := EndpointSliceLabelSelector().String()
 	return informers.NewSharedInformerFactoryWithOptions(client, resyncPeriod,
+		informers.WithTransform(trimEndpointSlice),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.LabelSelector = selector
 		}))
@@ -117,9 +127,11 @@ func NewEndpointSliceInformerFactory(client kubernetes.Interface, resyncPeriod t
 
 // NewNodeInformerFactory returns a SharedInformerFactory whose Node informer
 // watches only the node named nodeName, for NodeConfig and NodeTopology.
+// The informer caches and delivers the Node without its managed fields.
 func NewNodeInformerFactory(client kubernetes.Interface, nodeName string, resyncPeriod time.Duration) informers.SharedInformerFactory {
 	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, nodeName).String()
 	return informers.NewSharedInformerFactoryWithOptions(client, resyncPeriod,
+		informers.WithTransform(trimManagedFields),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = selector
 		}))

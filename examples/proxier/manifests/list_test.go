@@ -59,12 +59,14 @@ func TestNestedLists(t *testing.T) {
 		wantObjects: []string{"Service x/deep"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := parseFile("x.yaml", []byte(tc.doc))
+			f := (&Source{}).parseFile("x.yaml", []byte(tc.doc), nil)
 			var objects, problems []string
-			for _, o := range f.objects {
-				objects = append(objects, o.key.String())
+			for _, d := range f.docs {
+				for _, o := range d.objects {
+					objects = append(objects, o.key.String())
+				}
 			}
-			for _, p := range f.problems {
+			for _, p := range f.problems("x.yaml") {
 				problems = append(problems, p.Error())
 			}
 			if diff := cmp.Diff(tc.wantObjects, objects); diff != "" {
@@ -85,7 +87,7 @@ func BenchmarkNestedLists(b *testing.B) {
 		b.Run(fmt.Sprintf("depth%d", depth), func(b *testing.B) {
 			b.SetBytes(int64(len(doc)))
 			for b.Loop() {
-				parseFile("x.yaml", doc)
+				(&Source{}).parseFile("x.yaml", doc, nil)
 			}
 		})
 	}

@@ -21,6 +21,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -116,26 +118,64 @@ func (k objectKey) String() string {
 // Source is a fake cluster fed from manifest files. Create one with [New];
 // its Client is what informers are built on.
 type Source struct {
-	path    string
-	client  *clientset
+	path   string
+	client *clientset
+	// mu serialises reloads: Reload may be called while Watch runs.
+	mu      sync.Mutex
 	current map[objectKey]runtime.Object
 	// files caches what each file held when it was last parsed, so that a
-	// reload parses only the files whose bytes changed.
+	// reload parses only the files whose bytes changed, and in those only
+	// the documents whose bytes changed.
 	files map[string]*parsedFile
+	// decoded, when set, is called for each document decoded (not taken
+	// from the cache), with its file and 1-based position; for tests.
+	decoded func(file string, document int)
 }
 
-// parsedFile is what one manifest file held when it was last read.
+// parsedFile is what one manifest file held when it was last read. It
+// keeps digests of the file and of its documents, not their text: an edit
+// of one document in a large file is found by its digest, and only that
+// document is decoded again.
 type parsedFile struct {
-	data     []byte
-	objects  []placedObject
-	problems []Problem
+	sum  digest
+	docs []parsedDoc
 }
 
-// placedObject is an object and the document of its file it came from.
-type placedObject struct {
-	key      objectKey
-	obj      runtime.Object
-	document int
+// digest is the SHA-256 of a file's or a document's bytes. A collision
+// would hide an edit; SHA-256 makes one out of reach even of a writer who
+// tries.
+type digest [sha256.Size]byte
+
+// parsedDoc is what one document of a file held: its objects (nil for a
+// document of comments alone) and its problems, at the position the
+// document had when it was decoded. Both are shared by the parses that
+// find the same bytes again, and never changed.
+type parsedDoc struct {
+	sum      digest
+	objects  []keyedObject
+	problems []Problem
+	// reusable is false for the document that ended the file because it
+	// could not be read: its error is about what follows it too.
+	reusable bool
+}
+
+// problems returns the problems of f's documents, placed in file name at
+// the documents' positions in f.
+func (f *parsedFile) problems(name string) []Problem {
+	var out []Problem
+	for i, d := range f.docs {
+		for _, p := range d.problems {
+			p.File, p.Document = name, i+1
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// keyedObject is an object decoded from a document, and its key.
+type keyedObject struct {
+	key objectKey
+	obj runtime.Object
 }
 
 // New reads the manifests at path (a YAML file, or a directory whose *.yaml,
@@ -171,18 +211,26 @@ func (s *Source) Path() string { return s.path }
 // objects not applied yet are left as they were and ctx's error is
 // returned; the next Reload applies them.
 func (s *Source) Reload(ctx context.Context) ([]Problem, error) {
-	problems, err := s.reload(ctx)
+	return s.reloadFiles(ctx, nil)
+}
+
+// reloadFiles is Reload reading, with dirty non-nil, only the files it
+// names and the files not read before (see readPath).
+func (s *Source) reloadFiles(ctx context.Context, dirty map[string]bool) ([]Problem, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	problems, err := s.reload(ctx, dirty)
 	// Refusals join the documents' problems, in file and document order.
 	sortProblems(problems)
 	return problems, err
 }
 
-func (s *Source) reload(ctx context.Context) ([]Problem, error) {
+func (s *Source) reload(ctx context.Context, dirty map[string]bool) ([]Problem, error) {
 	// The fake clientset records every call it serves and keeps the
 	// records for tests to inspect; nothing here does, and a long-running
 	// --manifests proxier would keep every object it ever changed.
 	defer s.client.ClearActions()
-	desired, where, problems, err := s.readPath()
+	desired, where, problems, err := s.readPath(dirty)
 	if err != nil {
 		return problems, err
 	}
@@ -337,24 +385,27 @@ type place struct {
 }
 
 // readPath reads the manifests at the source's path, parsing only the files
-// whose content changed since the last call. It returns the objects, where
-// each is defined, and the documents' problems.
-func (s *Source) readPath() (map[objectKey]runtime.Object, map[objectKey]place, []Problem, error) {
+// whose content changed since the last call. With dirty non-nil, only the
+// files it names, and files not read before, are read: the others are
+// taken to be as they were (the watch knows which files it saw change). It
+// returns the objects, where each is defined, and the documents' problems.
+func (s *Source) readPath(dirty map[string]bool) (map[objectKey]runtime.Object, map[objectKey]place, []Problem, error) {
 	names, err := files(s.path)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("manifests %q: %w", s.path, err)
 	}
 	parsed := make(map[string]*parsedFile, len(names))
 	for _, name := range names {
+		prev := s.files[name]
+		if prev != nil && dirty != nil && !dirty[name] {
+			parsed[name] = prev
+			continue
+		}
 		data, err := os.ReadFile(name)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("manifests %q: %w", name, err)
 		}
-		if f := s.files[name]; f != nil && bytes.Equal(f.data, data) {
-			parsed[name] = f
-			continue
-		}
-		parsed[name] = parseFile(name, data)
+		parsed[name] = s.parseFile(name, data, prev)
 	}
 	s.files = parsed
 
@@ -363,14 +414,17 @@ func (s *Source) readPath() (map[objectKey]runtime.Object, map[objectKey]place, 
 	var problems []Problem
 	for _, name := range names {
 		f := parsed[name]
-		problems = append(problems, f.problems...)
-		for _, o := range f.objects {
-			if prev, dup := where[o.key]; dup {
-				problems = append(problems, Problem{File: name, Document: o.document,
-					Err: fmt.Errorf("%s is also defined at %s document %d; the later one wins", o.key, logsafe.Quote(prev.file), prev.document)})
+		problems = append(problems, f.problems(name)...)
+		for i, d := range f.docs {
+			document := i + 1
+			for _, o := range d.objects {
+				if prev, dup := where[o.key]; dup {
+					problems = append(problems, Problem{File: name, Document: document,
+						Err: fmt.Errorf("%s is also defined at %s document %d; the later one wins", o.key, logsafe.Quote(prev.file), prev.document)})
+				}
+				where[o.key] = place{name, document}
+				objs[o.key] = o.obj
 			}
-			where[o.key] = place{name, o.document}
-			objs[o.key] = o.obj
 		}
 	}
 	return objs, where, problems, nil
@@ -386,30 +440,71 @@ func sortProblems(problems []Problem) {
 	})
 }
 
-// parseFile parses the documents of one manifest file.
-func parseFile(name string, data []byte) *parsedFile {
-	f := &parsedFile{data: data}
-	for i, doc := range splitDocuments(data) {
-		p := Problem{File: name, Document: i + 1}
-		if doc.err != nil {
-			p.Err = doc.err
-			f.problems = append(f.problems, p)
-			continue
-		}
-		if len(bytes.TrimSpace(doc.data)) == 0 {
-			continue
-		}
-		for _, obj := range decode(doc.data, &p, &f.problems) {
-			k, err := keyOf(obj)
-			if err != nil {
-				p.Err = err
-				f.problems = append(f.problems, p)
-				continue
+// parseFile parses the documents of one manifest file, taking from prev,
+// the file's previous parse (nil for none), the documents whose bytes did
+// not change: only the others are decoded.
+func (s *Source) parseFile(name string, data []byte, prev *parsedFile) *parsedFile {
+	sum := digest(sha256.Sum256(data))
+	if prev != nil && prev.sum == sum {
+		return prev
+	}
+	known := map[digest]*parsedDoc{}
+	if prev != nil {
+		for i := range prev.docs {
+			if d := &prev.docs[i]; d.reusable {
+				known[d.sum] = d
 			}
-			f.objects = append(f.objects, placedObject{key: k, obj: obj, document: i + 1})
 		}
 	}
+	f := &parsedFile{sum: sum}
+	for i, doc := range splitDocuments(data) {
+		if doc.err != nil {
+			f.docs = append(f.docs, parsedDoc{problems: []Problem{{Err: doc.err}}})
+			continue
+		}
+		d := parsedDoc{sum: docDigest(doc.data), reusable: true}
+		if k, ok := known[d.sum]; ok {
+			f.docs = append(f.docs, *k)
+			continue
+		}
+		if s.decoded != nil {
+			s.decoded(name, i+1)
+		}
+		d.objects, d.problems = decodeDocument(doc.data)
+		f.docs = append(f.docs, d)
+	}
 	return f
+}
+
+// docDigest is the digest of a document's bytes without the separator
+// line the YAML reader leaves at the start of a file's first document, so
+// that the first document is found again when another is put before it.
+func docDigest(data []byte) digest {
+	if rest, ok := bytes.CutPrefix(data, []byte("---")); ok {
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			data = rest[i+1:]
+		}
+	}
+	return sha256.Sum256(data)
+}
+
+// decodeDocument decodes the objects of one document; its problems name
+// neither file nor document, which the caller fills in.
+func decodeDocument(data []byte) ([]keyedObject, []Problem) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	var objects []keyedObject
+	var problems []Problem
+	for _, obj := range decode(data, &problems) {
+		k, err := keyOf(obj)
+		if err != nil {
+			problems = append(problems, Problem{Err: err})
+			continue
+		}
+		objects = append(objects, keyedObject{key: k, obj: obj})
+	}
+	return objects, problems
 }
 
 type document struct {
@@ -418,9 +513,48 @@ type document struct {
 }
 
 // splitDocuments cuts a multi-document YAML (or a JSON) file into its
-// documents. A document that cannot be read ends the file: the YAML reader
-// cannot resynchronise after it.
+// documents, as client-go's YAML reader does. A document that cannot be
+// read ends the file: the YAML reader cannot resynchronise after it.
+//
+// A file without carriage returns is cut in place, without copying: the
+// reader copies every line, which costs more than the rest of a reload
+// that decodes one document of a large file. The documents are the
+// reader's, but that the last one of a file that does not end with a line
+// break has none either.
 func splitDocuments(data []byte) []document {
+	if bytes.IndexByte(data, '\r') >= 0 {
+		return readDocuments(data) // the reader drops the \r of \r\n
+	}
+	var docs []document
+	start := 0 // of the document being read
+	for pos := 0; pos < len(data); {
+		next := len(data)
+		if i := bytes.IndexByte(data[pos:], '\n'); i >= 0 {
+			next = pos + i + 1
+		}
+		line := data[pos:next]
+		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok {
+			// As the reader, which allows only a comment after a
+			// separator, and keeps one that opens the file in the first
+			// document.
+			if rest = bytes.TrimSpace(rest); len(rest) > 0 && rest[0] != '#' {
+				return append(docs, document{err: fmt.Errorf("invalid Yaml document separator: %s", rest)})
+			}
+			if pos > start {
+				docs = append(docs, document{data: data[start:pos]})
+				start = next
+			}
+		}
+		pos = next
+	}
+	if start < len(data) {
+		docs = append(docs, document{data: data[start:]})
+	}
+	return docs
+}
+
+// readDocuments is splitDocuments through client-go's YAML reader.
+func readDocuments(data []byte) []document {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var docs []document
 	for {
@@ -441,11 +575,11 @@ func splitDocuments(data []byte) []document {
 const maxListDepth = 16
 
 // decode turns one document into objects; a v1 List yields its items, and
-// the items of the Lists among them. Problems are recorded against p's
-// position.
-func decode(data []byte, p *Problem, problems *[]Problem) []runtime.Object {
+// the items of the Lists among them. Problems are recorded without a
+// position, which the caller fills in.
+func decode(data []byte, problems *[]Problem) []runtime.Object {
 	report := func(err error) {
-		*problems = append(*problems, Problem{File: p.File, Document: p.Document, Err: err})
+		*problems = append(*problems, Problem{Err: err})
 	}
 	jsonData, err := utilyaml.ToJSON(data)
 	if err != nil {

@@ -16,9 +16,12 @@ import (
 // Watch reloads the manifests whenever a file under the source's path is
 // written, created, renamed or removed, until ctx is done. Bursts of file
 // events (an editor writing a file in several steps) are folded into one
-// reload that happens settle after the last event. Problems and errors of a
-// reload are logged; the previous state stays in place for objects that
-// could not be read.
+// reload that happens settle after the last event. A reload reads only the
+// files the watch saw change, and decodes in them only the documents whose
+// bytes changed; everything is read again when the directory itself
+// changed or the kernel dropped events. Problems and errors of a reload
+// are logged; the previous state stays in place for objects that could not
+// be read.
 //
 // The directory is followed by name, as files are: when it is removed and
 // created again, or another directory is renamed to its name (the atomic
@@ -56,6 +59,20 @@ func (s *Source) Watch(ctx context.Context, settle time.Duration) error {
 		defer w.Close()
 		var timer *time.Timer
 		var fire <-chan time.Time
+		arm := func() {
+			if timer == nil {
+				timer = time.NewTimer(settle)
+			} else {
+				timer.Reset(settle)
+			}
+			fire = timer.C
+		}
+		// dirty names, as readPath names them, the files changed since the
+		// last reload; all is set when every file is to be read again. The
+		// first reload reads them all, for what changed between New and
+		// the start of the watch.
+		dirty, all := map[string]bool{}, true
+		arm()
 		for {
 			select {
 			case <-ctx.Done():
@@ -87,28 +104,43 @@ func (s *Source) Watch(ctx context.Context, settle time.Duration) error {
 				case onlyFile == "" && !isManifestName(filepath.Base(name)):
 					continue
 				}
-				if timer == nil {
-					timer = time.NewTimer(settle)
-				} else {
-					timer.Reset(settle)
+				switch {
+				case name == dir:
+					all = true
+				case onlyFile != "":
+					dirty[s.path] = true
+				default:
+					dirty[filepath.Join(s.path, filepath.Base(name))] = true
 				}
-				fire = timer.C
+				arm()
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
 				}
 				logger.Error(err, "Manifest watch error", "path", logsafe.Quote(s.path))
+				// Events may have been lost (the kernel's queue overflowed):
+				// read everything at the next reload, which this one asks for.
+				all = true
+				arm()
 			case <-fire:
 				fire = nil
-				problems, err := s.Reload(ctx)
+				var only map[string]bool
+				if !all {
+					only = dirty
+				}
+				problems, err := s.reloadFiles(ctx, only)
 				LogProblems(logger, problems)
 				if err != nil && ctx.Err() != nil {
 					return // shutting down: the rest applies at the next start
 				}
 				if err != nil {
+					// What this reload did not apply is applied by the
+					// next, which reads every file again.
+					all = true
 					logger.Error(err, "Reloading manifests", "path", logsafe.Quote(s.path))
 					continue
 				}
+				dirty, all = map[string]bool{}, false
 				logger.V(2).Info("Manifests reloaded", "path", logsafe.Quote(s.path))
 			}
 		}
