@@ -3,6 +3,7 @@ package apiservertest
 import (
 	"bufio"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -136,4 +137,39 @@ func TestCompareVersions(t *testing.T) {
 			t.Errorf("compareVersions(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
 	}
+}
+
+// TestTierModuleLoads checks that hack/apiserver's go.mod and go.sum hold
+// every module the packages build.sh builds need, as its -mod=readonly
+// build requires: `go mod tidy` there once dropped kube-proxy's, which
+// only build.sh names, and the tier's build failed on every machine.
+func TestTierModuleLoads(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "hack", "apiserver")
+	script, err := os.ReadFile(filepath.Join(dir, "build.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := []string{"./etcd"}
+	for _, f := range strings.Fields(string(script)) {
+		if strings.HasPrefix(f, "k8s.io/kubernetes/cmd/") {
+			targets = append(targets, f)
+		}
+	}
+	if len(targets) < 3 {
+		t.Fatalf("build.sh names %q; want kube-apiserver and kube-proxy too", targets)
+	}
+	cmd := exec.Command("go", append([]string{"list", "-mod=readonly", "-deps"}, targets...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go list %q in hack/apiserver: %v\n%s", targets, err, lastLines(out, 20))
+	}
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
