@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/proxykit/proxykit/explain"
 	"github.com/proxykit/proxykit/internal/testkit/apiservertest"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/iptables"
@@ -403,6 +405,47 @@ func TestAPIServerDropIn(t *testing.T) {
 				}
 			})
 
+			// explain reads both nodes' rules, the real kube-proxy's
+			// included, and says the same of every probe: the packets
+			// matched, so their outcomes must too, and they must agree
+			// with what the probes saw.
+			t.Run("explain", func(t *testing.T) {
+				for _, p := range dropInProbes {
+					from := p.src
+					if p.fromNode {
+						from = "node"
+					}
+					var got [2]string
+					for i, w := range worlds {
+						var stdout, stderr bytes.Buffer
+						args := []string{"packet", fmt.Sprintf("%s:%d/tcp", p.to, p.port), "--from", from, "--mode", m.mode, "--netns", "/run/netns/" + w.node.Name, "-o", "json"}
+						if status := explainMain(testLogger(&logBuffer{}, 0), args, realEnvironment(&stdout), &stderr); status != 0 {
+							t.Errorf("%s on %s's node: status %d: %s", p.name, w.name, status, stderr.String())
+							continue
+						}
+						var ex explain.Explanation
+						if err := json.Unmarshal(stdout.Bytes(), &ex); err != nil {
+							t.Fatalf("%s on %s's node: %v\n%s", p.name, w.name, err, stdout.String())
+						}
+						got[i] = explainedEnds(ex.Outcomes)
+					}
+					t.Logf("%s: %s", p.name, got[0])
+					if got[0] != got[1] {
+						t.Errorf("%s (%s:%d) explained: on kube-proxy's node %q, on proxykit's %q", p.name, p.to, p.port, got[0], got[1])
+					}
+					switch p.want {
+					case "refused":
+						if got[0] != "REJECT p=1" {
+							t.Errorf("%s: refused, explained as %q", p.name, got[0])
+						}
+					case "no answer":
+						if got[0] != "DROP p=1" {
+							t.Errorf("%s: no answer, explained as %q", p.name, got[0])
+						}
+					}
+				}
+			})
+
 			t.Run("health check node port", func(t *testing.T) {
 				var got [2]string
 				for i, w := range worlds {
@@ -655,4 +698,23 @@ func (w *dropInWorld) programmedFamilies(t *testing.T, nftables bool) []v1.IPFam
 		}
 	}
 	return fams
+}
+
+// explainedEnds is how explain says a packet ends, without the path:
+// each outcome's verdict, endpoint, masquerade and probability, in a
+// stable order.
+func explainedEnds(outcomes []explain.Outcome) string {
+	var ends []string
+	for _, o := range outcomes {
+		e := string(o.Verdict)
+		if o.Endpoint.IsValid() {
+			e += " " + o.Endpoint.String()
+		}
+		if o.Masquerade {
+			e += " masquerade"
+		}
+		ends = append(ends, fmt.Sprintf("%s p=%.3g", e, o.Probability))
+	}
+	slices.Sort(ends)
+	return strings.Join(ends, ", ")
 }

@@ -264,14 +264,20 @@ func (r *run) rule(rule *knftables.Rule, st state) ([]end, error) {
 				if err != nil {
 					return nil, err
 				}
-				if err := p.expect("=="); err != nil {
+				// kube-proxy's masquerading chain tests "!= 0" since
+				// v1.33; proxykit's, "== 0" then returns.
+				op, err := p.next()
+				if err != nil {
 					return nil, err
+				}
+				if op != "==" && op != "!=" {
+					return nil, fmt.Errorf("unknown mark comparison %q", op)
 				}
 				want, err := p.number()
 				if err != nil {
 					return nil, err
 				}
-				if st.mark&mask != want {
+				if (st.mark&mask == want) != (op == "==") {
 					return noMatch, nil
 				}
 			case "set":
@@ -623,8 +629,17 @@ func (r *run) dnatMap(p *parser, st state) ([]end, error) {
 	if (ipX == "ip") != (r.t.family == knftables.IPv4Family) {
 		return nil, fmt.Errorf("dnat %s in a %s table", ipX, r.t.family)
 	}
+	if p.peek() == "addr" {
+		// kube-proxy writes "addr . port to"; nft lists it as "to".
+		if err := p.expect("addr", ".", "port"); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.expect("to"); err != nil {
 		return nil, err
+	}
+	if p.peek() == "numgen" {
+		return r.dnatNumgen(p, st)
 	}
 	keys, ok, err := r.concat(p, st)
 	if err != nil {
@@ -743,4 +758,58 @@ func matchAddr(v string, addr netip.Addr) (bool, error) {
 		return false, fmt.Errorf("not an address or prefix: %q", v)
 	}
 	return a == addr, nil
+}
+
+// dnatNumgen evaluates kube-proxy's DNAT of a Service without affinity:
+// "dnat ip addr . port to numgen random mod N map { 0 : ADDR . PORT, ... }"
+// (nft lists it without "addr . port"), from "numgen" on: one branch per
+// endpoint, each as likely.
+func (r *run) dnatNumgen(p *parser, st state) ([]end, error) {
+	if err := p.expect("numgen", "random", "mod"); err != nil {
+		return nil, err
+	}
+	n, err := p.number()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.expect("map"); err != nil {
+		return nil, err
+	}
+	items, err := p.list()
+	if err != nil {
+		return nil, err
+	}
+	if !p.done() {
+		return nil, fmt.Errorf("words after the dnat map: %q", p.toks[p.i:])
+	}
+	if n == 0 || len(items) != int(n) {
+		return nil, fmt.Errorf("numgen random mod %d with %d elements", n, len(items))
+	}
+	dests := make([]netip.AddrPort, n)
+	for _, it := range items {
+		if len(it) != 5 || it[1] != ":" || it[3] != "." {
+			return nil, fmt.Errorf("numgen map element %q is not \"N : ADDR . PORT\"", it)
+		}
+		k, err := strconv.Atoi(it[0])
+		if err != nil || k < 0 || k >= int(n) || dests[k].IsValid() {
+			return nil, fmt.Errorf("numgen map key %q is not in 0..%d or repeated", it[0], n-1)
+		}
+		a, err := netip.ParseAddr(it[2])
+		if err != nil || a.Is4() != (r.t.family == knftables.IPv4Family) {
+			return nil, fmt.Errorf("numgen map element %q: %q is not an address of the table's family", it, it[2])
+		}
+		port, err := strconv.ParseUint(it[4], 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("numgen map element %q: port %q", it, it[4])
+		}
+		dests[k] = netip.AddrPortFrom(a, uint16(port))
+	}
+	st.prob /= float64(n)
+	ends := make([]end, 0, n)
+	for _, d := range dests {
+		b := st
+		b.dst, b.dport, b.dnat = d.Addr(), int(d.Port()), d
+		ends = append(ends, end{state: b, verdict: vAccept})
+	}
+	return ends, nil
 }

@@ -228,6 +228,14 @@ func TestTraceDataMap(t *testing.T) {
 		{"missing index falls through", []string{lookup, "goto ep"}, two[:1], nil, pkt, []out{{DNAT: "10.1.0.1:8080", P: 0.5}, {DNAT: "10.0.0.5:80", P: 0.5}}},
 		{"numgen verdict map: each index as likely", []string{"numgen random mod 4 vmap { 0 : goto ep , 1 : goto ep , 2 : goto ep , 3 : drop }"}, nil, nil, pkt,
 			[]out{{DNAT: "10.0.0.5:80", P: 0.25}, {DNAT: "10.0.0.5:80", P: 0.25}, {DNAT: "10.0.0.5:80", P: 0.25}, {P: 0.25}}},
+		{"kube-proxy's DNAT by a numgen map of endpoints", []string{"meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.1 . 8080 , 1 : 10.0.0.7 . 8081 }"}, nil, nil, pkt,
+			[]out{{DNAT: "10.1.0.1:8080", P: 0.5}, {DNAT: "10.0.0.7:8081", P: 0.5}}},
+		{"kube-proxy's DNAT as nft lists it", []string{"meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.1.0.1 . 8080 , 1 : 10.0.0.7 . 8081 }"}, nil, nil, pkt,
+			[]out{{DNAT: "10.1.0.1:8080", P: 0.5}, {DNAT: "10.0.0.7:8081", P: 0.5}}},
+		{"kube-proxy's masquerade: mark and M != 0", []string{"mark set mark or 0x4000", "meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.1.0.1 . 8080 }"}, nil,
+			[]string{"mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random"}, pkt, []out{{DNAT: "10.1.0.1:8080", Masq: true, P: 1}}},
+		{"kube-proxy's masquerade: no mark, no masquerade", []string{"meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.1.0.1 . 8080 }"}, nil,
+			[]string{"mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random"}, pkt, []out{{DNAT: "10.1.0.1:8080", P: 1}}},
 		{"tcp dport does not match UDP", []string{lookup}, two, nil,
 			nftablestest.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: v1.ProtocolUDP, DstPort: 80}, []out{{P: 1}}},
 		{"no DNAT, no hairpin", nil, nil, []string{"ct status dnat ip saddr . ip daddr @pairs masquerade", "ip saddr . ip saddr @pairs masquerade"},
@@ -269,6 +277,10 @@ func TestTraceDataMapRefusesWhatItCannotRead(t *testing.T) {
 		{"dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 1 map @eps extra", []string{"10.1.0.1", "8080"}},
 		{"ip daddr . meta l4proto . th dport 10.96.0.1", []string{"10.1.0.1", "8080"}},
 		{"ip saddr . ip daddr . th dport @pairs goto ep", []string{"10.1.0.1", "8080"}},
+		{"dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.1 . 8080 }", []string{"10.1.0.1", "8080"}},
+		{"dnat ip addr . port to numgen random mod 1 map { 0 : fd00::1 . 8080 }", []string{"10.1.0.1", "8080"}},
+		{"dnat ip addr . port to numgen random mod 1 map { 0 : 10.1.0.1 8080 }", []string{"10.1.0.1", "8080"}},
+		{"mark and 0x4000 < 0 accept", []string{"10.1.0.1", "8080"}},
 	} {
 		fake := dataMapTable(t, []string{tc.rule}, [][2][]string{{{"10.96.0.1", "tcp", "80", "0"}, tc.value}})
 		tr := nftablestest.NewTracer(fake, knftables.IPv4Family, "t")
