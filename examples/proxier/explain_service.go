@@ -122,6 +122,11 @@ func readAndExplainService(ctx context.Context, target serviceTarget, o *options
 	defer cancel()
 	svc, err := client.CoreV1().Services(target.namespace).Get(ctx, target.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		if o.manifests != "" {
+			// The loader refuses what the API server would, per object,
+			// with a log line that names the field.
+			return nil, fmt.Errorf("service %s not found in --manifests, or refused there as invalid (see the log above)", logsafe.KRef(target.namespace, target.name))
+		}
 		return nil, fmt.Errorf("service %s not found", logsafe.KRef(target.namespace, target.name))
 	}
 	if err != nil {
