@@ -58,8 +58,8 @@ type Interface interface {
 }
 
 // Batcher is implemented by an [Interface] that can apply many writes with
-// few system calls, which the [Reconciler] uses when present: on an
-// emulated machine it is several times faster than one call per write.
+// few system calls, which the [Reconciler] uses when present: faster
+// than one call per write (BENCHMARKS.md).
 type Batcher interface {
 	// ApplyBatch applies ops in order, as if each were the matching
 	// Interface call, and carries on after a failed op. It returns nil if

@@ -127,8 +127,8 @@ func withFullSyncPeriod(d time.Duration) ModeOption {
 // knftables.Fake, makes a full sync into a missing table (the first on
 // the node, or after the table was deleted) send the bulk of its elements
 // with apply after nft has created the rest, instead of through nft's
-// parser: WriterConfig.SplitFirstLoad, several times faster at
-// scale, where nft's parsing dominates (BENCHMARKS.md). apply nil means
+// parser: WriterConfig.SplitFirstLoad, faster at scale, where nft's
+// parsing dominates (BENCHMARKS.md). apply nil means
 // ApplyElements, which talks to the network namespace of the
 // thread that syncs, bounded by WithCommandTimeout; it must reach the
 // kernel nft's Interface runs in, so leave this off over a

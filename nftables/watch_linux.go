@@ -26,9 +26,9 @@ const watchWait = time.Second
 // another program's commit to another table then reads nothing of the
 // writer's table. Every commit in the namespace then also costs the
 // kernel a notification per object changed, which the watcher reads in a
-// goroutine of its own until Close: measured, that more than doubles the
-// kernel's (system) time of a full load of 10,000 services × 10 endpoints,
-// so run large transactions (a full sync's) inside Quiet. When
+// goroutine of its own until Close: a large share of the kernel's
+// (system) time of a full load (BENCHMARKS.md), so run large transactions
+// (a full sync's) inside Quiet. When
 // notifications are lost (its socket overflows: a batch of tens of
 // thousands of objects), it says so and the writer compares the table
 // instead.
