@@ -373,10 +373,15 @@ func (k *e2eNode) start(args ...string) {
 		}
 		return nil
 	})
-	if k.mode == modeNFTables {
-		if out := k.nft(t, "list", "map", "ip", "kube-proxy", "service-ips"); !strings.Contains(out, " . tcp . ") {
-			t.Fatalf("the table holds no service:\n%s", out)
-		}
+	if k.mode == modeNFTables || k.mode == modeEBPF {
+		// In ebpf mode the family's other group (the socket load
+		// balancer) may be the one whose sync the metric counted.
+		k.eventually(5*time.Second, "nftables mode's first sync", func() error {
+			if out, err := k.node.Exec("nft", "list", "map", "ip", "kube-proxy", "service-ips"); err != nil || !strings.Contains(out, " . tcp . ") {
+				return fmt.Errorf("the table holds no service: %v\n%s", err, out)
+			}
+			return nil
+		})
 		return
 	}
 	save := k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S", "KUBE-SERVICES")
