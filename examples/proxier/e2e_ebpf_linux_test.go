@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,6 +143,15 @@ func (k *e2eNode) socketClient(t *testing.T, cgroup, to string, count int) []str
 	return strings.Split(strings.TrimSpace(string(out)), "\n")
 }
 
+// TestE2EEBPFScenarios runs TestE2E's scenarios in ebpf mode. They send
+// from outside the node (the client and pod namespaces), so nftables mode
+// beside the socket load balancer serves them.
+func TestE2EEBPFScenarios(t *testing.T) {
+	m := e2eMode{"ebpf", modeEBPF, iptables.BackendNFT}
+	kerneltest.Require(t, m.tools(false)...)
+	testE2E(t, m)
+}
+
 // TestE2EEBPF runs the proxier in ebpf mode in a node namespace, with its
 // programs attached to a cgroup the test makes in a cgroup2 mount of its
 // own and its maps pinned on a bpffs of its own: a process of that cgroup
@@ -155,17 +163,11 @@ func (k *e2eNode) socketClient(t *testing.T, cgroup, to string, count int) []str
 // --cleanup after SIGTERM leaves nothing pinned.
 func TestE2EEBPF(t *testing.T) {
 	kerneltest.Require(t, append(e2eTools(iptables.BackendNFT), "nft")...)
-	cgRoot, bpffs := kerneltest.MountCgroupAndBPF(t)
-	cgroup := filepath.Join(cgRoot, "proxykit-e2e-clients")
-	if err := os.Mkdir(cgroup, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(cgroup) })
-
 	k := newE2ENode(t, iptables.BackendNFT, e2eScenario(), false)
 	k.mode = modeEBPF
-	ebpfArgs := []string{"--ebpf-pin-path", bpffs, "--ebpf-name-prefix", "e2e"}
-	k.start(k.proxierArgs(append([]string{"--ebpf-cgroup-path", cgroup}, ebpfArgs...)...)...)
+	var cgroup, bpffs string
+	k.extraArgs, cgroup, bpffs = ebpfE2EArgs(t)
+	k.start(k.proxierArgs()...)
 
 	// Translated at connect: the socket's remote is an endpoint.
 	endpoints := map[string]string{"pod-a": "10.244.0.11:8080", "pod-b": "10.244.0.12:8080"}
@@ -200,7 +202,8 @@ func TestE2EEBPF(t *testing.T) {
 	if got := pinned(t, bpffs); len(got) == 0 {
 		t.Errorf("after SIGTERM, nothing is pinned; want the maps and links to stay for the next proxier")
 	}
-	if err := k.runProxier(append([]string{"--cleanup", "--mode", "ebpf"}, ebpfArgs...)...); err != nil {
+	// --cleanup needs no cgroup: the pins name what to detach.
+	if err := k.runProxier("--cleanup", "--mode", "ebpf", "--ebpf-pin-path", bpffs, "--ebpf-name-prefix", "e2e"); err != nil {
 		t.Fatalf("--cleanup: %v\n%s", err, k.log.String())
 	}
 	if got := pinned(t, bpffs); len(got) != 0 {
