@@ -53,7 +53,7 @@ var layout = []struct {
 	{[]string{"proxier", "proxier/config"}, []string{"changetracker", "proxy", "healthz", "runner", "proxier/config", "internal/logsafe"}},
 	{[]string{"kubeproxy"}, []string{
 		"changetracker", "runner", "healthz", "ipset", "proxy", "portcheck", "kernel", "ipvs", "conntrack",
-		"iptables", "nftables", "ipvsmode", "proxier", "proxier/config",
+		"iptables", "nftables", "ipvsmode", "ebpf", "proxier", "proxier/config",
 		"internal/boundedexec", "internal/logsafe", "internal/netlinkbuf",
 	}},
 	{[]string{"proxy/proxytest"}, []string{"proxy", "changetracker"}},

@@ -16,6 +16,10 @@
 //     written, and the next full sync repairs any difference.
 //   - Maps: what the Writer writes to, the Datapath or the in-memory
 //     ebpftest.Fake, whose tracer says where a connection would go.
+//   - Mode: the Writer as a proxy.Backend of one family, with metrics
+//     and a periodic Drift check that makes the next sync full. It
+//     serves local sockets only: compose it with a packet-level Backend
+//     of the same family (nftables mode) in a BackendGroup of its own.
 //
 // What it needs from the kernel: the BPF syscall, cgroup v2, bpf_link
 // for cgroups (5.7), bpf_get_netns_cookie on these hooks (5.7),

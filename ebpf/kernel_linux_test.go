@@ -182,7 +182,7 @@ type lab struct {
 func newLab(t *testing.T, family v1.IPFamily) *lab {
 	kerneltest.Require(t)
 	l := &lab{family: family}
-	cgRoot, bpffs := mountPrivate(t)
+	cgRoot, bpffs := kerneltest.MountCgroupAndBPF(t)
 	l.cgroup = filepath.Join(cgRoot, "proxykit-clients")
 	if err := os.Mkdir(l.cgroup, 0o755); err != nil {
 		t.Fatal(err)
@@ -218,28 +218,6 @@ func newLab(t *testing.T, family v1.IPFamily) *lab {
 	}
 	l.c = writertest.NewCluster(family, writertest.Node)
 	return l
-}
-
-// mountPrivate mounts a cgroup v2 hierarchy and a bpffs of the test's
-// own in a temporary directory, unmounted when it ends, so that nothing
-// is attached to the host's cgroups nor pinned on its bpffs.
-func mountPrivate(t testing.TB) (cgroupRoot, bpffs string) {
-	dir := t.TempDir()
-	cgroupRoot, bpffs = filepath.Join(dir, "cgroup2"), filepath.Join(dir, "bpffs")
-	for _, m := range []struct{ path, fstype string }{{cgroupRoot, "cgroup2"}, {bpffs, "bpf"}} {
-		if err := os.Mkdir(m.path, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("none", m.path, m.fstype, 0, ""); err != nil {
-			t.Fatalf("mounting a private %s: %v", m.fstype, err)
-		}
-		t.Cleanup(func() {
-			if err := unix.Unmount(m.path, unix.MNT_DETACH); err != nil {
-				t.Errorf("unmounting %s: %v", m.path, err)
-			}
-		})
-	}
-	return cgroupRoot, bpffs
 }
 
 func (l *lab) endpoint(i int) writertest.Endpoint {

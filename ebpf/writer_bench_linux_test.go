@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxykit/proxykit/ebpf"
 	"github.com/proxykit/proxykit/ebpf/ebpftest"
+	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
 	"github.com/proxykit/proxykit/internal/testkit/writertest"
 	"github.com/proxykit/proxykit/proxy"
 )
@@ -23,7 +24,7 @@ func benchMaps(b *testing.B, kind string) ebpf.Maps {
 	if os.Geteuid() != 0 {
 		b.Skip("kernel maps need root")
 	}
-	cg, bpffs := mountPrivate(b)
+	cg, bpffs := kerneltest.MountCgroupAndBPF(b)
 	cfg := ebpf.DatapathConfig{Family: v1.IPv4Protocol, CgroupPath: cg, PinPath: bpffs, NamePrefix: "bench"}
 	dp, err := ebpf.Open(cfg)
 	if err != nil {

@@ -2,15 +2,19 @@ package kubeproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ebpf"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvs"
 	"github.com/proxykit/proxykit/ipvsmode"
@@ -44,6 +48,20 @@ func RealHost() *Host {
 		NewNFTables: func(_ context.Context, family knftables.Family, table string) (knftables.Interface, error) {
 			return knftables.New(family, table)
 		},
+		OpenEBPF: func(cfg ebpf.DatapathConfig) (ebpf.Maps, error) {
+			dp, err := ebpf.Open(cfg)
+			if err != nil {
+				return nil, err
+			}
+			return dp, nil
+		},
+		CleanupEBPF: func(cfg ebpf.DatapathConfig) (bool, error) {
+			found, err := ebpf.FindLeftovers(cfg)
+			if err != nil || !found {
+				return false, err
+			}
+			return true, ebpf.Cleanup(cfg)
+		},
 		HostAddresses: proxier.HostAddresses,
 		Listen: func(ctx context.Context, network, address string) (net.Listener, error) {
 			var lc net.ListenConfig
@@ -54,7 +72,8 @@ func RealHost() *Host {
 
 // newBackends is the proxier's backend factory for the mode: one backend
 // per family of the node in iptables and nftables mode, one for all of
-// them in IPVS mode.
+// them in IPVS mode, two per family in ebpf mode (nftables mode's and the
+// socket load balancer's).
 func (s *setup) newBackends() proxier.NewBackendsFunc {
 	return func(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 		var groups []proxier.BackendGroup
@@ -64,6 +83,8 @@ func (s *setup) newBackends() proxier.NewBackendsFunc {
 			groups, err = s.newIPVSBackends(ctx, node, m)
 		case ModeNFTables:
 			groups, err = s.newNFTablesBackends(ctx, node, m)
+		case ModeEBPF:
+			groups, err = s.newEBPFBackends(ctx, node, m)
 		default:
 			groups, err = s.newIPTablesBackends(ctx, node, m)
 		}
@@ -247,6 +268,9 @@ func (s *setup) newNFTablesBackends(ctx context.Context, node proxier.Node, m *p
 	if s.dryRun == nil {
 		s.tuneConntrack(ctx)
 		s.removeIPTablesModes(ctx)
+		if s.cfg.mode() == ModeNFTables {
+			s.removeEBPFMode(ctx)
+		}
 	}
 	var groups []proxier.BackendGroup
 	for _, family := range families {
@@ -279,6 +303,74 @@ func (s *setup) newNFTablesBackends(ctx context.Context, node proxier.Node, m *p
 		groups = append(groups, proxier.BackendGroup{Backend: b, Families: []v1.IPFamily{family}})
 	}
 	return groups, nil
+}
+
+// newEBPFBackends makes ebpf mode's backends: nftables mode's, one per
+// family proxied, for the packets that reach the node from outside (node
+// ports, external IPs, load-balancer VIPs), and an ebpf.Mode per family in
+// a group of its own, which sends the sockets of the configured cgroup
+// straight to an endpoint when they connect. Both groups of a family
+// program every Service: a connection the socket load balancer
+// translated never carries a Service address, so nftables' rules never
+// see it, and a packet from outside never passes a local socket's
+// connect. A dry run prints nftables mode's transactions alone: the maps
+// have no text form to print.
+func (s *setup) newEBPFBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
+	if s.dryRun == nil && s.cfg.EBPF.CgroupPath == "" {
+		return nil, errors.New("--mode ebpf: no cgroup to attach to (Config.EBPF.CgroupPath)")
+	}
+	groups, err := s.newNFTablesBackends(ctx, node, m)
+	if err != nil || s.dryRun != nil {
+		if s.dryRun != nil {
+			klog.FromContext(ctx).Info("Dry run in ebpf mode: printing nftables mode's transactions; the socket load balancer's maps are not shown")
+		}
+		return groups, err
+	}
+	if s.host.OpenEBPF == nil {
+		return nil, errors.New("--mode ebpf: the Host cannot open the socket load balancer (no OpenEBPF)")
+	}
+	c := &s.cfg
+	for _, family := range groupFamilies(groups) {
+		maps, err := s.host.OpenEBPF(c.EBPF.datapath(family))
+		if err != nil {
+			closeGroups(groups)
+			return nil, fmt.Errorf("--mode ebpf: %s: %w", family, err)
+		}
+		cfg := ebpf.WriterConfig{Family: family, Node: c.nodeConfig(node.Name, family, node.IPs[family])}
+		b, err := ebpf.NewMode(ctx, cfg, maps, ebpf.WithMetrics(m), ebpf.WithDriftCheckPeriod(c.syncPeriod()))
+		if err != nil {
+			if cl, ok := maps.(io.Closer); ok {
+				cl.Close()
+			}
+			closeGroups(groups)
+			return nil, err
+		}
+		groups = append(groups, proxier.BackendGroup{Backend: b, Families: []v1.IPFamily{family}})
+	}
+	return groups, nil
+}
+
+// groupFamilies lists the families of groups, each once, in their order.
+func groupFamilies(groups []proxier.BackendGroup) []v1.IPFamily {
+	var out []v1.IPFamily
+	for _, g := range groups {
+		for _, f := range g.Families {
+			if !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// closeGroups closes the Backends of groups that are io.Closers, after a
+// failure that leaves them unused.
+func closeGroups(groups []proxier.BackendGroup) {
+	for _, g := range groups {
+		if c, ok := g.Backend.(io.Closer); ok {
+			c.Close()
+		}
+	}
 }
 
 // cleanupIPVSNode removes IPVS mode's ipsets, virtual servers and dummy

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ebpf"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kernel"
 	"github.com/proxykit/proxykit/proxy"
@@ -21,6 +22,11 @@ const (
 	ModeIPTables = "iptables"
 	ModeIPVS     = "ipvs"
 	ModeNFTables = "nftables"
+	// ModeEBPF is proxykit's own: the socket load balancer of package
+	// ebpf for the sockets of one cgroup, beside nftables mode for the
+	// packets that arrive from outside the node. No
+	// KubeProxyConfiguration names it.
+	ModeEBPF = "ebpf"
 )
 
 // kube-proxy's conntrack timeouts for a configuration that leaves them
@@ -37,8 +43,13 @@ const (
 // arguments. The zero value of a field means what its doc says, so that a
 // caller fills in only what it sets.
 type Config struct {
-	// Mode is ModeIPTables, ModeIPVS or ModeNFTables; "" means iptables.
+	// Mode is ModeIPTables, ModeIPVS, ModeNFTables or ModeEBPF; "" means
+	// iptables.
 	Mode string
+	// EBPF is where ebpf mode attaches and pins; New in ModeEBPF needs
+	// its CgroupPath outside a dry run. Cleanup, and the start of another mode, remove what
+	// ebpf mode pinned under its PinPath and NamePrefix.
+	EBPF EBPFConfig
 	// ClusterCIDRs is the pod network, at most one prefix per IP family.
 	// Traffic to cluster IPs from outside it is masqueraded; a prefix of a
 	// family the node does not have is ignored, with a log.
@@ -128,9 +139,9 @@ type Config struct {
 func (c *Config) Validate() error {
 	var errs []error
 	switch c.Mode {
-	case "", ModeIPTables, ModeIPVS, ModeNFTables:
+	case "", ModeIPTables, ModeIPVS, ModeNFTables, ModeEBPF:
 	default:
-		errs = append(errs, fmt.Errorf("kubeproxy.Config: Mode %q: want %q, %q or %q", c.Mode, ModeIPTables, ModeIPVS, ModeNFTables))
+		errs = append(errs, fmt.Errorf("kubeproxy.Config: Mode %q: want %q, %q, %q or %q", c.Mode, ModeIPTables, ModeIPVS, ModeNFTables, ModeEBPF))
 	}
 	if err := OnePerFamily("kubeproxy.Config: ClusterCIDRs", c.ClusterCIDRs); err != nil {
 		errs = append(errs, err)
@@ -166,6 +177,30 @@ func (c *Config) Validate() error {
 }
 
 // mode is c.Mode, iptables when empty.
+// EBPFConfig says where ebpf mode's programs attach and what they pin.
+type EBPFConfig struct {
+	// CgroupPath is the cgroup v2 directory whose processes' sockets are
+	// translated, with those of the cgroups below it (the root of the
+	// node's cgroup2 mount, to serve every process).
+	CgroupPath string
+	// PinPath and NamePrefix are ebpf.DatapathConfig's: the bpffs
+	// directory and the prefix of the pinned maps and links; "" means
+	// ebpf.DefaultPinPath and ebpf.DefaultNamePrefix.
+	PinPath, NamePrefix string
+}
+
+// datapath is the DatapathConfig of family ("" for both, in Cleanup).
+func (e EBPFConfig) datapath(family v1.IPFamily) ebpf.DatapathConfig {
+	return ebpf.DatapathConfig{Family: family, CgroupPath: e.CgroupPath, PinPath: e.PinPath, NamePrefix: e.NamePrefix}
+}
+
+// nftablesBased reports whether the mode writes nftables mode's tables:
+// nftables mode, and ebpf mode, which runs it beside the socket load
+// balancer.
+func (c *Config) nftablesBased() bool {
+	return c.mode() == ModeNFTables || c.mode() == ModeEBPF
+}
+
 func (c *Config) mode() string {
 	if c.Mode == "" {
 		return ModeIPTables

@@ -24,7 +24,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "zero"},
 		{name: "every mode", cfg: Config{Mode: ModeNFTables, ChainPrefix: "PROXY", MasqueradeBit: bit(31), SyncPeriod: time.Minute, MinSyncPeriod: time.Minute}},
-		{name: "mode", cfg: Config{Mode: "userspace"}, wantErr: `kubeproxy.Config: Mode "userspace": want "iptables", "ipvs" or "nftables"`},
+		{name: "mode", cfg: Config{Mode: "userspace"}, wantErr: `kubeproxy.Config: Mode "userspace": want "iptables", "ipvs", "nftables" or "ebpf"`},
 		{name: "cluster CIDRs", cfg: Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.1.0.0/16")}},
 			wantErr: "kubeproxy.Config: ClusterCIDRs: 10.0.0.0/8 and 10.1.0.0/16 are both IPv4; give at most one per IP family"},
 		{name: "local detection", cfg: Config{DetectLocalMode: proxy.LocalModeInterfaceNamePrefix, InterfaceNamePrefix: "veth+"},

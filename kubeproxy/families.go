@@ -53,7 +53,7 @@ func (s *setup) hostSupport(ctx context.Context) (familySupport, map[v1.IPFamily
 	logger := klog.FromContext(ctx)
 	support := familySupport{v1.IPv4Protocol: nil, v1.IPv6Protocol: nil}
 	ipts := map[v1.IPFamily]iptables.Interface{}
-	if s.cfg.mode() != ModeNFTables {
+	if !s.cfg.nftablesBased() {
 		b, err := s.host.DetectBackend(ctx)
 		if err != nil {
 			return nil, nil, err
@@ -129,7 +129,7 @@ func (s *setup) families(ctx context.Context, node proxier.Node) ([]v1.IPFamily,
 		logger.Info("Running in single-stack mode", "ipFamily", families[0])
 	}
 	var ipts []iptables.Interface
-	if s.cfg.mode() != ModeNFTables {
+	if !s.cfg.nftablesBased() {
 		for _, f := range families {
 			ipts = append(ipts, byFamily[f])
 		}

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ebpf"
 	"github.com/proxykit/proxykit/healthz"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvsmode"
@@ -46,6 +47,14 @@ type Host struct {
 	// table of one family still exists, instead of asking the kernel
 	// over netlink.
 	NFTTableLookup func(family knftables.Family, table string) nftables.TableLookup
+	// OpenEBPF loads and attaches ebpf mode's programs of one family and
+	// returns their maps (ebpf.Open); ebpf mode fails without it.
+	OpenEBPF func(cfg ebpf.DatapathConfig) (ebpf.Maps, error)
+	// CleanupEBPF removes what ebpf mode pinned with cfg (both families:
+	// cfg.Family is ""), reporting whether there was anything
+	// (ebpf.FindLeftovers, then ebpf.Cleanup); nil leaves ebpf mode's
+	// state alone, in Cleanup and at the start of the other modes.
+	CleanupEBPF func(cfg ebpf.DatapathConfig) (bool, error)
 	// HostAddresses lists the node's addresses when no Node object gives
 	// them; nil means proxier.HostAddresses.
 	HostAddresses func() ([]netip.Addr, error)

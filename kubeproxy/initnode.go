@@ -43,7 +43,7 @@ func InitNode(ctx context.Context, cfg *Config, opts ...Option) error {
 		}
 		s.removeIPTablesMode(ctx, ipts)
 		s.removeNFTablesMode(ctx)
-	case ModeNFTables:
+	case ModeNFTables, ModeEBPF:
 		s.tuneConntrack(ctx)
 		s.removeIPTablesModes(ctx)
 	default:

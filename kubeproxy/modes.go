@@ -42,7 +42,9 @@ import (
 // table of both families, the chains and jump rules of iptables and IPVS
 // mode in both IP families, from the iptables backend the node uses, and
 // IPVS mode's ipsets, virtual servers and dummy interface (the last two
-// only with kube-proxy's prefix, since they carry none). What is not
+// only with kube-proxy's prefix, since they carry none), and, when the
+// Host can (Host.CleanupEBPF), ebpf mode's programs and maps pinned with
+// cfg.EBPF's PinPath and NamePrefix. What is not
 // there is no error: a family whose iptables is missing (no ip6tables,
 // say), a node without nft, a kernel without ip_vs or ip_set. It fails
 // when no iptables works at all, and returns every other failure, joined,
@@ -59,6 +61,13 @@ func Cleanup(ctx context.Context, cfg *Config, opts ...Option) error {
 		errs = append(errs, err)
 	} else {
 		logger.Info("Removed the proxier's nftables tables", "table", s.nftTable)
+	}
+	if s.host.CleanupEBPF != nil {
+		if found, err := s.host.CleanupEBPF(s.cfg.EBPF.datapath("")); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup of ebpf mode: %w", err))
+		} else if found {
+			logger.Info("Removed the programs and maps of ebpf mode")
+		}
 	}
 	b, err := s.host.DetectBackend(ctx)
 	if err != nil {
@@ -104,6 +113,22 @@ func (s *setup) removeIPVSMode(ctx context.Context, ipts []iptables.Interface) {
 	}
 }
 
+// removeEBPFMode detaches and removes what ebpf mode pinned, for another
+// mode to start on: its programs would otherwise keep sending the
+// cgroup's sockets by maps nobody updates. A failure is logged.
+func (s *setup) removeEBPFMode(ctx context.Context) {
+	if s.host.CleanupEBPF == nil {
+		return
+	}
+	found, err := s.host.CleanupEBPF(s.cfg.EBPF.datapath(""))
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Removing the programs and maps of ebpf mode")
+	case found:
+		klog.FromContext(ctx).Info("Removed the programs and maps ebpf mode left")
+	}
+}
+
 // removeNFTablesMode deletes nftables mode's table of both families, for
 // iptables or IPVS mode to start on. A failure is logged: the other modes'
 // rules work beside the table, though the table's take the traffic first.
@@ -111,6 +136,8 @@ func (s *setup) removeNFTablesMode(ctx context.Context) {
 	if err := s.cleanupNFTables(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Removing the tables of nftables mode")
 	}
+	// ebpf mode runs nftables mode beside it: its programs go too.
+	s.removeEBPFMode(ctx)
 }
 
 // cleanupNFTables deletes the table of both families; one that does not

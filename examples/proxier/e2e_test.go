@@ -190,6 +190,10 @@ var e2eModes = []e2eMode{
 	{"nftables", modeNFTables, iptables.BackendNFT},
 }
 
+// nftables reports whether the mode writes nftables mode's tables:
+// nftables mode, and ebpf mode beside its socket load balancer.
+func (m e2eMode) nftables() bool { return m.mode == modeNFTables || m.mode == modeEBPF }
+
 // tools are the programs the mode's tests run, with IPv6's when ipv6 is
 // set.
 func (m e2eMode) tools(ipv6 bool) []string {
@@ -198,7 +202,7 @@ func (m e2eMode) tools(ipv6 bool) []string {
 		b := string(m.backend)
 		tools = append(tools, "ip6tables-"+b, "ip6tables-"+b+"-save", "ip6tables-"+b+"-restore")
 	}
-	if m.mode == modeNFTables {
+	if m.nftables() {
 		tools = append(tools, "nft")
 	}
 	return tools
@@ -217,7 +221,7 @@ func forEachE2EMode(t *testing.T, ipv6 bool, test func(t *testing.T, m e2eMode))
 
 // newE2EModeNode is newE2ENode for a proxier in mode m.
 func newE2EModeNode(t *testing.T, m e2eMode, cluster *e2eCluster, ipv6 bool) *e2eNode {
-	if m.mode == modeNFTables {
+	if m.nftables() {
 		// nftables mode writes most services as map elements alone;
 		// one with ClientIP affinity keeps chains of its own (service-
 		// and endpoint-), which the tests of faults in chains need.
@@ -229,7 +233,23 @@ func newE2EModeNode(t *testing.T, m e2eMode, cluster *e2eCluster, ipv6 bool) *e2
 	}
 	k := newE2ENode(t, m.backend, cluster, ipv6)
 	k.mode = m.mode
+	if m.mode == modeEBPF {
+		k.extraArgs, _, _ = ebpfE2EArgs(t)
+	}
 	return k
+}
+
+// ebpfE2EArgs mounts a cgroup2 hierarchy and a bpffs of the test's own,
+// makes the cgroup ebpf mode attaches to, and returns the flags that
+// give them to the proxier, the cgroup and the bpffs.
+func ebpfE2EArgs(t *testing.T) (args []string, cgroup, bpffs string) {
+	cgRoot, bpffs := kerneltest.MountCgroupAndBPF(t)
+	cgroup = filepath.Join(cgRoot, "proxykit-e2e-clients")
+	if err := os.Mkdir(cgroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(cgroup) })
+	return []string{"--ebpf-cgroup-path", cgroup, "--ebpf-pin-path", bpffs, "--ebpf-name-prefix", "e2e"}, cgroup, bpffs
 }
 
 // e2eNode is the test's world around one proxier.
@@ -237,7 +257,10 @@ type e2eNode struct {
 	t       testing.TB
 	backend iptables.Backend
 	// mode, when set, is given to the proxier as --mode.
-	mode         string
+	mode string
+	// extraArgs are given to every run of the proxier (ebpf mode's
+	// cgroup and pins).
+	extraArgs    []string
 	node, client *kerneltest.NS
 	pods         map[string]*kerneltest.NS
 	dir          string
@@ -326,7 +349,7 @@ func (k *e2eNode) iptables(t testing.TB, p v1.IPFamily, args ...string) string {
 // purpose, it would repair them before the test's own sync meets them.
 func (k *e2eNode) proxierArgs(extra ...string) []string {
 	if k.mode != "" {
-		extra = append([]string{"--mode", k.mode}, extra...)
+		extra = append(append([]string{"--mode", k.mode}, k.extraArgs...), extra...)
 	}
 	return append([]string{"--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
 		"--sync-period", e2eSyncPeriod.String(), "--min-sync-period", "100ms", "--iptables-drift-check-period", "0",
@@ -373,10 +396,15 @@ func (k *e2eNode) start(args ...string) {
 		}
 		return nil
 	})
-	if k.mode == modeNFTables {
-		if out := k.nft(t, "list", "map", "ip", "kube-proxy", "service-ips"); !strings.Contains(out, " . tcp . ") {
-			t.Fatalf("the table holds no service:\n%s", out)
-		}
+	if k.mode == modeNFTables || k.mode == modeEBPF {
+		// In ebpf mode the family's other group (the socket load
+		// balancer) may be the one whose sync the metric counted.
+		k.eventually(5*time.Second, "nftables mode's first sync", func() error {
+			if out, err := k.node.Exec("nft", "list", "map", "ip", "kube-proxy", "service-ips"); err != nil || !strings.Contains(out, " . tcp . ") {
+				return fmt.Errorf("the table holds no service: %v\n%s", err, out)
+			}
+			return nil
+		})
 		return
 	}
 	save := k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-S", "KUBE-SERVICES")
@@ -423,7 +451,7 @@ func (k *e2eNode) nftChainOf(t testing.TB, prefix, part string) string {
 
 // syncFailures is the metric that counts the mode's failed applies.
 func (k *e2eNode) syncFailures() string {
-	if k.mode == modeNFTables {
+	if k.mode == modeNFTables || k.mode == modeEBPF {
 		return nftSyncFails
 	}
 	return restoreFails
@@ -591,7 +619,15 @@ func testE2E(t *testing.T, m e2eMode) {
 		k.eventually(e2eChange, "health check without local endpoints", func() error {
 			return expectGet(k, "http://"+e2eNodeIP+":30185/", 503, `"localEndpoints":0`)
 		})
-		check(t, k.unanswered("tcp", e2eClientIP, e2eNodeIP, 30085))
+		if m.mode == modeEBPF {
+			// The health check follows whichever of the family's two
+			// groups synced first; nftables' may come a moment later.
+			k.eventually(e2eChange, "external traffic dropped", func() error {
+				return k.unanswered("tcp", e2eClientIP, e2eNodeIP, 30085)
+			})
+		} else {
+			check(t, k.unanswered("tcp", e2eClientIP, e2eNodeIP, 30085))
+		}
 		k.cluster.service("local").pods = []string{"pod-a", "pod-b"}
 		k.writeManifest()
 		k.eventually(5*time.Second, "health check with a local endpoint again", func() error {
@@ -611,7 +647,7 @@ func testE2E(t *testing.T, m e2eMode) {
 		// A firewall reload: every table emptied, the canary with it;
 		// in nftables mode, the whole ruleset flushed, as the
 		// nftables service's reload does, the proxier's table with it.
-		if m.mode == modeNFTables {
+		if m.nftables() {
 			k.nft(t, "flush", "ruleset")
 		} else {
 			for _, table := range []string{"mangle", "nat", "filter"} {
@@ -643,7 +679,7 @@ func testE2E(t *testing.T, m e2eMode) {
 		failures, cleanups := k.metric(k.syncFailures()), k.metric(nftCleanFail)
 		logStart := len(k.log.String())
 		var victimChains []string
-		if m.mode == modeNFTables {
+		if m.nftables() {
 			for _, c := range k.nftChains(t) {
 				if strings.Contains(c, "-e2e/victim/tcp/http") {
 					victimChains = append(victimChains, c)
@@ -659,7 +695,7 @@ func testE2E(t *testing.T, m e2eMode) {
 		// before the sync that deletes victim ran, so nothing failed.
 		repairedFirst := false
 		k.eventually(e2eSyncPeriod+10*time.Second, "recovery", func() error {
-			if m.mode == modeNFTables && k.metric(k.syncFailures()) == failures {
+			if m.nftables() && k.metric(k.syncFailures()) == failures {
 				for _, c := range k.nftChains(t) {
 					if slices.Contains(victimChains, c) {
 						return fmt.Errorf("victim's chain %s is still there", c)
@@ -686,7 +722,7 @@ func testE2E(t *testing.T, m e2eMode) {
 		if got := k.metric(fullSyncs); got != wantFulls {
 			t.Errorf("%v full syncs, want %v", got, wantFulls)
 		}
-		if m.mode == modeNFTables {
+		if m.nftables() {
 			// The failed transaction, if any, was deleting victim's chains.
 			if got, want := k.metric(nftCleanFail), cleanups+wantFailures-failures; got != want {
 				t.Errorf("%v cleanup failures, want %v", got, want)
@@ -715,7 +751,7 @@ func testE2E(t *testing.T, m e2eMode) {
 		// In nftables mode a jump stays within a table, so the other
 		// program's chain is in the proxier's table, where the drift
 		// repair deletes it as foreign: the syncs do not stall.
-		if m.mode == modeNFTables {
+		if m.nftables() {
 			// With affinity, added has a chain to jump to.
 			k.cluster.service("added").spec += "  sessionAffinity: ClientIP\n"
 			k.writeManifest()
@@ -739,7 +775,7 @@ func testE2E(t *testing.T, m e2eMode) {
 		failures := k.metric(k.syncFailures())
 		k.cluster.delete("added")
 		k.writeManifest()
-		if m.mode == modeNFTables {
+		if m.nftables() {
 			k.eventually(2*e2eSyncPeriod+10*time.Second, "the foreign chain removed and added deleted", func() error {
 				for _, c := range k.nftChains(t) {
 					if c == "e2e-user" || strings.Contains(c, "-e2e/added/tcp/http") {
@@ -769,6 +805,12 @@ func testE2E(t *testing.T, m e2eMode) {
 	})
 
 	t.Run("network programming latency", func(t *testing.T) {
+		// In ebpf mode each of the family's two groups observes the
+		// latency of the change it applied.
+		observations := 1.0
+		if m.mode == modeEBPF {
+			observations = 2
+		}
 		count := `kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`
 		before := k.metric(count)
 		web := k.cluster.service("web")
@@ -776,8 +818,8 @@ func testE2E(t *testing.T, m e2eMode) {
 		k.writeManifest()
 		k.eventually(5*time.Second, "the change applied", func() error { return k.reaches("tcp", "10.96.0.10", 80, 10, "pod-b") })
 		k.eventually(5*time.Second, "the latency observed", func() error {
-			if got := k.metric(count); got != before+1 {
-				return fmt.Errorf("%v latencies observed, want %v", got, before+1)
+			if got := k.metric(count); got != before+observations {
+				return fmt.Errorf("%v latencies observed, want %v", got, before+observations)
 			}
 			return nil
 		})
@@ -994,7 +1036,7 @@ func TestE2EOnceAndCleanup(t *testing.T) {
 			for _, table := range []string{"filter", "nat", "mangle"} {
 				all += k.iptables(t, v1.IPv4Protocol, "-t", table, "-S")
 			}
-			if m.mode == modeNFTables {
+			if m.nftables() {
 				// Stateless: the counters of the other programs' rules move.
 				all += k.nft(t, "--stateless", "list", "ruleset")
 			}
@@ -1005,8 +1047,8 @@ func TestE2EOnceAndCleanup(t *testing.T) {
 		// Localhost node ports rewrite the kubelet's KUBE-FIREWALL, as
 		// kube-proxy does, and cleanup leaves that shared chain to the
 		// kubelet; without them, the kubelet's rules stay untouched.
-		if err := k.runProxier("--once", "--mode", m.mode, "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
-			"--iptables-localhost-nodeports=false"); err != nil {
+		if err := k.runProxier(append(k.extraArgs, "--once", "--mode", m.mode, "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
+			"--iptables-localhost-nodeports=false")...); err != nil {
 			t.Fatalf("--once: %v\n%s", err, k.log.String())
 		}
 		// As many tries as randomCounts says, so that a random pick

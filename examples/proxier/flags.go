@@ -70,7 +70,7 @@ var flagTable = []flagRow{
 	{"bind-address-hard-fail", "bindAddressHardFail", flagAccepted, "this proxier always exits when a server cannot listen, as with true", false},
 	{"profiling", "enableProfiling", flagRefused, "no /debug/pprof handler is served", false},
 	{"show-hidden-metrics-for-version", "showHiddenMetricsForVersion", flagRefused, "this proxier has no hidden metrics", false},
-	{"proxy-mode", "mode", flagHonoured, "iptables, ipvs or nftables", false},
+	{"proxy-mode", "mode", flagHonoured, "iptables, ipvs or nftables; this proxier's own ebpf too (nftables mode beside a socket-level load balancer)", false},
 	{"mode", "mode", flagOwn, "the same as --proxy-mode", false},
 	{"iptables-masquerade-bit", "iptables.masqueradeBit", flagHonoured, "iptables and IPVS modes, as in kube-proxy (nftables mode takes nftables.masqueradeBit, from a file only)", false},
 	{"masquerade-all", "iptables.masqueradeAll", flagHonoured, "nftables.masqueradeAll in nftables mode", false},
@@ -116,6 +116,9 @@ var flagTable = []flagRow{
 	{"manifests", "", flagOwn, "reads the cluster from YAML instead of an API server", true},
 	{"dry-run", "", flagOwn, "prints the first sync and exits", true},
 	{"once", "", flagOwn, "applies one sync and exits", true},
+	{"ebpf-cgroup-path", "", flagOwn, "ebpf mode (required there): the cgroup v2 directory whose processes' sockets are translated at connect, with the cgroups below it", true},
+	{"ebpf-pin-path", "", flagOwn, "ebpf mode: the bpffs directory of its pinned maps and links (default /sys/fs/bpf)", true},
+	{"ebpf-name-prefix", "", flagOwn, "ebpf mode: the prefix of what it pins (default proxykit); --cleanup and mode switches remove this prefix's only", true},
 	{"exit-on-node-change", "", flagOwn, "exits (status 1) when the Node is deleted or its node IPs change, for a restart, as kube-proxy does; without it the new addresses are followed live", true},
 }
 
@@ -192,7 +195,7 @@ func addKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, klogFlag
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "Write the effective configuration to this file, as a KubeProxyConfiguration, and exit.")
 	fs.BoolVar(&o.initOnly, "init-only", false, "Do the node set-up that needs full privileges (conntrack sysctls, removing other modes' rules), then exit.")
 	fs.BoolVar(&k.version, "version", false, "Print the version and exit.")
-	fs.Var(fs.Lookup("mode").Value, "proxy-mode", "Which proxy mode to use: 'iptables' (default), 'ipvs' or 'nftables'.")
+	fs.Var(fs.Lookup("mode").Value, "proxy-mode", "Which proxy mode to use: 'iptables' (default), 'ipvs', 'nftables' or this proxier's 'ebpf' (nftables mode for packets from outside the node, beside BPF programs that send the sockets of --ebpf-cgroup-path straight to an endpoint at connect).")
 	fs.StringVar(&k.featureGates, "feature-gates", "", "key=value pairs of feature gates; this proxier has none, so any is refused.")
 	fs.StringVar(&k.contentType, "kube-api-content-type", "", "The content type of requests to the API server.")
 	fs.IntVar(&k.burst, "kube-api-burst", 0, "The burst of requests to the API server (0: client-go's default).")
@@ -310,7 +313,7 @@ func applyKubeProxyFlags(fs *flag.FlagSet, o *options, k *kubeProxyFlags, given 
 		}
 		// kube-proxy's nftables mode reads nftables.masqueradeBit,
 		// which has no flag.
-		if o.mode != modeNFTables {
+		if o.mode != modeNFTables && o.mode != modeEBPF {
 			bit := k.masqueradeBit
 			o.masqueradeBit = &bit
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/kubeproxy"
 	"github.com/proxykit/proxykit/proxy"
 )
 
@@ -88,7 +89,10 @@ var flagCases = map[string][]flagCase{
 		{args: []string{"--proxy-mode", "ipvs"}, set: func(o *options) { o.mode = modeIPVS }},
 		{args: []string{"--proxy-mode", "kernelspace"}, wantErr: `--mode "kernelspace"`},
 	},
-	"mode": {{args: []string{"--mode", "nftables"}, set: func(o *options) { o.mode, o.nodePortPrimary = modeNFTables, true }}},
+	"mode": {
+		{args: []string{"--mode", "nftables"}, set: func(o *options) { o.mode, o.nodePortPrimary = modeNFTables, true }},
+		{args: []string{"--mode", "ebpf"}, wantErr: "--mode ebpf needs --ebpf-cgroup-path"},
+	},
 	"iptables-masquerade-bit": {
 		{args: []string{"--iptables-masquerade-bit", "15"}, set: func(o *options) { o.masqueradeBit = ptrInt(15) }},
 		{args: []string{"--iptables-masquerade-bit", "15", "--proxy-mode", "ipvs"}, set: func(o *options) { o.masqueradeBit, o.mode = ptrInt(15), modeIPVS }},
@@ -237,6 +241,9 @@ var flagCases = map[string][]flagCase{
 	"manifests":                   {{args: []string{"--manifests", "testdata"}, set: func(o *options) { o.manifests = "testdata" }}},
 	"dry-run":                     {{args: []string{"--dry-run"}, set: func(o *options) { o.dryRun = true }}},
 	"once":                        {{args: []string{"--once"}, set: func(o *options) { o.once = true }}},
+	"ebpf-cgroup-path":            {{args: []string{"--ebpf-cgroup-path", "/sys/fs/cgroup"}, set: func(o *options) { o.ebpf.CgroupPath = "/sys/fs/cgroup" }}},
+	"ebpf-pin-path":               {{args: []string{"--ebpf-pin-path", "/run/bpf"}, set: func(o *options) { o.ebpf.PinPath = "/run/bpf" }}},
+	"ebpf-name-prefix":            {{args: []string{"--ebpf-name-prefix", "px2"}, set: func(o *options) { o.ebpf.NamePrefix = "px2" }}},
 	"exit-on-node-change":         {{args: []string{"--exit-on-node-change"}, set: func(o *options) { o.exitOnNodeChange = true }}},
 }
 
@@ -252,6 +259,7 @@ func flagDefaults() options {
 		chainPrefix:        "KUBE",
 		nftTable:           "kube-proxy",
 		localhostNodePorts: true,
+		ebpf:               kubeproxy.EBPFConfig{PinPath: "/sys/fs/bpf", NamePrefix: "proxykit"},
 	}
 }
 

@@ -133,6 +133,10 @@ var metricTable = []metricRow{
 
 	{name: "kubeproxy_sync_proxy_rules_iptables_drift_repairs_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "none", served: []string{"iptables"},
 		event: "a drift check that found the rules changed", test: "TestIPTablesBackendDriftCheck", note: "proxykit's own"},
+	{name: "kubeproxy_sync_proxy_rules_ebpf_sync_failures_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "none", served: []string{"ebpf"},
+		event: "a failed write of the socket load balancer's maps", test: "ebpf.TestModeSyncFailure", note: "proxykit's own"},
+	{name: "kubeproxy_sync_proxy_rules_ebpf_drifted_elements_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "none", served: []string{"ebpf"},
+		event: "a full sync that found the maps changed by another program", test: "ebpf.TestModeDriftCheck", note: "proxykit's own"},
 }
 
 // metricTableMarkdown renders metricTable as the README shows it.

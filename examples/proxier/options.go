@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxykit/proxykit/conntrack"
+	"github.com/proxykit/proxykit/ebpf"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvsmode"
 	"github.com/proxykit/proxykit/kubeproxy"
@@ -25,6 +26,7 @@ const (
 	modeIPTables = kubeproxy.ModeIPTables
 	modeIPVS     = kubeproxy.ModeIPVS
 	modeNFTables = kubeproxy.ModeNFTables
+	modeEBPF     = kubeproxy.ModeEBPF
 )
 
 // options are the command line, parsed and checked.
@@ -54,6 +56,10 @@ type options struct {
 	// the kernel with it, in either mode.
 	chainPrefix string
 	names       *ipvsmode.Names
+	// ebpf is --ebpf-cgroup-path, --ebpf-pin-path and
+	// --ebpf-name-prefix: where ebpf mode attaches and pins, and what
+	// --cleanup and the other modes remove.
+	ebpf kubeproxy.EBPFConfig
 	// nftTable is the nftables table of nftables mode, named after
 	// --chain-prefix (see kubeproxy.NFTablesTable).
 	nftTable string
@@ -174,6 +180,9 @@ func newFlagSet(stderr io.Writer) (*options, *flag.FlagSet, *kubeProxyFlags) {
 	fs.BoolVar(&o.once, "once", false, "Apply one full sync and exit.")
 	// Not a kube-proxy flag: kube-proxy's names are fixed.
 	fs.StringVar(&o.chainPrefix, "chain-prefix", iptables.DefaultChainPrefix, "Prefix of every iptables chain and ipset the proxier owns (KUBE-SERVICES, KUBE-SVC-*, KUBE-CLUSTER-IP, ...), at most 5 letters, digits or underscores, and the name of its nftables table, the prefix lower-cased followed by '-proxy' (KUBE: kube-proxy, kube-proxy's table): give a proxier that runs beside kube-proxy, or beside another proxier, one of its own. --cleanup and mode switches remove this prefix's only.")
+	fs.StringVar(&o.ebpf.CgroupPath, "ebpf-cgroup-path", "", "In ebpf mode (required there), the cgroup v2 directory whose processes' sockets are sent straight to an endpoint when they connect, with those of the cgroups below it: the root of the node's cgroup2 mount (/sys/fs/cgroup on most nodes) for every process.")
+	fs.StringVar(&o.ebpf.PinPath, "ebpf-pin-path", ebpf.DefaultPinPath, "The bpffs directory where ebpf mode pins its maps and the links of its programs, so that they outlive the process and the next one takes them over.")
+	fs.StringVar(&o.ebpf.NamePrefix, "ebpf-name-prefix", ebpf.DefaultNamePrefix, "The prefix of the names ebpf mode pins (letters, digits, '-' and '_', at most 32): give a second proxier on the node one of its own. --cleanup and mode switches remove this prefix's only.")
 	fs.BoolVar(&o.exitOnNodeChange, "exit-on-node-change", false, "Exit (status 1) when this node's Node object is deleted or its node IPs change, so that the process restarts with the new ones, as kube-proxy does; without it the proxier follows the new addresses (node ports and health-check node ports) without a restart.")
 	// Of klog's flags, only -v, as kube-proxy users know it.
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -235,15 +244,16 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 		return nil, err
 	}
 	switch o.mode {
-	case modeIPTables, modeIPVS, modeNFTables:
+	case modeIPTables, modeIPVS, modeNFTables, modeEBPF:
 	case "":
 		o.mode = modeIPTables
 	default:
-		return nil, fmt.Errorf("--mode %q: want %q, %q or %q", o.mode, modeIPTables, modeIPVS, modeNFTables)
+		return nil, fmt.Errorf("--mode %q: want %q, %q, %q or %q", o.mode, modeIPTables, modeIPVS, modeNFTables, modeEBPF)
 	}
 	// kube-proxy's nftables mode serves node ports on the node's own
 	// addresses unless told otherwise: its nodePortAddresses default.
-	if o.mode == modeNFTables && !o.nodePortPrimary && len(o.nodePortAddresses) == 0 {
+	// ebpf mode runs nftables mode beside it.
+	if (o.mode == modeNFTables || o.mode == modeEBPF) && !o.nodePortPrimary && len(o.nodePortAddresses) == 0 {
 		o.nodePortPrimary = true
 	}
 	if err := applyKubeProxyFlags(fs, o, k, given); err != nil {
@@ -260,6 +270,10 @@ func completeOptions(o *options, fs *flag.FlagSet, k *kubeProxyFlags) (*options,
 	}
 	if n := count(o.dryRun, o.once, o.cleanup, o.initOnly, o.writeConfigTo != ""); n > 1 {
 		return nil, errors.New("--dry-run, --once, --cleanup, --init-only and --write-config-to exclude each other")
+	}
+	// Only a run that attaches the programs needs the cgroup.
+	if o.mode == modeEBPF && o.ebpf.CgroupPath == "" && !o.dryRun && !o.cleanup && !o.initOnly && o.writeConfigTo == "" {
+		return nil, errors.New("--mode ebpf needs --ebpf-cgroup-path, the cgroup v2 directory whose sockets it translates")
 	}
 	if o.cleanup && o.manifests != "" {
 		return nil, errors.New("--cleanup needs no cluster: leave out --manifests")
@@ -288,6 +302,7 @@ func (o *options) kubeProxyConfig() *kubeproxy.Config {
 		HealthzBindAddress: o.healthzBindAddress,
 		MetricsBindAddress: o.metricsBindAddress,
 		ExitOnNodeChange:   o.exitOnNodeChange,
+		EBPF:               o.ebpf,
 	}
 	c.DetectLocalMode, c.BridgeInterface, c.InterfaceNamePrefix = o.detectLocalMode, o.bridgeInterface, o.interfaceNamePrefix
 	return c

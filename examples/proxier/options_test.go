@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/klog/v2"
+
+	"github.com/proxykit/proxykit/kubeproxy"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -153,6 +155,25 @@ func TestOptionsExitOnNodeChange(t *testing.T) {
 		}
 		if got := o.kubeProxyConfig().ExitOnNodeChange; got != tc.want {
 			t.Errorf("%q: ExitOnNodeChange %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestOptionsEBPF checks that the ebpf flags reach kubeproxy's Config,
+// and that ebpf mode needs its cgroup only where it attaches programs.
+func TestOptionsEBPF(t *testing.T) {
+	o, err := parseOptions([]string{"--mode", "ebpf", "--ebpf-cgroup-path", "/sys/fs/cgroup/pods", "--ebpf-pin-path", "/run/bpf", "--ebpf-name-prefix", "px2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.kubeProxyConfig()
+	want := kubeproxy.EBPFConfig{CgroupPath: "/sys/fs/cgroup/pods", PinPath: "/run/bpf", NamePrefix: "px2"}
+	if c.Mode != kubeproxy.ModeEBPF || c.EBPF != want || !c.NodePortPrimary {
+		t.Errorf("Config: mode %q, EBPF %+v, NodePortPrimary %v; want ebpf, %+v, true (nftables mode's default)", c.Mode, c.EBPF, c.NodePortPrimary, want)
+	}
+	for _, args := range [][]string{{"--cleanup"}, {"--dry-run"}, {"--init-only"}} {
+		if _, err := parseOptions(append([]string{"--mode", "ebpf"}, args...), io.Discard); err != nil {
+			t.Errorf("--mode ebpf %q without a cgroup: %v", args, err)
 		}
 	}
 }

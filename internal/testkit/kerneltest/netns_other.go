@@ -73,3 +73,11 @@ func (n *NS) AddBridge(t testing.TB, name string) { t.Helper(); t.Fatal(errNotLi
 
 // AttachToBridge fails t: network namespaces need Linux.
 func (n *NS) AttachToBridge(t testing.TB, ifname, bridge string) { t.Helper(); t.Fatal(errNotLinux) }
+
+// MountCgroupAndBPF fails t: the mounts need Linux. [Require] skips
+// first.
+func MountCgroupAndBPF(t testing.TB) (cgroupRoot, bpffs string) {
+	t.Helper()
+	t.Fatal(errNotLinux)
+	return "", ""
+}
