@@ -51,14 +51,20 @@ test: test-tools
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	./hack/apiserver/tier.sh >"$$tmp/bin" 2>"$$tmp/log" & tier=$$!; \
 	rc=0; \
+	echo "make test: go test -race, all but the API server tier, from $$(date +%T)"; \
 	$(GO) test -race -timeout 25m $(TESTFLAGS) -skip '$(APITIER_RUN)' ./... || rc=1; \
+	echo "make test: waiting for the API server tier's binaries from $$(date +%T)"; \
 	wait $$tier || rc=1; \
 	cat "$$tmp/log" >&2; \
+	echo "make test: the API server tier from $$(date +%T)"; \
 	pkgs=$$(grep -rl --include='*_test.go' '^func TestAPIServer' --exclude-dir=hack . | xargs -n1 dirname | sort -u); \
 	PROXYKIT_APISERVER_BIN="$$(cat "$$tmp/bin")" $(GO) test -race -timeout 25m $(TESTFLAGS) -run '$(APITIER_RUN)' $$pkgs || rc=1; \
 	exit $$rc
+	@echo "make test: kpbench smoke from $$(date +%T)"
 	$(MAKE) --no-print-directory kpbench-smoke
+	@echo "make test: the VM tier from $$(date +%T)"
 	./hack/vmtest/tier.sh $(VMTESTFLAGS) $(VMTEST_PKGS)
+	@echo "make test: done at $$(date +%T)"
 
 kpbench-smoke:
 	cd hack/kpbench && GOWORK=off $(GO) vet . && GOWORK=off $(GO) test -count=1 $(TESTFLAGS) .

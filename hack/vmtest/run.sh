@@ -11,9 +11,12 @@
 # -run flag applies to the packages without one): for a package whose other
 # tests need what only the host has, and run in the host's tiers.
 #
-# Each package is built into a static test binary (CGO_ENABLED=0 go test -c).
-# A package that is a command (package main) is also built, statically, into
-# a binary beside it, whose path its tests find in PROXYKIT_TEST_COMMAND:
+# Each package is built into a test binary (go test -c, with the default cgo
+# setting: a static CGO_ENABLED=0 build would compile every package that
+# imports net a second time, where this one shares the compilations of go vet
+# and the API server tier's build in Go's cache), with the shared libraries
+# it loads. A package that is a command (package main) is also built into a
+# binary beside it, whose path its tests find in PROXYKIT_TEST_COMMAND:
 # there is no Go toolchain in the VM to build it there. The binaries are
 # put, with busybox, the IPVS, conntrack, ipset, veth, bridge and dummy modules,
 # the netfilter modules of IPVS mode's iptables rules, the host's
@@ -209,13 +212,15 @@ for spec in $pkgs; do
 	# its flags from args there.
 	dir=$root/tests/$name
 	mkdir -p "$dir"
-	(cd "$repo" && CGO_ENABLED=0 go test -c -o "$dir/$name.test" "$p") || die "building $p failed"
+	(cd "$repo" && go test -c -o "$dir/$name.test" "$p") || die "building $p failed"
 	[ -f "$dir/$name.test" ] || log "$p has no tests"
+	[ ! -f "$dir/$name.test" ] || withlibs "$dir/$name.test"
 	echo "$args" >"$dir/args"
 	src=$(cd "$repo" && go list -f '{{.Dir}}' "$p") || die "go list $p failed"
 	[ ! -d "$src/testdata" ] || cp -R "$src/testdata" "$dir/"
 	if [ "$(cd "$repo" && go list -f '{{.Name}}' "$p")" = main ]; then
-		(cd "$repo" && CGO_ENABLED=0 go build -o "$dir/command" "$p") || die "building the command $p failed"
+		(cd "$repo" && go build -o "$dir/command" "$p") || die "building the command $p failed"
+		withlibs "$dir/command"
 	fi
 done
 
