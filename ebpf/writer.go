@@ -53,7 +53,8 @@ type SyncResult struct {
 	// Full is true for a full sync: the kernel's maps were read and every
 	// element that differed from the desired state was written.
 	Full bool
-	// Updates and Deletes count the element operations the sync made.
+	// Updates and Deletes count the elements the sync wrote and deleted,
+	// in however few batches.
 	Updates, Deletes int
 	// Drifted counts, in a full sync, the elements the kernel held that
 	// differed from what the writer had written (another program's
