@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/cilium/ebpf"
@@ -23,6 +24,123 @@ type Datapath struct {
 	slots     *ebpf.Map
 	endpoints *ebpf.Map
 	links     []link.Link
+
+	// mu guards the writers and buf.
+	mu                     sync.Mutex
+	svcW, slotW, endpointW mapWriter
+	buf                    kernelBufs
+}
+
+// kernelBufs hold one chunk of elements in the maps' layout, reused from
+// write to write.
+type kernelBufs struct {
+	k4    []lbLb4Key
+	k6    []lbLb6Key
+	svcs  []lbLbService
+	slots []lbLbSlotKey
+	ep4   []lbLb4Endpoint
+	ep6   []lbLb6Endpoint
+}
+
+// batchChunk bounds the elements of one batch, and so the buffers a
+// Datapath keeps and the time one syscall holds the CPU.
+const batchChunk = 4096
+
+// kernelMap is what the writes use of a map: an *ebpf.Map, or a test's
+// wrapper of one.
+type kernelMap interface {
+	BatchUpdate(keys, values any, opts *ebpf.BatchOptions) (int, error)
+	BatchDelete(keys any, opts *ebpf.BatchOptions) (int, error)
+	Update(key, value any, flags ebpf.MapUpdateFlags) error
+	Delete(key any) error
+}
+
+// mapWriter writes one of the kernel's maps, in batches
+// (BPF_MAP_UPDATE_BATCH, BPF_MAP_DELETE_BATCH) while the kernel takes
+// them, one element a syscall once it has refused one (a kernel before
+// 5.6, or a map type without batches).
+type mapWriter struct {
+	m          kernelMap
+	name       string
+	size       int
+	perElement bool
+}
+
+// update writes keys[i] → values[i] and returns how many it wrote before
+// an error.
+func update[K, V any](w *mapWriter, keys []K, values []V) (int, error) {
+	if !w.perElement {
+		n, err := w.m.BatchUpdate(keys, values, nil)
+		switch {
+		case err == nil:
+			return len(keys), nil
+		case !errors.Is(err, ebpf.ErrNotSupported):
+			if n < 0 || n >= len(keys) {
+				// The kernel failed before the elements: it left
+				// the count as given.
+				n = 0
+			}
+			return n, w.err(err)
+		}
+		// A refused batch's count says nothing; whatever it wrote is
+		// written again, which changes nothing.
+		w.perElement = true
+	}
+	for i := range keys {
+		if err := w.m.Update(&keys[i], &values[i], ebpf.UpdateAny); err != nil {
+			return i, w.err(err)
+		}
+	}
+	return len(keys), nil
+}
+
+// remove deletes keys and returns how many it deleted before an error. A
+// missing key counts as deleted.
+func remove[K any](w *mapWriter, keys []K) (int, error) {
+	done := 0
+	for !w.perElement && done < len(keys) {
+		n, err := w.m.BatchDelete(keys[done:], nil)
+		switch {
+		case err == nil:
+			return len(keys), nil
+		case errors.Is(err, ebpf.ErrNotSupported):
+			w.perElement = true
+		case n < 0 || n >= len(keys)-done:
+			return done, err
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			// A batch stops at a missing key: go on after it.
+			done += n + 1
+		default:
+			return done + n, err
+		}
+	}
+	for ; done < len(keys); done++ {
+		if err := w.m.Delete(&keys[done]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return done, err
+		}
+	}
+	return len(keys), nil
+}
+
+func (w *mapWriter) err(err error) error {
+	if errors.Is(err, syscall.E2BIG) {
+		return mapFull(w.name, w.size)
+	}
+	return err
+}
+
+// chunked calls write for the elements lo to hi of n, batchChunk at a
+// time, and returns how many it wrote before an error.
+func chunked(n int, write func(lo, hi int) (int, error)) (int, error) {
+	done := 0
+	for done < n {
+		k, err := write(done, min(n, done+batchChunk))
+		done += k
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 var _ Maps = (*Datapath)(nil)
@@ -111,6 +229,9 @@ func Open(cfg DatapathConfig) (*Datapath, error) {
 	}
 	t := familyTag(cfg.Family)
 	d.services, d.slots, d.endpoints = coll.Maps["lb"+t+"_services"], coll.Maps["lb"+t+"_slots"], coll.Maps["lb"+t+"_endpoints"]
+	d.svcW = mapWriter{m: d.services, name: "services", size: cfg.Sizes.Services}
+	d.slotW = mapWriter{m: d.slots, name: "slots", size: cfg.Sizes.Endpoints}
+	d.endpointW = mapWriter{m: d.endpoints, name: "endpoints", size: cfg.Sizes.Endpoints}
 	cgroupID, err := cgroupID(cfg.CgroupPath)
 	if err != nil {
 		return fail(err)
@@ -224,40 +345,157 @@ func (d *Datapath) Family() v1.IPFamily { return d.cfg.Family }
 // Sizes is part of Maps.
 func (d *Datapath) Sizes() Sizes { return d.cfg.Sizes }
 
-// UpdateService is part of Maps.
-func (d *Datapath) UpdateService(f Frontend, s Service) error {
-	v := lbLbService{Id: s.ID, Count: s.Count, AffinitySeconds: s.AffinitySeconds, Flags: uint16(s.Flags)}
-	return d.update(d.services, "services", d.cfg.Sizes.Services, d.frontendKey(f), &v)
-}
-
-// DeleteService is part of Maps.
-func (d *Datapath) DeleteService(f Frontend) error {
-	return deleteElem(d.services, d.frontendKey(f))
-}
-
-// UpdateSlot is part of Maps.
-func (d *Datapath) UpdateSlot(k SlotKey, id uint32) error {
-	return d.update(d.slots, "slots", d.cfg.Sizes.Endpoints, &lbLbSlotKey{Service: k.Service, Slot: k.Slot}, &id)
-}
-
-// DeleteSlot is part of Maps.
-func (d *Datapath) DeleteSlot(k SlotKey) error {
-	return deleteElem(d.slots, &lbLbSlotKey{Service: k.Service, Slot: k.Slot})
-}
-
-// UpdateEndpoint is part of Maps.
-func (d *Datapath) UpdateEndpoint(id uint32, ep Endpoint) error {
-	var v any
-	if d.cfg.Family == v1.IPv4Protocol {
-		v = &lbLb4Endpoint{Service: ep.Service, Addr: addr4(ep.Addr), Port: port(ep.Port)}
-	} else {
-		v = &lbLb6Endpoint{Service: ep.Service, Addr: addr6(ep.Addr), Port: port(ep.Port)}
+// UpdateServices is part of Maps.
+func (d *Datapath) UpdateServices(keys []Frontend, values []Service) (int, error) {
+	if len(keys) != len(values) {
+		return 0, fmt.Errorf("ebpf: %d frontends and %d services", len(keys), len(values))
 	}
-	return d.update(d.endpoints, "endpoints", d.cfg.Sizes.Endpoints, &id, v)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return chunked(len(keys), func(lo, hi int) (int, error) {
+		svcs := d.buf.svcs[:0]
+		for _, s := range values[lo:hi] {
+			svcs = append(svcs, lbLbService{Id: s.ID, Count: s.Count, AffinitySeconds: s.AffinitySeconds, Flags: uint16(s.Flags)})
+		}
+		d.buf.svcs = svcs
+		if d.cfg.Family == v1.IPv4Protocol {
+			d.buf.k4 = appendKeys4(d.buf.k4[:0], keys[lo:hi])
+			return update(&d.svcW, d.buf.k4, svcs)
+		}
+		d.buf.k6 = appendKeys6(d.buf.k6[:0], keys[lo:hi])
+		return update(&d.svcW, d.buf.k6, svcs)
+	})
 }
 
-// DeleteEndpoint is part of Maps.
-func (d *Datapath) DeleteEndpoint(id uint32) error { return deleteElem(d.endpoints, &id) }
+// DeleteServices is part of Maps.
+func (d *Datapath) DeleteServices(keys []Frontend) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return chunked(len(keys), func(lo, hi int) (int, error) {
+		if d.cfg.Family == v1.IPv4Protocol {
+			d.buf.k4 = appendKeys4(d.buf.k4[:0], keys[lo:hi])
+			return remove(&d.svcW, d.buf.k4)
+		}
+		d.buf.k6 = appendKeys6(d.buf.k6[:0], keys[lo:hi])
+		return remove(&d.svcW, d.buf.k6)
+	})
+}
+
+// UpdateSlots is part of Maps.
+func (d *Datapath) UpdateSlots(keys []SlotKey, ids []uint32) (int, error) {
+	if len(keys) != len(ids) {
+		return 0, fmt.Errorf("ebpf: %d slots and %d endpoint ids", len(keys), len(ids))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return chunked(len(keys), func(lo, hi int) (int, error) {
+		d.buf.slots = appendSlotKeys(d.buf.slots[:0], keys[lo:hi])
+		return update(&d.slotW, d.buf.slots, ids[lo:hi])
+	})
+}
+
+// DeleteSlots is part of Maps.
+func (d *Datapath) DeleteSlots(keys []SlotKey) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return chunked(len(keys), func(lo, hi int) (int, error) {
+		d.buf.slots = appendSlotKeys(d.buf.slots[:0], keys[lo:hi])
+		return remove(&d.slotW, d.buf.slots)
+	})
+}
+
+// UpdateEndpoints is part of Maps.
+func (d *Datapath) UpdateEndpoints(ids []uint32, values []Endpoint) (int, error) {
+	if len(ids) != len(values) {
+		return 0, fmt.Errorf("ebpf: %d endpoint ids and %d endpoints", len(ids), len(values))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return chunked(len(ids), func(lo, hi int) (int, error) {
+		if d.cfg.Family == v1.IPv4Protocol {
+			eps := d.buf.ep4[:0]
+			for _, ep := range values[lo:hi] {
+				eps = append(eps, lbLb4Endpoint{Service: ep.Service, Addr: addr4(ep.Addr), Port: port(ep.Port)})
+			}
+			d.buf.ep4 = eps
+			return update(&d.endpointW, ids[lo:hi], eps)
+		}
+		eps := d.buf.ep6[:0]
+		for _, ep := range values[lo:hi] {
+			eps = append(eps, lbLb6Endpoint{Service: ep.Service, Addr: addr6(ep.Addr), Port: port(ep.Port)})
+		}
+		d.buf.ep6 = eps
+		return update(&d.endpointW, ids[lo:hi], eps)
+	})
+}
+
+// DeleteEndpoints is part of Maps.
+func (d *Datapath) DeleteEndpoints(ids []uint32) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return chunked(len(ids), func(lo, hi int) (int, error) {
+		return remove(&d.endpointW, ids[lo:hi])
+	})
+}
+
+// UpdateService writes one element, as UpdateServices does.
+func (d *Datapath) UpdateService(f Frontend, s Service) error {
+	_, err := d.UpdateServices([]Frontend{f}, []Service{s})
+	return err
+}
+
+// DeleteService deletes one element, as DeleteServices does.
+func (d *Datapath) DeleteService(f Frontend) error {
+	_, err := d.DeleteServices([]Frontend{f})
+	return err
+}
+
+// UpdateSlot writes one element, as UpdateSlots does.
+func (d *Datapath) UpdateSlot(k SlotKey, id uint32) error {
+	_, err := d.UpdateSlots([]SlotKey{k}, []uint32{id})
+	return err
+}
+
+// DeleteSlot deletes one element, as DeleteSlots does.
+func (d *Datapath) DeleteSlot(k SlotKey) error {
+	_, err := d.DeleteSlots([]SlotKey{k})
+	return err
+}
+
+// UpdateEndpoint writes one element, as UpdateEndpoints does.
+func (d *Datapath) UpdateEndpoint(id uint32, ep Endpoint) error {
+	_, err := d.UpdateEndpoints([]uint32{id}, []Endpoint{ep})
+	return err
+}
+
+// DeleteEndpoint deletes one element, as DeleteEndpoints does.
+func (d *Datapath) DeleteEndpoint(id uint32) error {
+	_, err := d.DeleteEndpoints([]uint32{id})
+	return err
+}
+
+func appendKeys4(dst []lbLb4Key, fs []Frontend) []lbLb4Key {
+	for _, f := range fs {
+		proto, _ := ProtocolNumber(f.Protocol)
+		dst = append(dst, lbLb4Key{Addr: addr4(f.Addr), Port: port(f.Port), Proto: proto})
+	}
+	return dst
+}
+
+func appendKeys6(dst []lbLb6Key, fs []Frontend) []lbLb6Key {
+	for _, f := range fs {
+		proto, _ := ProtocolNumber(f.Protocol)
+		dst = append(dst, lbLb6Key{Addr: addr6(f.Addr), Port: port(f.Port), Proto: proto})
+	}
+	return dst
+}
+
+func appendSlotKeys(dst []lbLbSlotKey, ks []SlotKey) []lbLbSlotKey {
+	for _, k := range ks {
+		dst = append(dst, lbLbSlotKey{Service: k.Service, Slot: k.Slot})
+	}
+	return dst
+}
 
 // Dump is part of Maps.
 func (d *Datapath) Dump() (*State, error) {
@@ -307,29 +545,6 @@ func (d *Datapath) Dump() (*State, error) {
 		s.Slots[SlotKey{Service: sk.Service, Slot: sk.Slot}] = id
 	}
 	return s, it.Err()
-}
-
-func (d *Datapath) update(m *ebpf.Map, name string, size int, k, v any) error {
-	err := m.Update(k, v, ebpf.UpdateAny)
-	if errors.Is(err, syscall.E2BIG) {
-		return mapFull(name, size)
-	}
-	return err
-}
-
-func deleteElem(m *ebpf.Map, k any) error {
-	if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
-	}
-	return nil
-}
-
-func (d *Datapath) frontendKey(f Frontend) any {
-	proto, _ := ProtocolNumber(f.Protocol)
-	if d.cfg.Family == v1.IPv4Protocol {
-		return &lbLb4Key{Addr: addr4(f.Addr), Port: port(f.Port), Proto: proto}
-	}
-	return &lbLb6Key{Addr: addr6(f.Addr), Port: port(f.Port), Proto: proto}
 }
 
 func frontendOf(a netip.Addr, p uint16, proto uint8) Frontend {

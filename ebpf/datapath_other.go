@@ -29,22 +29,40 @@ func (d *Datapath) Family() v1.IPFamily { return "" }
 // Sizes is part of Maps.
 func (d *Datapath) Sizes() Sizes { return Sizes{} }
 
-// UpdateService is part of Maps.
+// UpdateServices is part of Maps.
+func (d *Datapath) UpdateServices([]Frontend, []Service) (int, error) { return 0, notSupported() }
+
+// DeleteServices is part of Maps.
+func (d *Datapath) DeleteServices([]Frontend) (int, error) { return 0, notSupported() }
+
+// UpdateSlots is part of Maps.
+func (d *Datapath) UpdateSlots([]SlotKey, []uint32) (int, error) { return 0, notSupported() }
+
+// DeleteSlots is part of Maps.
+func (d *Datapath) DeleteSlots([]SlotKey) (int, error) { return 0, notSupported() }
+
+// UpdateEndpoints is part of Maps.
+func (d *Datapath) UpdateEndpoints([]uint32, []Endpoint) (int, error) { return 0, notSupported() }
+
+// DeleteEndpoints is part of Maps.
+func (d *Datapath) DeleteEndpoints([]uint32) (int, error) { return 0, notSupported() }
+
+// UpdateService writes one element, as UpdateServices does.
 func (d *Datapath) UpdateService(Frontend, Service) error { return notSupported() }
 
-// DeleteService is part of Maps.
+// DeleteService deletes one element, as DeleteServices does.
 func (d *Datapath) DeleteService(Frontend) error { return notSupported() }
 
-// UpdateSlot is part of Maps.
+// UpdateSlot writes one element, as UpdateSlots does.
 func (d *Datapath) UpdateSlot(SlotKey, uint32) error { return notSupported() }
 
-// DeleteSlot is part of Maps.
+// DeleteSlot deletes one element, as DeleteSlots does.
 func (d *Datapath) DeleteSlot(SlotKey) error { return notSupported() }
 
-// UpdateEndpoint is part of Maps.
+// UpdateEndpoint writes one element, as UpdateEndpoints does.
 func (d *Datapath) UpdateEndpoint(uint32, Endpoint) error { return notSupported() }
 
-// DeleteEndpoint is part of Maps.
+// DeleteEndpoint deletes one element, as DeleteEndpoints does.
 func (d *Datapath) DeleteEndpoint(uint32) error { return notSupported() }
 
 // Dump is part of Maps.

@@ -142,20 +142,28 @@ func (s Sizes) validate() error {
 
 // Maps is one family's services, slot and endpoint maps, as the Writer
 // writes them: the kernel's (Datapath) or a fake's (ebpftest.Fake).
-// Every method is one element operation; deleting a missing element is
-// not an error. An update that does not fit returns an error for which
-// IsMapFull is true.
+//
+// Each Update and Delete method writes its elements in order, as few
+// operations as the maps allow (one batch on a kernel that has them), and
+// returns how many it wrote; after an error the element at that index
+// failed and those after it were not written. Deleting a missing element
+// is not an error. An update that does not fit returns an error for
+// which IsMapFull is true.
 type Maps interface {
 	// Family is the family of the maps' addresses.
 	Family() v1.IPFamily
 	// Sizes returns the maps' capacities.
 	Sizes() Sizes
-	UpdateService(Frontend, Service) error
-	DeleteService(Frontend) error
-	UpdateSlot(SlotKey, uint32) error
-	DeleteSlot(SlotKey) error
-	UpdateEndpoint(uint32, Endpoint) error
-	DeleteEndpoint(uint32) error
+	// UpdateServices sets the services map's element of keys[i] to
+	// values[i]; the two have the same length.
+	UpdateServices(keys []Frontend, values []Service) (int, error)
+	DeleteServices(keys []Frontend) (int, error)
+	// UpdateSlots sets the slot keys[i] to the endpoint id ids[i].
+	UpdateSlots(keys []SlotKey, ids []uint32) (int, error)
+	DeleteSlots(keys []SlotKey) (int, error)
+	// UpdateEndpoints sets the endpoint of id ids[i] to values[i].
+	UpdateEndpoints(ids []uint32, values []Endpoint) (int, error)
+	DeleteEndpoints(ids []uint32) (int, error)
 	// Dump reads the three maps whole.
 	Dump() (*State, error)
 }

@@ -53,7 +53,8 @@ type SyncResult struct {
 	// Full is true for a full sync: the kernel's maps were read and every
 	// element that differed from the desired state was written.
 	Full bool
-	// Updates and Deletes count the element operations the sync made.
+	// Updates and Deletes count the elements the sync wrote and deleted,
+	// in however few batches.
 	Updates, Deletes int
 	// Drifted counts, in a full sync, the elements the kernel held that
 	// differed from what the writer had written (another program's
@@ -131,6 +132,36 @@ type Writer struct {
 	// counts are the SyncResult's totals, kept as ports change so that a
 	// partial sync need not walk every port.
 	counts struct{ ports, endpoints, noLocal int }
+
+	// Buffers kept from sync to sync, so that a partial sync's
+	// allocations grow with the ports that change, not with the
+	// elements: its two States, the writes by map, and updateSet's.
+	old, desired *State
+	batch        batch
+	names        []changetracker.ServicePortName
+	changedPorts []*portState
+	want         []netip.AddrPort
+	held         []bool
+}
+
+// batch is one sync's element writes, by map and kind.
+type batch struct {
+	epIDs     []uint32
+	eps       []Endpoint
+	slotKeys  []SlotKey
+	slotIDs   []uint32
+	fronts    []Frontend
+	svcs      []Service
+	delFronts []Frontend
+	delSlots  []SlotKey
+	delEps    []uint32
+}
+
+func (b *batch) reset() {
+	b.epIDs, b.eps = b.epIDs[:0], b.eps[:0]
+	b.slotKeys, b.slotIDs = b.slotKeys[:0], b.slotIDs[:0]
+	b.fronts, b.svcs = b.fronts[:0], b.svcs[:0]
+	b.delFronts, b.delSlots, b.delEps = b.delFronts[:0], b.delSlots[:0], b.delEps[:0]
 }
 
 // count adds ps's contribution to the totals, or takes it away (sign -1).
@@ -139,10 +170,7 @@ func (w *Writer) count(ps *portState, sign int) {
 		return
 	}
 	w.counts.ports += sign
-	w.counts.endpoints += sign * len(ps.internal.slots)
-	if ps.external != ps.internal {
-		w.counts.endpoints += sign * len(ps.external.slots)
-	}
+	w.counts.endpoints += sign * ps.endpointIDs()
 	if ps.noLocalInternal {
 		w.counts.noLocal += sign
 	}
@@ -151,19 +179,27 @@ func (w *Writer) count(ps *portState, sign int) {
 // portState is what the writer programs for one service port: its
 // frontends and its one or two backend sets.
 type portState struct {
-	frontends map[Frontend]Service
+	// frontends are few (one per address of the port), so a slice
+	// serves them better than a map: no hashing and one allocation.
+	frontends []frontendElem
 	// internal serves the cluster IP; external the other frontends, and
 	// is the same set as internal unless the two policies differ.
 	internal, external *backendSet
 	noLocalInternal    bool
 }
 
-// backendSet is one set of endpoints in slot order.
+// frontendElem is one element of the services map.
+type frontendElem struct {
+	f   Frontend
+	svc Service
+}
+
+// backendSet is one set of endpoints in slot order: slot i holds the
+// endpoint id slots[i], whose address is addrs[i].
 type backendSet struct {
 	id    uint32
 	slots []uint32
-	ids   map[netip.AddrPort]uint32
-	addrs map[uint32]netip.AddrPort
+	addrs []netip.AddrPort
 }
 
 // NewWriter returns a writer to m for cfg.Family. It fails if the
@@ -290,16 +326,20 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) (SyncResult
 	names := slices.SortedFunc(maps.Keys(in.Services), changetracker.CompareServicePortNames)
 	clear(w.owner)
 	clear(w.byService)
+	if len(w.ports) == 0 && len(in.Services) > 0 {
+		// Sized once, as the first sync fills them.
+		w.ports = make(map[changetracker.ServicePortName]*portState, len(in.Services))
+		w.owner = make(map[Frontend]changetracker.ServicePortName, len(in.Services))
+		w.byService = make(map[types.NamespacedName][]changetracker.ServicePortName, len(in.Services))
+	}
 	var errs []error
-	desired := NewState()
 	for name := range w.ports {
 		if _, ok := in.Services[name]; !ok {
 			w.dropPort(name)
 		}
 	}
 	w.counts = struct{ ports, endpoints, noLocal int }{}
-	res.Updates, res.Deletes, errs = w.writePorts(logger, in, names, got, desired, errs)
-	w.written = desired
+	res.Updates, res.Deletes, w.written, errs = w.writePorts(logger, in, names, got, nil, errs)
 	w.setIDs.commit()
 	w.endpointIDs.commit()
 	return res, joinErrors(errs)
@@ -313,7 +353,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) (SyncRes
 	if changed == nil {
 		changed = w.changedServices(in)
 	}
-	var names []changetracker.ServicePortName
+	names := w.names[:0]
 	for nn, now := range changed {
 		names = append(names, now...)
 		for _, old := range w.byService[nn] {
@@ -324,8 +364,9 @@ func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) (SyncRes
 		delete(w.byService, nn)
 	}
 	slices.SortFunc(names, changetracker.CompareServicePortNames)
+	w.names = names
 
-	old, desired := NewState(), NewState()
+	old, desired := w.partialStates()
 	// Every changed port lets go of its frontends before any claims
 	// them again, so that one moving from a port to another in the same
 	// change follows it.
@@ -337,7 +378,7 @@ func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) (SyncRes
 		}
 	}
 	var errs []error
-	res.Updates, res.Deletes, errs = w.writePorts(logger, in, names, old, desired, errs)
+	res.Updates, res.Deletes, _, errs = w.writePorts(logger, in, names, old, desired, errs)
 	for f := range old.Services {
 		delete(w.written.Services, f)
 	}
@@ -355,25 +396,62 @@ func (w *Writer) syncPartial(logger klog.Logger, in *proxy.FamilyInput) (SyncRes
 	return res, joinErrors(errs)
 }
 
-// writePorts recomputes the ports names into desired, then writes the
-// difference from old, the elements the kernel holds for them. It returns
-// the counts of writes and errs with the errors met.
-func (w *Writer) writePorts(logger klog.Logger, in *proxy.FamilyInput, names []changetracker.ServicePortName, old, desired *State, errs []error) (ups, dels int, _ []error) {
+// writePorts recomputes the ports names into desired (nil: a new State
+// sized for them), then writes the difference from old, the elements the
+// kernel holds for them. It returns the counts of writes, desired, and
+// errs with the errors met.
+func (w *Writer) writePorts(logger klog.Logger, in *proxy.FamilyInput, names []changetracker.ServicePortName, old, desired *State, errs []error) (ups, dels int, _ *State, _ []error) {
+	pss := w.changedPorts[:0]
+	fronts, eps := 0, 0
 	for _, name := range names {
 		ps, err := w.updatePort(logger, in, name)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if ps != nil {
-			ps.entries(desired)
+			pss = append(pss, ps)
 			w.count(ps, 1)
+			fronts += len(ps.frontends)
+			eps += ps.endpointIDs()
 		}
 	}
+	if desired == nil {
+		// Sized for the ports: growing maps of hundreds of thousands
+		// of elements step by step rehashes each many times.
+		desired = &State{
+			Services:  make(map[Frontend]Service, fronts),
+			Slots:     make(map[SlotKey]uint32, eps),
+			Endpoints: make(map[uint32]Endpoint, eps),
+		}
+	}
+	for _, ps := range pss {
+		ps.entries(desired)
+	}
+	clear(pss)
+	w.changedPorts = pss[:0]
 	ups, dels, err := w.apply(old, desired)
+	w.batch.release()
 	if err != nil {
 		errs = append(errs, err)
 	}
-	return ups, dels, errs
+	return ups, dels, desired, errs
+}
+
+// partialStates returns the two States of a partial sync, empty. They are
+// kept for the next partial sync unless a large change made them big,
+// since clearing a map costs its capacity.
+func (w *Writer) partialStates() (old, desired *State) {
+	const keep = 1024
+	for _, s := range []**State{&w.old, &w.desired} {
+		if *s == nil || len((*s).Slots) > keep || len((*s).Services) > keep {
+			*s = NewState()
+			continue
+		}
+		clear((*s).Services)
+		clear((*s).Slots)
+		clear((*s).Endpoints)
+	}
+	return w.old, w.desired
 }
 
 // changedServices is FamilyInput.ChangedServices for a caller that does
@@ -410,10 +488,10 @@ func (w *Writer) changedServices(in *proxy.FamilyInput) map[types.NamespacedName
 // release lets go of the frontends ps owns and frees its ids (for reuse
 // after this sync is written).
 func (w *Writer) release(ps *portState) {
-	for f := range ps.frontends {
-		delete(w.owner, f)
+	for _, e := range ps.frontends {
+		delete(w.owner, e.f)
 	}
-	ps.frontends = nil
+	ps.frontends = ps.frontends[:0]
 }
 
 // dropPort forgets a port that no longer gets elements and frees its ids.
@@ -492,7 +570,7 @@ func (w *Writer) updatePort(logger klog.Logger, in *proxy.FamilyInput, name chan
 		affinity = uint32(svc.StickyMaxAgeSeconds())
 	}
 	port := uint16(svc.Port())
-	ps.frontends = map[Frontend]Service{}
+	ps.frontends = ps.frontends[:0]
 	w.claim(logger, name, ps, Frontend{svc.ClusterIP(), port, svc.Protocol()}, ps.internal, affinity, 0)
 	for _, ip := range svc.ExternalIPs() {
 		if w.check.OwnAddr(ip) {
@@ -521,11 +599,13 @@ func (w *Writer) claim(logger klog.Logger, name changetracker.ServicePortName, p
 		logger.Info("Service port's address is another service port's; left out", "servicePort", logsafe.Quote(name.String()), "address", f.String(), "owner", logsafe.Quote(other.String()))
 		return
 	}
-	if _, ok := ps.frontends[f]; ok {
-		return
+	for _, e := range ps.frontends {
+		if e.f == f {
+			return
+		}
 	}
 	w.owner[f] = name
-	ps.frontends[f] = Service{ID: set.id, Count: uint32(len(set.slots)), AffinitySeconds: affinity, Flags: flags}
+	ps.frontends = append(ps.frontends, frontendElem{f, Service{ID: set.id, Count: uint32(len(set.slots)), AffinitySeconds: affinity, Flags: flags}})
 }
 
 // nodePortIPs returns the node's addresses node ports are served on.
@@ -551,46 +631,52 @@ func (w *Writer) nodePortIPs() []netip.Addr {
 
 // updateSet brings set (nil for a new one) to eps: endpoints that stay
 // keep their slot, a removed endpoint's slot takes the last slot's
-// endpoint, and new endpoints are appended, so that one endpoint more or
-// less rewrites at most one slot besides the last.
+// endpoint, and new endpoints are appended in address order, so that one
+// endpoint more or less rewrites at most one slot besides the last.
 func (w *Writer) updateSet(set *backendSet, eps []changetracker.Endpoint) (*backendSet, error) {
 	if set == nil {
 		id, err := w.setIDs.get("backend sets", w.sizes.Services)
 		if err != nil {
 			return nil, err
 		}
-		set = &backendSet{id: id, ids: map[netip.AddrPort]uint32{}, addrs: map[uint32]netip.AddrPort{}}
+		set = &backendSet{id: id}
 	}
-	want := make(map[netip.AddrPort]bool, len(eps))
+	// The wanted addresses, sorted and without repeats, each marked once
+	// a slot holds it: a binary search instead of a map per set.
+	want := w.want[:0]
 	for _, ep := range eps {
-		want[netip.AddrPortFrom(ep.IP(), uint16(ep.Port()))] = true
+		want = append(want, netip.AddrPortFrom(ep.IP(), uint16(ep.Port())))
 	}
-	slots := slices.Clone(set.slots)
-	for i := 0; i < len(slots); {
-		ap := set.addrs[slots[i]]
-		if want[ap] {
-			delete(want, ap)
+	slices.SortFunc(want, netip.AddrPort.Compare)
+	want = slices.Compact(want)
+	held := slices.Grow(w.held[:0], len(want))[:len(want)]
+	if extra := len(want) - len(set.slots); extra > 0 {
+		set.slots, set.addrs = slices.Grow(set.slots, extra), slices.Grow(set.addrs, extra)
+	}
+	clear(held)
+	w.want, w.held = want, held
+	for i := 0; i < len(set.slots); {
+		if j, ok := slices.BinarySearchFunc(want, set.addrs[i], netip.AddrPort.Compare); ok && !held[j] {
+			held[j] = true
 			i++
 			continue
 		}
-		w.endpointIDs.free(slots[i])
-		delete(set.ids, ap)
-		delete(set.addrs, slots[i])
-		slots[i] = slots[len(slots)-1]
-		slots = slots[:len(slots)-1]
+		w.endpointIDs.free(set.slots[i])
+		last := len(set.slots) - 1
+		set.slots[i], set.addrs[i] = set.slots[last], set.addrs[last]
+		set.slots, set.addrs = set.slots[:last], set.addrs[:last]
 	}
-	added := slices.SortedFunc(maps.Keys(want), netip.AddrPort.Compare)
-	for _, ap := range added {
+	for j, ap := range want {
+		if held[j] {
+			continue
+		}
 		id, err := w.endpointIDs.get("endpoints", w.sizes.Endpoints)
 		if err != nil {
-			set.slots = slots
 			return set, err
 		}
-		set.ids[ap] = id
-		set.addrs[id] = ap
-		slots = append(slots, id)
+		set.slots = append(set.slots, id)
+		set.addrs = append(set.addrs, ap)
 	}
-	set.slots = slots
 	return set, nil
 }
 
@@ -604,73 +690,149 @@ func (w *Writer) freeSet(set *backendSet) {
 
 // entries adds the port's elements to s.
 func (ps *portState) entries(s *State) {
-	maps.Copy(s.Services, ps.frontends)
-	for _, set := range []*backendSet{ps.internal, ps.external} {
-		if set == nil {
+	for _, e := range ps.frontends {
+		s.Services[e.f] = e.svc
+	}
+	for i, set := range [2]*backendSet{ps.internal, ps.external} {
+		if set == nil || i == 1 && set == ps.internal {
 			continue
 		}
 		for slot, id := range set.slots {
 			s.Slots[SlotKey{set.id, uint32(slot)}] = id
-			ap := set.addrs[id]
+			ap := set.addrs[slot]
 			s.Endpoints[id] = Endpoint{Service: set.id, Addr: ap.Addr(), Port: ap.Port()}
 		}
 	}
 }
 
+// endpointIDs returns how many endpoint ids the port's sets hold.
+func (ps *portState) endpointIDs() int {
+	n := len(ps.internal.slots)
+	if ps.external != ps.internal {
+		n += len(ps.external.slots)
+	}
+	return n
+}
+
 // apply writes the difference from old to desired in an order that keeps
 // every state in between usable by the programs: endpoints before the
 // slots that name them, slots before the counts that reach them, and
-// deletions in the reverse order.
+// deletions in the reverse order. Frontends that go are deleted before
+// the others are written, which makes room in a full services map. Each
+// map's writes are one call of Maps, so one batch on the kernel's; the
+// first error stops the writes, and the next sync, full, finds what was
+// written and writes the rest.
 func (w *Writer) apply(old, desired *State) (ups, dels int, err error) {
+	b := &w.batch
+	b.reset()
+	// Room for every element that may change, so that a full sync's
+	// slices grow once.
+	b.epIDs, b.eps = slices.Grow(b.epIDs, len(desired.Endpoints)), slices.Grow(b.eps, len(desired.Endpoints))
+	b.slotKeys, b.slotIDs = slices.Grow(b.slotKeys, len(desired.Slots)), slices.Grow(b.slotIDs, len(desired.Slots))
+	b.fronts, b.svcs = slices.Grow(b.fronts, len(desired.Services)), slices.Grow(b.svcs, len(desired.Services))
 	for id, ep := range desired.Endpoints {
 		if o, ok := old.Endpoints[id]; !ok || o != ep {
-			if err := w.m.UpdateEndpoint(id, ep); err != nil {
-				return ups, dels, fmt.Errorf("ebpf: endpoint %d (%s): %w", id, ep.AddrPort(), err)
-			}
-			ups++
+			b.epIDs, b.eps = append(b.epIDs, id), append(b.eps, ep)
 		}
 	}
 	for k, id := range desired.Slots {
 		if o, ok := old.Slots[k]; !ok || o != id {
-			if err := w.m.UpdateSlot(k, id); err != nil {
-				return ups, dels, fmt.Errorf("ebpf: slot %d of set %d: %w", k.Slot, k.Service, err)
-			}
-			ups++
+			b.slotKeys, b.slotIDs = append(b.slotKeys, k), append(b.slotIDs, id)
 		}
 	}
 	for f, svc := range desired.Services {
 		if o, ok := old.Services[f]; !ok || o != svc {
-			if err := w.m.UpdateService(f, svc); err != nil {
-				return ups, dels, fmt.Errorf("ebpf: frontend %s: %w", f, err)
-			}
-			ups++
+			b.fronts, b.svcs = append(b.fronts, f), append(b.svcs, svc)
 		}
 	}
 	for f := range old.Services {
 		if _, ok := desired.Services[f]; !ok {
-			if err := w.m.DeleteService(f); err != nil {
-				return ups, dels, fmt.Errorf("ebpf: frontend %s: %w", f, err)
-			}
-			dels++
+			b.delFronts = append(b.delFronts, f)
 		}
 	}
 	for k := range old.Slots {
 		if _, ok := desired.Slots[k]; !ok {
-			if err := w.m.DeleteSlot(k); err != nil {
-				return ups, dels, fmt.Errorf("ebpf: slot %d of set %d: %w", k.Slot, k.Service, err)
-			}
-			dels++
+			b.delSlots = append(b.delSlots, k)
 		}
 	}
 	for id := range old.Endpoints {
 		if _, ok := desired.Endpoints[id]; !ok {
-			if err := w.m.DeleteEndpoint(id); err != nil {
-				return ups, dels, fmt.Errorf("ebpf: endpoint %d: %w", id, err)
-			}
-			dels++
+			b.delEps = append(b.delEps, id)
+		}
+	}
+
+	if len(b.epIDs) > 0 {
+		n, err := w.m.UpdateEndpoints(b.epIDs, b.eps)
+		if ups += n; err != nil {
+			return ups, dels, notWritten(len(b.epIDs), n, err, func(i int) string {
+				return fmt.Sprintf("endpoint %d (%s)", b.epIDs[i], b.eps[i].AddrPort())
+			})
+		}
+	}
+	if len(b.slotKeys) > 0 {
+		n, err := w.m.UpdateSlots(b.slotKeys, b.slotIDs)
+		if ups += n; err != nil {
+			return ups, dels, notWritten(len(b.slotKeys), n, err, func(i int) string {
+				return fmt.Sprintf("slot %d of set %d", b.slotKeys[i].Slot, b.slotKeys[i].Service)
+			})
+		}
+	}
+	if len(b.delFronts) > 0 {
+		n, err := w.m.DeleteServices(b.delFronts)
+		if dels += n; err != nil {
+			return ups, dels, notWritten(len(b.delFronts), n, err, func(i int) string {
+				return "frontend " + b.delFronts[i].String()
+			})
+		}
+	}
+	if len(b.fronts) > 0 {
+		n, err := w.m.UpdateServices(b.fronts, b.svcs)
+		if ups += n; err != nil {
+			return ups, dels, notWritten(len(b.fronts), n, err, func(i int) string {
+				return "frontend " + b.fronts[i].String()
+			})
+		}
+	}
+	if len(b.delSlots) > 0 {
+		n, err := w.m.DeleteSlots(b.delSlots)
+		if dels += n; err != nil {
+			return ups, dels, notWritten(len(b.delSlots), n, err, func(i int) string {
+				return fmt.Sprintf("slot %d of set %d", b.delSlots[i].Slot, b.delSlots[i].Service)
+			})
+		}
+	}
+	if len(b.delEps) > 0 {
+		n, err := w.m.DeleteEndpoints(b.delEps)
+		if dels += n; err != nil {
+			return ups, dels, notWritten(len(b.delEps), n, err, func(i int) string {
+				return fmt.Sprintf("endpoint %d", b.delEps[i])
+			})
 		}
 	}
 	return ups, dels, nil
+}
+
+// release lets go of a full sync's buffers, which a partial sync does not
+// need, and keeps a partial sync's.
+func (b *batch) release() {
+	const keep = 4096
+	if cap(b.epIDs) > keep || cap(b.slotKeys) > keep || cap(b.fronts) > keep {
+		*b = batch{}
+	}
+}
+
+// notWritten returns the error of a write of total elements that stopped
+// after done with err: it names the element that failed and counts the
+// others left unwritten.
+func notWritten(total, done int, err error, name func(i int) string) error {
+	if done < 0 || done >= total {
+		// Maps broke its contract; name the last element.
+		done = total - 1
+	}
+	if rest := total - done - 1; rest > 0 {
+		return fmt.Errorf("ebpf: %s, and %d more after it, not written: %w", name(done), rest, err)
+	}
+	return fmt.Errorf("ebpf: %s: %w", name(done), err)
 }
 
 // joinErrors joins the first few errors of a sync and counts the rest:

@@ -3,6 +3,7 @@ package ebpftest
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -15,15 +16,19 @@ import (
 // Fake is an ebpf.Maps in memory. It refuses what the kernel refuses: an
 // address of the other family, an update that adds an element to a full
 // map (errors for which ebpf.IsMapFull is true), a protocol the maps have
-// no number for. Its zero value is not usable: use NewFake.
+// no number for; like the kernel's batches, a call stops at the first
+// element refused and returns how many it wrote. Its zero value is not
+// usable: use NewFake.
 type Fake struct {
 	family v1.IPFamily
 	sizes  ebpf.Sizes
 	state  *ebpf.State
-	// FailNext, when set, is returned by the next update or delete, once.
+	// FailNext, when set, is returned by the next Update or Delete call,
+	// once, before it writes anything.
 	FailNext error
-	// Ops counts the element operations made since the fake was made.
-	Ops int
+	// Ops counts the element operations made since the fake was made,
+	// and Calls the Update and Delete calls that made them.
+	Ops, Calls int
 }
 
 var _ ebpf.Maps = (*Fake)(nil)
@@ -53,8 +58,8 @@ func (f *Fake) Family() v1.IPFamily { return f.family }
 // Sizes is part of ebpf.Maps.
 func (f *Fake) Sizes() ebpf.Sizes { return f.sizes }
 
-func (f *Fake) op() error {
-	f.Ops++
+func (f *Fake) call() error {
+	f.Calls++
 	if err := f.FailNext; err != nil {
 		f.FailNext = nil
 		return err
@@ -62,83 +67,122 @@ func (f *Fake) op() error {
 	return nil
 }
 
-func (f *Fake) checkAddr(what string, ep interface{ Is4() bool }) error {
-	if ep.Is4() != (f.family == v1.IPv4Protocol) {
-		return fmt.Errorf("ebpftest: %s of the other family in %s maps", what, f.family)
+// otherFamily reports whether a is not of the maps' family.
+func (f *Fake) otherFamily(a netip.Addr) bool { return a.Is4() != (f.family == v1.IPv4Protocol) }
+
+// update writes keys[i] → values[i] into m of capacity size in order,
+// stopping at the first element check refuses or that finds m full.
+func update[K comparable, V any](f *Fake, m map[K]V, name string, size int, keys []K, values []V, check func(K, V) error) (int, error) {
+	if err := f.call(); err != nil {
+		return 0, err
 	}
-	return nil
+	if len(keys) != len(values) {
+		return 0, fmt.Errorf("ebpftest: %d keys and %d values for %s", len(keys), len(values), name)
+	}
+	for i, k := range keys {
+		f.Ops++
+		if check != nil {
+			if err := check(k, values[i]); err != nil {
+				return i, err
+			}
+		}
+		if _, ok := m[k]; !ok && len(m) >= size {
+			return i, fmt.Errorf("%w: %s holds %d entries", ebpf.ErrMapFull, name, size)
+		}
+		m[k] = values[i]
+	}
+	return len(keys), nil
 }
 
-// UpdateService is part of ebpf.Maps.
+// remove deletes keys from m; missing keys are no error.
+func remove[K comparable, V any](f *Fake, m map[K]V, keys []K) (int, error) {
+	if err := f.call(); err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		f.Ops++
+		delete(m, k)
+	}
+	return len(keys), nil
+}
+
+// UpdateServices is part of ebpf.Maps.
+func (f *Fake) UpdateServices(keys []ebpf.Frontend, values []ebpf.Service) (int, error) {
+	return update(f, f.state.Services, "services", f.sizes.Services, keys, values, func(k ebpf.Frontend, _ ebpf.Service) error {
+		if f.otherFamily(k.Addr) {
+			return fmt.Errorf("ebpftest: frontend %s of the other family in %s maps", k, f.family)
+		}
+		if _, ok := ebpf.ProtocolNumber(k.Protocol); !ok {
+			return fmt.Errorf("ebpftest: frontend %s: unknown protocol", k)
+		}
+		return nil
+	})
+}
+
+// DeleteServices is part of ebpf.Maps.
+func (f *Fake) DeleteServices(keys []ebpf.Frontend) (int, error) {
+	return remove(f, f.state.Services, keys)
+}
+
+// UpdateSlots is part of ebpf.Maps.
+func (f *Fake) UpdateSlots(keys []ebpf.SlotKey, ids []uint32) (int, error) {
+	return update(f, f.state.Slots, "slots", f.sizes.Endpoints, keys, ids, nil)
+}
+
+// DeleteSlots is part of ebpf.Maps.
+func (f *Fake) DeleteSlots(keys []ebpf.SlotKey) (int, error) {
+	return remove(f, f.state.Slots, keys)
+}
+
+// UpdateEndpoints is part of ebpf.Maps.
+func (f *Fake) UpdateEndpoints(ids []uint32, values []ebpf.Endpoint) (int, error) {
+	return update(f, f.state.Endpoints, "endpoints", f.sizes.Endpoints, ids, values, func(_ uint32, ep ebpf.Endpoint) error {
+		if f.otherFamily(ep.Addr) {
+			return fmt.Errorf("ebpftest: endpoint %s of the other family in %s maps", ep.AddrPort(), f.family)
+		}
+		return nil
+	})
+}
+
+// DeleteEndpoints is part of ebpf.Maps.
+func (f *Fake) DeleteEndpoints(ids []uint32) (int, error) {
+	return remove(f, f.state.Endpoints, ids)
+}
+
+// UpdateService writes one element, as UpdateServices does.
 func (f *Fake) UpdateService(k ebpf.Frontend, v ebpf.Service) error {
-	if err := f.op(); err != nil {
-		return err
-	}
-	if err := f.checkAddr("frontend "+k.String(), k.Addr); err != nil {
-		return err
-	}
-	if _, ok := ebpf.ProtocolNumber(k.Protocol); !ok {
-		return fmt.Errorf("ebpftest: frontend %s: unknown protocol", k)
-	}
-	if _, ok := f.state.Services[k]; !ok && len(f.state.Services) >= f.sizes.Services {
-		return fmt.Errorf("%w: services holds %d entries", ebpf.ErrMapFull, f.sizes.Services)
-	}
-	f.state.Services[k] = v
-	return nil
+	_, err := f.UpdateServices([]ebpf.Frontend{k}, []ebpf.Service{v})
+	return err
 }
 
-// DeleteService is part of ebpf.Maps.
+// DeleteService deletes one element, as DeleteServices does.
 func (f *Fake) DeleteService(k ebpf.Frontend) error {
-	if err := f.op(); err != nil {
-		return err
-	}
-	delete(f.state.Services, k)
-	return nil
+	_, err := f.DeleteServices([]ebpf.Frontend{k})
+	return err
 }
 
-// UpdateSlot is part of ebpf.Maps.
+// UpdateSlot writes one element, as UpdateSlots does.
 func (f *Fake) UpdateSlot(k ebpf.SlotKey, id uint32) error {
-	if err := f.op(); err != nil {
-		return err
-	}
-	if _, ok := f.state.Slots[k]; !ok && len(f.state.Slots) >= f.sizes.Endpoints {
-		return fmt.Errorf("%w: slots holds %d entries", ebpf.ErrMapFull, f.sizes.Endpoints)
-	}
-	f.state.Slots[k] = id
-	return nil
+	_, err := f.UpdateSlots([]ebpf.SlotKey{k}, []uint32{id})
+	return err
 }
 
-// DeleteSlot is part of ebpf.Maps.
+// DeleteSlot deletes one element, as DeleteSlots does.
 func (f *Fake) DeleteSlot(k ebpf.SlotKey) error {
-	if err := f.op(); err != nil {
-		return err
-	}
-	delete(f.state.Slots, k)
-	return nil
+	_, err := f.DeleteSlots([]ebpf.SlotKey{k})
+	return err
 }
 
-// UpdateEndpoint is part of ebpf.Maps.
+// UpdateEndpoint writes one element, as UpdateEndpoints does.
 func (f *Fake) UpdateEndpoint(id uint32, ep ebpf.Endpoint) error {
-	if err := f.op(); err != nil {
-		return err
-	}
-	if err := f.checkAddr("endpoint "+ep.AddrPort().String(), ep.Addr); err != nil {
-		return err
-	}
-	if _, ok := f.state.Endpoints[id]; !ok && len(f.state.Endpoints) >= f.sizes.Endpoints {
-		return fmt.Errorf("%w: endpoints holds %d entries", ebpf.ErrMapFull, f.sizes.Endpoints)
-	}
-	f.state.Endpoints[id] = ep
-	return nil
+	_, err := f.UpdateEndpoints([]uint32{id}, []ebpf.Endpoint{ep})
+	return err
 }
 
-// DeleteEndpoint is part of ebpf.Maps.
+// DeleteEndpoint deletes one element, as DeleteEndpoints does.
 func (f *Fake) DeleteEndpoint(id uint32) error {
-	if err := f.op(); err != nil {
-		return err
-	}
-	delete(f.state.Endpoints, id)
-	return nil
+	_, err := f.DeleteEndpoints([]uint32{id})
+	return err
 }
 
 // Dump is part of ebpf.Maps. The returned State is a copy.
