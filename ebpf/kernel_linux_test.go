@@ -163,6 +163,8 @@ func clientOnce(op, network, addr string) (name, peer string, err error) {
 		}
 		ap := from.(*net.UDPAddr).AddrPort()
 		return strings.Fields(string(buf[:n]))[0], netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String(), nil
+	case "sctp":
+		return sctpOnce(addr)
 	}
 	return "", "", fmt.Errorf("unknown op %q", op)
 }
