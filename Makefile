@@ -10,9 +10,10 @@ STATICCHECK_VERSION ?= v0.8.2
 BENCH ?= .
 BENCHTIME ?= 1s
 TESTFLAGS ?=
-# The packages whose tests also run in the VM tier (a kernel with IPVS and
-# dummy links; see hack/vmtest/run.sh), and flags for run.sh such as -v.
-VMTEST_PKGS ?= ./ipvs ./ipvsmode ./examples/proxier:^TestVM
+# The packages whose tests also run in the VM tier (a kernel with IPVS,
+# dummy links and SCTP; see hack/vmtest/run.sh), and flags for run.sh such
+# as -v.
+VMTEST_PKGS ?= ./ipvs ./ipvsmode ./examples/proxier:^TestVM ./ebpf:^TestVM
 VMTESTFLAGS ?=
 
 # The fuzz targets whose properties guard hostile input: the rule writers'

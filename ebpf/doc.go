@@ -38,7 +38,14 @@
 // loadBalancerSourceRanges are left to the packet-level backend.
 // ClientIP affinity is per network namespace. A Service with endpoints
 // nowhere reachable refuses connect and sendmsg with ECONNREFUSED, also
-// where kube-proxy drops (a Local policy without a local endpoint).
+// where kube-proxy drops (a Local policy without a local endpoint), so
+// that the caller learns at once instead of after its connect timeout.
+// SCTP sockets are never translated: the kernel runs the cgroup connect
+// hooks from TCP's and UDP's connect only, and the sendmsg hooks from
+// UDP's sendmsg only, so an SCTP association goes to the Service address
+// it was set up with, which the packet-level backend beside serves (the
+// Writer still writes SCTP frontends, for a reader of the maps such as a
+// packet-level program).
 //
 // The smallest use, for one family:
 //

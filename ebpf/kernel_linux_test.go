@@ -43,8 +43,21 @@ func TestMain(m *testing.M) {
 // runClient connects COUNT times and prints one line per attempt: the
 // backend's name and the peer address the socket reports (getpeername
 // for "dial", the reply's source, from recvmsg, for "sendto"), or
-// "error ERRNO".
-func runClient(spec string) int {
+// "error ERRNO". Specs separated by ";" run in turn, with a line "--"
+// between their lines.
+func runClient(specs string) int {
+	for i, spec := range strings.Split(specs, ";") {
+		if i > 0 {
+			fmt.Println("--")
+		}
+		if rc := runSpec(spec); rc != 0 {
+			return rc
+		}
+	}
+	return 0
+}
+
+func runSpec(spec string) int {
 	var op, network, addr string
 	var count int
 	if _, err := fmt.Sscan(spec, &op, &network, &addr, &count); err != nil {
@@ -68,10 +81,11 @@ func runClient(spec string) int {
 }
 
 func clientOnce(op, network, addr string) (name, peer string, err error) {
-	deadline := time.Now().Add(2 * time.Second)
+	// Generous: the VM tier emulates its CPU.
+	deadline := time.Now().Add(5 * time.Second)
 	switch op {
 	case "dial":
-		conn, err := net.DialTimeout(network, addr, 2*time.Second)
+		conn, err := net.DialTimeout(network, addr, 5*time.Second)
 		if err != nil {
 			return "", "", err
 		}
@@ -149,6 +163,8 @@ func clientOnce(op, network, addr string) (name, peer string, err error) {
 		}
 		ap := from.(*net.UDPAddr).AddrPort()
 		return strings.Fields(string(buf[:n]))[0], netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String(), nil
+	case "sctp":
+		return sctpOnce(addr)
 	}
 	return "", "", fmt.Errorf("unknown op %q", op)
 }
@@ -183,8 +199,10 @@ func newLab(t *testing.T, family v1.IPFamily) *lab {
 	kerneltest.Require(t)
 	l := &lab{family: family}
 	cgRoot, bpffs := kerneltest.MountCgroupAndBPF(t)
-	l.cgroup = filepath.Join(cgRoot, "proxykit-clients")
-	if err := os.Mkdir(l.cgroup, 0o755); err != nil {
+	// The private mount shows the node's one hierarchy, which other test
+	// processes on the machine make their cgroups in too: a name of its own.
+	var err error
+	if l.cgroup, err = os.MkdirTemp(cgRoot, "proxykit-clients-"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Remove(l.cgroup) })
@@ -243,16 +261,28 @@ func (l *lab) run(t *testing.T, op, network string, port uint16, count int) []st
 // runIn is run in another cgroup.
 func (l *lab) runIn(t *testing.T, cgroup, op, network string, port uint16, count int) []string {
 	t.Helper()
+	return l.runAt(t, cgroup, op, network, netip.AddrPortFrom(netip.MustParseAddr(l.svcIP), port), count)
+}
+
+// runAt is runIn to any destination.
+func (l *lab) runAt(t *testing.T, cgroup, op, network string, dst netip.AddrPort, count int) []string {
+	t.Helper()
+	return l.runSpecs(t, cgroup, fmt.Sprintf("%s %s %s %d", op, network, dst, count))
+}
+
+// runSpecs runs a client process with specs (see runClient) in cgroup
+// and the lab's namespace, and returns its lines.
+func (l *lab) runSpecs(t *testing.T, cgroup, specs string) []string {
+	t.Helper()
 	cg, err := os.Open(cgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cg.Close()
-	dst := netip.AddrPortFrom(netip.MustParseAddr(l.svcIP), port)
 	var out []byte
 	err = l.client.Do(func() error {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d", clientEnv, op, network, dst, count))
+		cmd.Env = append(os.Environ(), clientEnv+"="+specs)
 		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 		var err error
 		out, err = cmd.Output()
@@ -305,8 +335,8 @@ func TestKernelConnect(t *testing.T) {
 		// A process of a sibling cgroup is not translated: the programs
 		// act on the cgroup they are attached to, and the client's
 		// namespace has no route to the Service address.
-		other := filepath.Join(filepath.Dir(l.cgroup), "other")
-		if err := os.Mkdir(other, 0o755); err != nil {
+		other, err := os.MkdirTemp(filepath.Dir(l.cgroup), "other-")
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = os.Remove(other) })
@@ -321,13 +351,7 @@ func TestKernelConnect(t *testing.T) {
 // programs with the IPv4 maps, and gets the Service address back.
 func TestKernelV4Mapped(t *testing.T) {
 	l := newLab(t, v1.IPv4Protocol)
-	cfg6 := l.cfg
-	cfg6.Family = v1.IPv6Protocol
-	dp6, err := ebpf.Open(cfg6)
-	if err != nil {
-		t.Fatalf("Open IPv6: %v", err)
-	}
-	t.Cleanup(func() { dp6.Close(); _ = ebpf.Cleanup(cfg6) })
+	l.openIPv6(t)
 	svc := l.webService(t, 1)
 	if diff := cmp.Diff(repeat("b "+svc(80), 2), l.run(t, "dial6", "tcp", 80, 2)); diff != "" {
 		t.Errorf("TCP connect of an IPv6 socket (-want +got):\n%s", diff)

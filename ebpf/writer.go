@@ -525,7 +525,7 @@ func (w *Writer) updatePort(logger klog.Logger, in *proxy.FamilyInput, name chan
 		return nil, nil
 	}
 	eps := w.check.UsableEndpoints(logger, name, in.Endpoints[name])
-	cluster, local, _, _ := changetracker.CategorizeEndpoints(eps, svc, w.cfg.Node.Name, in.NodeLabels)
+	cluster, local, _, hasAny := changetracker.CategorizeEndpoints(eps, svc, w.cfg.Node.Name, in.NodeLabels)
 	internal := cluster
 	if svc.InternalPolicyLocal() {
 		internal = local
@@ -563,7 +563,9 @@ func (w *Writer) updatePort(logger klog.Logger, in *proxy.FamilyInput, name chan
 			return nil, fmt.Errorf("service port %s: %w", name, err)
 		}
 	}
-	ps.noLocalInternal = svc.InternalPolicyLocal() && len(local) == 0 && len(eps) > 0
+	// As kube-proxy counts it: a port with no usable endpoint anywhere is
+	// refused for want of any endpoint, not of a local one.
+	ps.noLocalInternal = svc.InternalPolicyLocal() && len(local) == 0 && hasAny
 
 	var affinity uint32
 	if svc.SessionAffinityType() == v1.ServiceAffinityClientIP {

@@ -18,7 +18,7 @@
 # it loads. A package that is a command (package main) is also built into a
 # binary beside it, whose path its tests find in PROXYKIT_TEST_COMMAND:
 # there is no Go toolchain in the VM to build it there. The binaries are
-# put, with busybox, the IPVS, conntrack, ipset, veth, bridge and dummy modules,
+# put, with busybox, the IPVS, conntrack, ipset, veth, bridge, dummy and sctp modules,
 # the netfilter modules of IPVS mode's iptables rules, the host's
 # iptables-legacy binaries (with their shared libraries, dynamic loader and
 # extensions) and hack/vmtest/init.sh as /init, into an initramfs. QEMU boots it with
@@ -140,11 +140,13 @@ chmod 755 "$root/init"
 
 # xfrm_user: vishvananda/netlink handles made without a family list open an
 # XFRM socket too, and fail without it. nf_conntrack_netlink: a proxier's
-# conntrack cleanup; bridge: the pods' network of its end-to-end tests. The
+# conntrack cleanup; bridge: the pods' network of its end-to-end tests;
+# sctp: the socket load balancer's SCTP test (the machines of the other
+# tiers have no SCTP). The
 # rest are the legacy x_tables and the matches and targets of the proxy
 # modes' rules, loaded up front because the kernel's on-demand loading needs
 # a modprobe where the kernel looks for one.
-modules="ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh ip_vs_lc nf_conntrack nf_conntrack_netlink veth dummy bridge xfrm_user
+modules="ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh ip_vs_lc nf_conntrack nf_conntrack_netlink veth dummy bridge xfrm_user sctp
 ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet
 ip_set_hash_net ip_set_hash_netport ip_set_bitmap_port xt_set
 ip_tables iptable_nat iptable_filter iptable_mangle ip6_tables ip6table_nat ip6table_filter ip6table_mangle nf_nat
