@@ -153,15 +153,15 @@ func (c *client) once() (string, error) {
 	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1}); err != nil {
 		return "", fmt.Errorf("setsockopt: %w", err)
 	}
-	if err := unix.Connect(fd, c.sa); err != nil {
+	if err := connect(fd, c.sa); err != nil {
 		return "", fmt.Errorf("connect: %w", errnoName(err))
 	}
-	if _, err := unix.Write(fd, request); err != nil {
+	if _, err := retry(func() (int, error) { return unix.Write(fd, request) }); err != nil {
 		return "", fmt.Errorf("write: %w", errnoName(err))
 	}
 	n := 0
 	for {
-		m, err := unix.Read(fd, c.buf[n:])
+		m, err := retry(func() (int, error) { return unix.Read(fd, c.buf[n:]) })
 		if err != nil {
 			return "", fmt.Errorf("read: %w", errnoName(err))
 		}
@@ -174,6 +174,48 @@ func (c *client) once() (string, error) {
 		}
 		if n == len(c.buf) {
 			return "", fmt.Errorf("reply too long: %q", c.buf[:n])
+		}
+	}
+}
+
+// connect connects fd to sa, blocking. A signal (the Go runtime's
+// own, though the client turns preemption signals off) interrupts a
+// connect(2) that has a timeout with EINTR while the handshake goes on:
+// then it waits for the handshake's outcome instead of connecting again.
+func connect(fd int, sa unix.Sockaddr) error {
+	err := unix.Connect(fd, sa)
+	if !errors.Is(err, unix.EINTR) {
+		return err
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		n, err := unix.Poll(pfd, int(timeout.Milliseconds()))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return err
+		case n == 0:
+			return unix.ETIMEDOUT
+		}
+		soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return err
+		}
+		if soErr != 0 {
+			return syscall.Errno(soErr)
+		}
+		return nil
+	}
+}
+
+// retry repeats a read or write that a signal interrupted before it
+// moved any data.
+func retry(op func() (int, error)) (int, error) {
+	for {
+		n, err := op()
+		if !errors.Is(err, unix.EINTR) {
+			return n, err
 		}
 	}
 }
@@ -209,7 +251,10 @@ func startClient(t testing.TB, ns *kerneltest.NS, cgroup string, dst netip.AddrP
 	}
 	defer cg.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", clientEnv, dst, warm))
+	// No asynchronous preemption: its signals would interrupt the
+	// client's blocking system calls, and nothing else runs beside the
+	// client's one goroutine.
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", clientEnv, dst, warm), "GODEBUG=asyncpreemptoff=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	cmd.Stderr = os.Stderr
 	p := &clientProc{cmd: cmd}
