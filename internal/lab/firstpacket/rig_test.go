@@ -2,13 +2,11 @@ package firstpacket_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,11 +16,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/knftables"
 
 	"github.com/proxykit/proxykit/changetracker"
 	"github.com/proxykit/proxykit/internal/testkit/clustertest"
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
+	"github.com/proxykit/proxykit/internal/testkit/ruleload"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/nftables"
 	"github.com/proxykit/proxykit/proxy"
@@ -173,10 +171,13 @@ func newRig(t testing.TB, kind writerKind, c *cluster) *rig {
 	// and port; give it every port.
 	r.nw.Client.Sysctl(t, "net.ipv4.ip_local_port_range", "1024 65535")
 	var err error
-	if kind == kindNFTables {
-		err = r.loadNFTables(c)
-	} else {
-		err = r.loadIPTables(t, c)
+	switch kind {
+	case kindNFTables:
+		r.load, err = ruleload.NFTables(r.nw.Node, node(), c.input())
+	case kindIPTablesLegacy:
+		r.ipt, r.load, err = ruleload.IPTables(r.nw.Node, iptables.BackendLegacy, t.TempDir()+"/xtables.lock", node(), c.input())
+	default:
+		r.ipt, r.load, err = ruleload.IPTables(r.nw.Node, iptables.BackendNFT, t.TempDir()+"/xtables.lock", node(), c.input())
 	}
 	if err != nil {
 		t.Fatalf("%s: loading %d services: %v", kind, c.n, err)
@@ -192,86 +193,20 @@ func prefixes(addrs []netip.Addr) []netip.Prefix {
 	return p
 }
 
-func (r *rig) loadNFTables(c *cluster) error {
-	ctx := context.Background()
-	// Everything that runs nft runs in the node namespace: the first
-	// full sync lists the table, too.
-	return r.nw.Node.Do(func() error {
-		nft, err := knftables.New(knftables.IPv4Family, nftables.DefaultTableName)
-		if err != nil {
-			return err
-		}
-		w, err := nftables.NewWriter(nft, nftables.WriterConfig{
-			Family: v1.IPv4Protocol,
-			Node:   proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)}},
-		})
-		if err != nil {
-			return err
-		}
-		res := w.Sync(ctx, &proxy.FamilyInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes, NodeIPs: []netip.Addr{netip.MustParseAddr(nodeIP)}})
-		start := time.Now()
-		err = nft.Run(ctx, res.Transaction)
-		r.load = time.Since(start)
-		w.Applied(err)
-		return err
-	})
+// input is the writers' input of c.
+func (c *cluster) input() *proxy.FamilyInput {
+	return &proxy.FamilyInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes, NodeIPs: []netip.Addr{netip.MustParseAddr(nodeIP)}}
 }
 
-func (r *rig) loadIPTables(t testing.TB, c *cluster) error {
-	ctx := context.Background()
-	backend, chainsPerCommit := iptables.BackendLegacy, 0
-	if r.kind == kindIPTablesNFT {
-		backend, chainsPerCommit = iptables.BackendNFT, iptables.NFTChainsPerCommit
-	}
-	// The xtables lock is host-wide: each node namespace has its own.
-	lock := t.TempDir() + "/xtables.lock"
-	return r.nw.Node.Do(func() error {
-		ipt, err := iptables.New(ctx, v1.IPv4Protocol, iptables.WithBackend(backend), iptables.WithLockFile(lock))
-		if err != nil {
-			return err
-		}
-		r.ipt = ipt
-		w, err := iptables.NewWriter(iptables.WriterConfig{
-			Family:          v1.IPv4Protocol,
-			Node:            proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)}},
-			RandomFully:     ipt.HasRandomFully(),
-			ChainsPerCommit: chainsPerCommit,
-		})
-		if err != nil {
-			return err
-		}
-		res := w.Sync(ctx, &proxy.FamilyInput{Services: c.svcs, Endpoints: c.eps, ServiceChanges: c.svcRes, EndpointChanges: c.epRes, NodeIPs: []netip.Addr{netip.MustParseAddr(nodeIP)}})
-		start := time.Now()
-		err = w.EnsureJumpRules(ctx, ipt)
-		if err == nil {
-			err = ipt.RestoreAll(ctx, res.Payload, iptables.NoFlushTables, iptables.RestoreCounters)
-		}
-		r.load = time.Since(start)
-		w.Applied(err)
-		return err
-	})
+// node is the node the writers are given.
+func node() proxy.NodeConfig {
+	return proxy.NodeConfig{Name: nodeName, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)}}
 }
-
-// serviceRuleRE matches a KUBE-SERVICES rule of the nat table that sends a
-// cluster IP to its service chain, and captures the IP.
-var serviceRuleRE = regexp.MustCompile(`(?m)^-A KUBE-SERVICES -d ([0-9.]+)/32 .*-j KUBE-SVC-`)
 
 // serviceOrder returns the cluster IPs of the nat table's KUBE-SERVICES
 // rules in the order a new connection is matched against them.
 func (r *rig) serviceOrder() ([]netip.Addr, error) {
-	var buf bytes.Buffer
-	if err := r.nw.Node.Do(func() error { return r.ipt.SaveInto(context.Background(), iptables.TableNAT, &buf) }); err != nil {
-		return nil, err
-	}
-	var ips []netip.Addr
-	for _, m := range serviceRuleRE.FindAllSubmatch(buf.Bytes(), -1) {
-		ip, err := netip.ParseAddr(string(m[1]))
-		if err != nil {
-			return nil, fmt.Errorf("KUBE-SERVICES rule for %q: %w", m[1], err)
-		}
-		ips = append(ips, ip)
-	}
-	return ips, nil
+	return ruleload.ServiceOrder(r.nw.Node, r.ipt)
 }
 
 // serviceElements returns how many elements the nftables writer's
