@@ -38,6 +38,10 @@ type Mode struct {
 	// repairPending is set when a drift check asked for a repair, until
 	// a sync has run, so that a check asks once.
 	repairPending atomic.Bool
+	// out receives a dry run's maps (WithDryRun); dryRun is set for a
+	// Mode made without Maps.
+	out    io.Writer
+	dryRun bool
 }
 
 var _ proxy.Backend = (*Mode)(nil)
@@ -67,13 +71,21 @@ func WithDriftCheckPeriod(d time.Duration) ModeOption {
 // family. A cfg.FullSyncPeriod of zero becomes proxy.DefaultFullSyncPeriod
 // (an hour) and one below zero none. The Mode owns m: Close closes it
 // when it is an io.Closer (a Datapath, whose programs and pinned maps
-// stay in the kernel; Cleanup removes them). It fails when the writer
-// refuses cfg or m, or the metrics cannot be registered.
+// stay in the kernel; Cleanup removes them). A nil m makes a dry run: the
+// writer writes to maps in memory, whose elements each sync prints
+// (WithDryRun). It fails when the writer refuses cfg or m, or the
+// metrics cannot be registered.
 func NewMode(ctx context.Context, cfg WriterConfig, m Maps, opts ...ModeOption) (*Mode, error) {
 	b := &Mode{family: cfg.Family, m: m, driftCheckPeriod: proxy.DefaultSyncPeriod}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(b)
+		}
+	}
+	if m == nil {
+		b.m, b.dryRun = newMemMaps(cfg.Family), true
+		if b.out == nil {
+			b.out = io.Discard
 		}
 	}
 	switch {
@@ -91,7 +103,7 @@ func NewMode(ctx context.Context, cfg WriterConfig, m Maps, opts ...ModeOption) 
 		Help: "Elements of the eBPF maps that a full sync found changed by others, and rewrote."}, []string{"ip_family"}); err != nil {
 		return nil, fmt.Errorf("%s ebpf mode: %w", cfg.Family, err)
 	}
-	if b.w, err = NewWriter(m, cfg); err != nil {
+	if b.w, err = NewWriter(b.m, cfg); err != nil {
 		return nil, fmt.Errorf("%s ebpf mode: %w", cfg.Family, err)
 	}
 	klog.FromContext(ctx).V(2).Info("eBPF mode ready", "ipFamily", cfg.Family)
@@ -119,6 +131,11 @@ func (b *Mode) Sync(ctx context.Context, ins []*proxy.FamilyInput) ([]proxy.Sync
 	if err != nil {
 		b.syncFailures.WithLabelValues(string(b.family)).Inc()
 		return []proxy.SyncResult{res.Proxy()}, fmt.Errorf("%s %s sync of the ebpf maps: %w", b.family, syncKind(res.Full), err)
+	}
+	if b.dryRun {
+		if err := b.printDryRun(); err != nil {
+			return []proxy.SyncResult{res.Proxy()}, fmt.Errorf("%s ebpf dry run: %w", b.family, err)
+		}
 	}
 	return []proxy.SyncResult{res.Proxy()}, nil
 }

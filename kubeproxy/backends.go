@@ -313,31 +313,34 @@ func (s *setup) newNFTablesBackends(ctx context.Context, node proxier.Node, m *p
 // program every Service: a connection the socket load balancer
 // translated never carries a Service address, so nftables' rules never
 // see it, and a packet from outside never passes a local socket's
-// connect. A dry run prints nftables mode's transactions alone: the maps
-// have no text form to print.
+// connect. A dry run prints nftables mode's transactions, then the
+// elements the socket load balancer's writer would hold in each family's
+// maps, loading and attaching nothing.
 func (s *setup) newEBPFBackends(ctx context.Context, node proxier.Node, m *proxy.Metrics) ([]proxier.BackendGroup, error) {
 	if s.dryRun == nil && s.cfg.EBPF.CgroupPath == "" {
 		return nil, errors.New("--mode ebpf: no cgroup to attach to (Config.EBPF.CgroupPath)")
 	}
 	groups, err := s.newNFTablesBackends(ctx, node, m)
-	if err != nil || s.dryRun != nil {
-		if s.dryRun != nil {
-			klog.FromContext(ctx).Info("Dry run in ebpf mode: printing nftables mode's transactions; the socket load balancer's maps are not shown")
-		}
+	if err != nil {
 		return groups, err
 	}
-	if s.host.OpenEBPF == nil {
+	if s.dryRun == nil && s.host.OpenEBPF == nil {
 		return nil, errors.New("--mode ebpf: the Host cannot open the socket load balancer (no OpenEBPF)")
 	}
 	c := &s.cfg
 	for _, family := range groupFamilies(groups) {
-		maps, err := s.host.OpenEBPF(c.EBPF.datapath(family))
-		if err != nil {
+		// A dry run's Modes have no maps: they write to memory and
+		// print what they hold.
+		var maps ebpf.Maps
+		opts := []ebpf.ModeOption{ebpf.WithMetrics(m), ebpf.WithDriftCheckPeriod(c.syncPeriod())}
+		if s.dryRun != nil {
+			opts = append(opts, ebpf.WithDryRun(s.dryRun))
+		} else if maps, err = s.host.OpenEBPF(c.EBPF.datapath(family)); err != nil {
 			closeGroups(groups)
 			return nil, fmt.Errorf("--mode ebpf: %s: %w", family, err)
 		}
 		cfg := ebpf.WriterConfig{Family: family, Node: c.nodeConfig(node.Name, family, node.IPs[family])}
-		b, err := ebpf.NewMode(ctx, cfg, maps, ebpf.WithMetrics(m), ebpf.WithDriftCheckPeriod(c.syncPeriod()))
+		b, err := ebpf.NewMode(ctx, cfg, maps, opts...)
 		if err != nil {
 			if cl, ok := maps.(io.Closer); ok {
 				cl.Close()

@@ -107,7 +107,7 @@ func TestEBPFMode(t *testing.T) {
 
 // TestEBPFModeNeedsCgroup: outside a dry run, ebpf mode refuses to start
 // without a cgroup, before it touches anything; a dry run prints
-// nftables mode's transactions.
+// nftables mode's transactions, then the socket load balancer's maps.
 func TestEBPFModeNeedsCgroup(t *testing.T) {
 	_, host := newFakeHost(t)
 	pins := withEBPF(host)
@@ -130,7 +130,8 @@ func TestEBPFModeNeedsCgroup(t *testing.T) {
 	if err := p.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "10.96.0.10 . tcp . 80") {
-		t.Errorf("the dry run does not print nftables mode's element:\n%s", out.String())
+	nft, maps := strings.Index(out.String(), "10.96.0.10 . tcp . 80"), strings.Index(out.String(), "\nservice 10.96.0.10:80/TCP -> ")
+	if nft < 0 || maps < nft {
+		t.Errorf("the dry run does not print nftables mode's element, then the socket load balancer's:\n%s", out.String())
 	}
 }

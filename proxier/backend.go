@@ -35,8 +35,11 @@ import (
 //   - the proxy health server counts the family up to date once every
 //     group has synced the changes it has had, so /healthz fails when any
 //     group of it stops syncing;
-//   - the per-sync metrics (sync durations, network programming latency)
-//     observe every group's syncs under the family's label;
+//   - the sync durations observe every group's syncs under the family's
+//     label, each being a sync of its own; the network programming
+//     latency is observed once per change of the family, when the last
+//     of its groups has applied it (the first group's trigger times
+//     standing for all: each takes the same changes);
 //     sync_proxy_rules_last_timestamp_seconds is the oldest of the
 //     groups' last good syncs, absent until each has had one, so an
 //     alert on its age fires when any group is stuck; the no-local-

@@ -37,7 +37,7 @@ type familyProxier struct {
 	requestSync func()
 
 	// share is what the groups serving the family have in common; its
-	// mutex guards pendingSince, lastGoodSync and noLocal.
+	// mutex guards pendingSince, lastGoodSync, noLocal and appliedSeq.
 	share *familyShare
 	// pendingSince is when the oldest change not yet synced was queued
 	// (zero: none); lastGoodSync is when the last good sync ended;
@@ -45,6 +45,12 @@ type familyProxier struct {
 	pendingSince time.Time
 	lastGoodSync time.Time
 	noLocal      [2]int
+	// appliedSeq counts the family's events that the last good sync
+	// held (see familyShare.applied).
+	appliedSeq uint64
+	// takenSeq counts the family's events the last input held; owned by
+	// the sync.
+	takenSeq uint64
 
 	// Optional parts, nil when not in use (RunOnce has no health servers).
 	svcHealth *serviceHealth
@@ -150,16 +156,18 @@ func (p *familyProxier) queued() {
 // returns the backend's input.
 func (p *familyProxier) update() *proxy.FamilyInput {
 	in := &proxy.FamilyInput{
-		Family:          p.family,
-		Services:        p.svcMap,
-		Endpoints:       p.epMap,
-		ServiceChanges:  p.svcMap.Update(p.svcTracker),
-		EndpointChanges: p.epMap.Update(p.epTracker),
-		NodeLabels:      p.topology.Labels(),
-		ServiceCIDRs:    p.serviceCIDRs.forFamily(p.family),
-		NodeIPs:         p.currentNodeIPs(),
-		PodCIDRs:        p.currentPodCIDRs(),
+		Family:       p.family,
+		Services:     p.svcMap,
+		Endpoints:    p.epMap,
+		NodeLabels:   p.topology.Labels(),
+		ServiceCIDRs: p.serviceCIDRs.forFamily(p.family),
+		NodeIPs:      p.currentNodeIPs(),
+		PodCIDRs:     p.currentPodCIDRs(),
 	}
+	p.share.takeChanges(p, func() {
+		in.ServiceChanges = p.svcMap.Update(p.svcTracker)
+		in.EndpointChanges = p.epMap.Update(p.epTracker)
+	})
 	// An idle sync allocates no index of its own.
 	in.ChangedServices = p.noChanges
 	if len(in.ServiceChanges.UpdatedServices)+len(in.EndpointChanges.UpdatedServices) > 0 {
@@ -225,12 +233,7 @@ func (p *familyProxier) synced(ctx context.Context, in *proxy.FamilyInput, out p
 	if err != nil {
 		return
 	}
-	done := time.Now()
-	for _, times := range in.EndpointChanges.LastChangeTriggerTimes {
-		for _, t := range times {
-			p.metrics.networkProgramming.WithLabelValues(family).Observe(done.Sub(t).Seconds())
-		}
-	}
+	p.share.applied(p, in.EndpointChanges.LastChangeTriggerTimes)
 	p.share.noLocalEndpoints(p, out.NoLocalEndpointsInternal, out.NoLocalEndpointsExternal)
 
 	// After the rules, so that the next packet of a deleted flow goes
@@ -348,11 +351,13 @@ func (h *handlers) OnEndpointSliceUpdate(_, s *discoveryv1.EndpointSlice) {
 func (h *handlers) OnEndpointSliceDelete(s *discoveryv1.EndpointSlice) { h.slice(s, true) }
 func (h *handlers) OnEndpointSlicesSynced()                            {}
 
+// service and slice deliver an event to each family once, through the
+// share of its first group, which gives it to every group at once.
 func (h *handlers) service(previous, current *v1.Service) {
 	h.metrics.serviceChanges.Inc()
 	for _, p := range h.families {
-		if p.svcTracker.Update(previous, current) {
-			p.queued()
+		if p.leads() {
+			p.share.serviceChanged(previous, current)
 		}
 	}
 }
@@ -360,8 +365,16 @@ func (h *handlers) service(previous, current *v1.Service) {
 func (h *handlers) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 	h.metrics.endpointChanges.Inc()
 	for _, p := range h.families {
-		if p.epTracker.EndpointSliceUpdate(s, deleted) {
-			p.queued()
+		if p.leads() {
+			p.share.sliceChanged(s, deleted)
 		}
 	}
+}
+
+// leads reports whether p is the first group of its family. The members
+// are fixed before the handlers get events.
+func (p *familyProxier) leads() bool {
+	p.share.events.RLock()
+	defer p.share.events.RUnlock()
+	return p.share.members[0] == p
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/proxykit/proxykit/healthz"
 )
@@ -21,8 +23,27 @@ type familyShare struct {
 	health  *healthz.ProxyHealthServer // nil without a proxy health server
 	metrics *metrics
 
+	// events is held to deliver an event to the trackers of every group,
+	// and read-held while a group takes its trackers' changes, so that a
+	// group's sync holds either all of an event or none of it, and
+	// applied can tell which events each group has applied. It guards
+	// events and is taken before mu.
+	events sync.RWMutex
+	// delivered counts the events delivered.
+	delivered uint64
+
 	mu      sync.Mutex
 	members []*familyProxier
+	// triggers are the change trigger times taken by the first group's
+	// syncs that other groups have yet to apply, in the order taken.
+	triggers []pendingTrigger
+}
+
+// pendingTrigger is a change's trigger time, and the count of events
+// delivered when the sync that applied it took the trackers' changes.
+type pendingTrigger struct {
+	at  time.Time
+	seq uint64
 }
 
 func newFamilyShare(family v1.IPFamily, health *healthz.ProxyHealthServer, m *metrics) *familyShare {
@@ -31,6 +52,8 @@ func newFamilyShare(family v1.IPFamily, health *healthz.ProxyHealthServer, m *me
 
 // join makes fp one of the groups serving the family.
 func (s *familyShare) join(fp *familyProxier) {
+	s.events.Lock()
+	defer s.events.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.members = append(s.members, fp)
@@ -130,4 +153,89 @@ func (s *familyShare) pending(pending func(*familyProxier) int) int {
 		n = max(n, pending(m))
 	}
 	return n
+}
+
+// sliceChanged delivers a slice's event to the endpoints tracker of every
+// group of the family, and asks those it changed for a sync.
+func (s *familyShare) sliceChanged(slice *discoveryv1.EndpointSlice, deleted bool) {
+	s.events.Lock()
+	defer s.events.Unlock()
+	s.delivered++
+	for _, fp := range s.members {
+		if fp.epTracker.EndpointSliceUpdate(slice, deleted) {
+			fp.queued()
+		}
+	}
+}
+
+// serviceChanged delivers a Service's event to the service tracker of
+// every group of the family, and asks those it changed for a sync.
+func (s *familyShare) serviceChanged(previous, current *v1.Service) {
+	s.events.Lock()
+	defer s.events.Unlock()
+	s.delivered++
+	for _, fp := range s.members {
+		if fp.svcTracker.Update(previous, current) {
+			fp.queued()
+		}
+	}
+}
+
+// takeChanges runs take, which takes fp's trackers' changes, between two
+// events, and records in fp how many events it holds.
+func (s *familyShare) takeChanges(fp *familyProxier, take func()) {
+	s.events.RLock()
+	defer s.events.RUnlock()
+	take()
+	fp.takenSeq = s.delivered
+}
+
+// applied records a good sync of fp, which applied the events its input
+// held and the change trigger times in triggers, and observes the network
+// programming latency of each change once for the family: from its
+// trigger time to when the last of the family's groups has applied it.
+// With one group that is now. With several, each takes the same changes
+// and the first group's trigger times stand for them all; a time waits
+// until every group has had a good sync holding the events that the first
+// group's did, and is lost, as with one group, when the first group's sync
+// of it fails. Those waiting grow with the changes while a group keeps
+// failing, as the changes its trackers hold do.
+func (s *familyShare) applied(fp *familyProxier, triggers map[types.NamespacedName][]time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fp.appliedSeq = fp.takenSeq
+	done := time.Now()
+	if len(s.members) == 1 {
+		for _, times := range triggers {
+			for _, t := range times {
+				s.metrics.networkProgramming.WithLabelValues(string(s.family)).Observe(done.Sub(t).Seconds())
+			}
+		}
+		return
+	}
+	if fp == s.members[0] {
+		for _, times := range triggers {
+			for _, t := range times {
+				s.triggers = append(s.triggers, pendingTrigger{at: t, seq: fp.takenSeq})
+			}
+		}
+	}
+	if len(s.triggers) == 0 {
+		return
+	}
+	least := fp.appliedSeq
+	for _, m := range s.members {
+		least = min(least, m.appliedSeq)
+	}
+	// In the order taken, so by seq: the ones applied everywhere lead.
+	n := 0
+	for n < len(s.triggers) && s.triggers[n].seq <= least {
+		s.metrics.networkProgramming.WithLabelValues(string(s.family)).Observe(done.Sub(s.triggers[n].at).Seconds())
+		n++
+	}
+	if n == len(s.triggers) {
+		s.triggers = s.triggers[:0]
+	} else {
+		s.triggers = s.triggers[n:]
+	}
 }

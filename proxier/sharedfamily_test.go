@@ -97,3 +97,85 @@ func TestTwoGroupsServeOneFamily(t *testing.T) {
 		t.Errorf("socket group: %d full syncs after the packet group's lost, want 1", full)
 	}
 }
+
+// TestTwoGroupsObserveEachChangeOnce checks that the network programming
+// latency of a family served by two groups is observed once per change,
+// when the slower group has applied it: nothing while one group fails,
+// and each change once after it recovers, however many times each group
+// synced.
+func TestTwoGroupsObserveEachChangeOnce(t *testing.T) {
+	const (
+		latency   = "kubeproxy_network_programming_duration_seconds"
+		durations = "kubeproxy_sync_proxy_rules_duration_seconds"
+		series    = "ip_family=IPv4"
+	)
+	client := fake.NewClientset(testNode("192.168.0.1"), testService("web", 80, "10.96.0.10"),
+		testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, "10.244.0.1"))
+	packet, socket := newRecordingBackend(), newRecordingBackend()
+	reg := prometheus.NewRegistry()
+	startProxier(t, client, func(context.Context, proxier.Node, *proxy.Metrics) ([]proxier.BackendGroup, error) {
+		ipv4 := []v1.IPFamily{v1.IPv4Protocol}
+		return []proxier.BackendGroup{{Backend: packet, Families: ipv4}, {Backend: socket, Families: ipv4}}, nil
+	}, proxier.WithSyncPeriods(0, time.Hour), proxier.WithRetryPeriod(10*time.Millisecond), proxier.WithMetricsRegisterer(reg))
+
+	// has waits until b synced the web Service with endpoints, and until
+	// every sync that either group started has been observed, so that
+	// what a sync observes is in the registry.
+	has := func(what string, b *recordingBackend, endpoints ...string) {
+		t.Helper()
+		want := map[string][]string{"ns/web:p 10.96.0.10:80/TCP": endpoints}
+		eventually(t, what, func() error {
+			st, _, _ := b.snapshot()
+			if diff := cmp.Diff(want, st[v1.IPv4Protocol]); diff != "" {
+				return fmt.Errorf("state (-want +got):\n%s", diff)
+			}
+			_, p, _ := packet.snapshot()
+			_, s, _ := socket.snapshot()
+			if got := gatherFamilies(t, reg, durations)[durations].Series[series]; got != float64(p+s) {
+				return fmt.Errorf("%v syncs observed of %d", got, p+s)
+			}
+			return nil
+		})
+	}
+	observed := func() float64 { return gatherFamilies(t, reg, latency)[latency].Series[series] }
+	change := func(addr string) {
+		t.Helper()
+		s := testSlice("web", "web-1", discoveryv1.AddressTypeIPv4, addr)
+		// Now: a trigger time from before the trackers started is not
+		// measured.
+		s.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: time.Now().Format(time.RFC3339Nano)}
+		if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has("the socket group's first sync", socket, "10.244.0.1:8080")
+	has("the packet group's first sync", packet, "10.244.0.1:8080")
+
+	// Both groups apply each change.
+	change("10.244.0.2")
+	has("the packet group after a change", packet, "10.244.0.2:8080")
+	has("the socket group after a change", socket, "10.244.0.2:8080")
+	if got := observed(); got != 1 {
+		t.Errorf("after one change applied by both groups, %v latencies observed, want 1", got)
+	}
+
+	// While the socket group fails, the packet group's syncs observe
+	// nothing: the family has not applied the changes.
+	socket.mu.Lock()
+	socket.failures = 1 << 30
+	socket.mu.Unlock()
+	change("10.244.0.3")
+	has("the packet group while the socket group fails", packet, "10.244.0.3:8080")
+	change("10.244.0.4")
+	has("the packet group after another change", packet, "10.244.0.4:8080")
+	if got := observed(); got != 1 {
+		t.Errorf("while a group fails, %v latencies observed, want still 1", got)
+	}
+	socket.mu.Lock()
+	socket.failures = 0
+	socket.mu.Unlock()
+	has("the socket group recovered", socket, "10.244.0.4:8080")
+	if got := observed(); got != 3 {
+		t.Errorf("after three changes applied by both groups, %v latencies observed, want 3", got)
+	}
+}

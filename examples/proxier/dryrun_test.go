@@ -19,6 +19,7 @@ var demoRuns = []struct{ command, golden string }{
 	{demoCommand, "demo-cluster.dry-run.golden"},
 	{demoIPVSCommand, "demo-cluster.ipvs.dry-run.golden"},
 	{demoNFTablesCommand, "demo-cluster.nftables.dry-run.golden"},
+	{demoEBPFCommand, "demo-cluster.ebpf.dry-run.golden"},
 }
 
 // demoArgs are command's flags, with the manifests path as seen from this
@@ -190,6 +191,14 @@ ports: [{name: p, port: 8080, protocol: TCP}]
 		node: node("fd00::1"),
 		want: []string{"# IPVS virtual servers (IPv6)\n", "TCP [fd00:96::10]:80 rr bound\n", "TCP [fd00:96::11]:80 rr bound\n  -> [fd00:244::5]:8080 weight 1\n", "create KUBE-6-CLUSTER-IP hash:ip,port family inet6", "# ip6tables-restore input (IPv6)\n"},
 		dont: []string{"(IPv4)", "10.96.0."},
+	}, {
+		name: "ebpf mode, dual-stack: nftables' transactions, then the socket load balancer's maps",
+		mode: modeEBPF,
+		node: node("192.168.0.1", "fd00::1"),
+		want: []string{"# IPv4: ebpf maps of the socket load balancer: 2 services, 1 slots, 1 endpoints\n", "service 10.96.0.11:80/TCP -> set 1 count 1 affinity 0 cluster-ip # ns/dual:p\n",
+			"# IPv6: ebpf maps of the socket load balancer: 2 services, 1 slots, 1 endpoints\n", "service [fd00:96::11]:80/TCP -> set 1 count 1 affinity 0 cluster-ip # ns/dual:p\n",
+			"endpoint 1 -> set 1 [fd00:244::5]:8080\n", "# IPv6: nft -f input for table ip6 kube-proxy\n"},
+		first: "# IPv6: nft -f input", second: "# IPv4: ebpf maps",
 	}, {
 		name:  "IPVS mode, dual-stack, IPv6 primary",
 		mode:  modeIPVS,

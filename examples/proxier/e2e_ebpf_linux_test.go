@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	cebpf "github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/proxykit/proxykit/internal/testkit/kerneltest"
@@ -81,10 +83,15 @@ func socketClientOnce(addr string) (string, error) {
 	return fmt.Sprintf("%s %s %s", strings.Fields(line)[0], conn.RemoteAddr(), real), nil
 }
 
-// tcpRemote finds the IPv4 socket of local in /proc/net/tcp (of the
-// process's network namespace) and returns its remote address.
+// tcpRemote finds the socket of local in /proc/net/tcp, or tcp6 for an
+// IPv6 one (of the process's network namespace), and returns its remote
+// address.
 func tcpRemote(local netip.AddrPort) (netip.AddrPort, error) {
-	data, err := os.ReadFile("/proc/net/tcp")
+	file := "/proc/net/tcp"
+	if local.Addr().Is6() {
+		file = "/proc/net/tcp6"
+	}
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
@@ -99,22 +106,27 @@ func tcpRemote(local netip.AddrPort) (netip.AddrPort, error) {
 			return r, nil
 		}
 	}
-	return netip.AddrPort{}, fmt.Errorf("no socket of %s in /proc/net/tcp", local)
+	return netip.AddrPort{}, fmt.Errorf("no socket of %s in %s", local, file)
 }
 
 // procAddr parses /proc/net/tcp's "0100007F:1F90" (the address in host
-// byte order, little-endian here, and the port).
+// byte order, little-endian here, and the port), or tcp6's, whose address
+// is four such 32-bit words.
 func procAddr(s string) (netip.AddrPort, error) {
 	a, p, ok := strings.Cut(s, ":")
 	b, err := hex.DecodeString(a)
-	if !ok || err != nil || len(b) != 4 {
+	if !ok || err != nil || (len(b) != 4 && len(b) != 16) {
 		return netip.AddrPort{}, fmt.Errorf("bad address %q", s)
 	}
 	port, err := strconv.ParseUint(p, 16, 16)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{b[3], b[2], b[1], b[0]}), uint16(port)), nil
+	for w := 0; w < len(b); w += 4 {
+		b[w], b[w+1], b[w+2], b[w+3] = b[w+3], b[w+2], b[w+1], b[w]
+	}
+	addr, _ := netip.AddrFromSlice(b)
+	return netip.AddrPortFrom(addr, uint16(port)), nil
 }
 
 // socketClient runs the client in the node's network namespace, in
@@ -171,18 +183,7 @@ func TestE2EEBPF(t *testing.T) {
 
 	// Translated at connect: the socket's remote is an endpoint.
 	endpoints := map[string]string{"pod-a": "10.244.0.11:8080", "pod-b": "10.244.0.12:8080"}
-	seen := map[string]bool{}
-	for _, line := range k.socketClient(t, cgroup, "10.96.0.10:80", 20) {
-		f := strings.Fields(line)
-		if len(f) != 3 || endpoints[f[0]] == "" || f[1] != "10.96.0.10:80" || f[2] != endpoints[f[0]] {
-			t.Errorf("client in the cgroup: %q, want \"POD 10.96.0.10:80 POD-IP:8080\" (peer the Service, remote the endpoint)", line)
-			continue
-		}
-		seen[f[0]] = true
-	}
-	if len(seen) != 2 {
-		t.Errorf("client in the cgroup reached %v, want both pods", seen)
-	}
+	check(t, checkTranslated(k.socketClient(t, cgroup, "10.96.0.10:80", 20), "10.96.0.10:80", endpoints))
 	// No endpoints: refused by the program.
 	if got := k.socketClient(t, cgroup, "10.96.0.17:80", 1); !slices.Equal(got, []string{"error ECONNREFUSED"}) {
 		t.Errorf("client in the cgroup to a Service without endpoints: %q, want ECONNREFUSED", got)
@@ -229,4 +230,158 @@ func pinned(t *testing.T, bpffs string) []string {
 		}
 	}
 	return out
+}
+
+// checkTranslated checks the client's lines for to: each a connection
+// the socket load balancer translated to one of endpoints (by pod name),
+// and every endpoint reached.
+func checkTranslated(lines []string, to string, endpoints map[string]string) error {
+	seen := map[string]bool{}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) != 3 || endpoints[f[0]] == "" || f[1] != to || f[2] != endpoints[f[0]] {
+			return fmt.Errorf("client in the cgroup: %q, want \"POD %s POD-ADDR:8080\" (peer the Service, remote the endpoint)", line, to)
+		}
+		seen[f[0]] = true
+	}
+	if len(seen) != len(endpoints) {
+		return fmt.Errorf("client in the cgroup to %s reached %v, want each of %v", to, seen, endpoints)
+	}
+	return nil
+}
+
+// TestE2EEBPFDualStack runs ebpf mode on a dual-stack node: one process
+// of the cgroup reaches a dual-stack Service's IPv6 cluster IP and its
+// IPv4 one, each translated at connect to the endpoints of its family,
+// and an IPv6-only Service's; from outside the node, nftables mode beside
+// it serves the IPv6 cluster IP.
+func TestE2EEBPFDualStack(t *testing.T) {
+	m := e2eMode{"ebpf", modeEBPF, iptables.BackendNFT}
+	kerneltest.Require(t, m.tools(true)...)
+	c := e2eDualStackCluster(e2eService{name: "only6", ports: e2eTCP, pods6: []string{"pod-c"},
+		spec: "  clusterIP: \"fd00:96::11\"\n  clusterIPs: [\"fd00:96::11\"]\n  ipFamilies: [IPv6]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n"})
+	k := newE2EModeNode(t, m, c, true)
+	k.start(k.proxierArgs("--cluster-cidr", e2eClusterCIDR+",fd00:244::/64")...)
+
+	for _, tc := range []struct {
+		to        string
+		endpoints map[string]string
+	}{
+		{"[fd00:96::10]:80", map[string]string{"pod-a": "[fd00:244::11]:8080", "pod-b": "[fd00:244::12]:8080"}},
+		{"10.96.0.10:80", map[string]string{"pod-a": "10.244.0.11:8080", "pod-b": "10.244.0.12:8080"}},
+		{"[fd00:96::11]:80", map[string]string{"pod-c": "[fd00:244::13]:8080"}},
+	} {
+		// The IPv6 groups may sync after the IPv4 one start waits for.
+		k.eventually(10*time.Second, "the cgroup's client to "+tc.to, func() error {
+			return checkTranslated(k.socketClient(t, k.cgroup, tc.to, 20), tc.to, tc.endpoints)
+		})
+	}
+	got := map[string]int{}
+	for range 20 {
+		r, err := kerneltest.Dial(k.client, "tcp", netip.MustParseAddrPort("[fd00:96::10]:80"), 2*time.Second)
+		if err != nil {
+			t.Fatalf("tcp from outside the node to [fd00:96::10]:80: %v", err)
+		}
+		got[r.Name]++
+	}
+	if len(got) != 2 || got["pod-a"] == 0 || got["pod-b"] == 0 {
+		t.Errorf("tcp from outside the node to [fd00:96::10]:80 reached %v, want pod-a and pod-b", got)
+	}
+}
+
+// TestE2EEBPFOnceAndCleanup runs TestE2EOnceAndCleanup in ebpf mode: after
+// --once, a process of the cgroup is translated at connect by programs
+// that outlive the proxier; --cleanup leaves the tables as they were,
+// nothing pinned, no program on the cgroup's hooks, and none of the
+// programs and maps --once loaded in the kernel.
+func TestE2EEBPFOnceAndCleanup(t *testing.T) {
+	m := e2eMode{"ebpf", modeEBPF, iptables.BackendNFT}
+	kerneltest.Require(t, m.tools(false)...)
+	var progs []cebpf.ProgramID
+	var maps []cebpf.MapID
+	testE2EOnceAndCleanup(t, m, func(t *testing.T, k *e2eNode, cleaned bool) {
+		if !cleaned {
+			check(t, checkTranslated(k.socketClient(t, k.cgroup, "10.96.0.10:80", 20), "10.96.0.10:80",
+				map[string]string{"pod-a": "10.244.0.11:8080", "pod-b": "10.244.0.12:8080"}))
+			if got := pinned(t, k.bpffs); len(got) == 0 {
+				t.Errorf("after --once, nothing is pinned; want the maps and links to stay")
+			}
+			progs, maps = cgroupPrograms(t, k.cgroup)
+			if len(progs) == 0 || len(maps) == 0 {
+				t.Fatalf("after --once, %d programs on the cgroup's hooks using %d maps, want some", len(progs), len(maps))
+			}
+			return
+		}
+		if got := pinned(t, k.bpffs); len(got) != 0 {
+			t.Errorf("after --cleanup, the bpffs holds %v, want nothing of the proxier's", got)
+		}
+		if now, _ := cgroupPrograms(t, k.cgroup); len(now) != 0 {
+			t.Errorf("after --cleanup, programs %v on the cgroup's hooks, want none", now)
+		}
+		// The kernel frees an object once its last reference is gone,
+		// a moment after the detach.
+		k.eventually(10*time.Second, "the programs and maps freed", func() error {
+			var left []string
+			for _, id := range progs {
+				if p, err := cebpf.NewProgramFromID(id); err == nil {
+					p.Close()
+					left = append(left, fmt.Sprintf("program %d", id))
+				}
+			}
+			for _, id := range maps {
+				if m, err := cebpf.NewMapFromID(id); err == nil {
+					m.Close()
+					left = append(left, fmt.Sprintf("map %d", id))
+				}
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("still in the kernel: %v", left)
+			}
+			return nil
+		})
+		if got := k.socketClient(t, k.cgroup, "10.96.0.10:80", 1); len(got) != 1 || !strings.HasPrefix(got[0], "error ") {
+			t.Errorf("client in the cgroup after --cleanup: %q, want an error (nothing serves the cluster IP)", got)
+		}
+	})
+}
+
+// cgroupPrograms returns the ids of the programs attached to cgroup on
+// the socket load balancer's hooks, and of the maps they use.
+func cgroupPrograms(t *testing.T, cgroup string) ([]cebpf.ProgramID, []cebpf.MapID) {
+	t.Helper()
+	f, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var progs []cebpf.ProgramID
+	var maps []cebpf.MapID
+	for _, at := range []cebpf.AttachType{
+		cebpf.AttachCGroupInet4Connect, cebpf.AttachCGroupUDP4Sendmsg, cebpf.AttachCGroupUDP4Recvmsg, cebpf.AttachCgroupInet4GetPeername,
+		cebpf.AttachCGroupInet6Connect, cebpf.AttachCGroupUDP6Sendmsg, cebpf.AttachCGroupUDP6Recvmsg, cebpf.AttachCgroupInet6GetPeername,
+	} {
+		r, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: at})
+		if err != nil {
+			t.Fatalf("querying %s: %v", at, err)
+		}
+		for _, p := range r.Programs {
+			progs = append(progs, p.ID)
+			prog, err := cebpf.NewProgramFromID(p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := prog.Info()
+			prog.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, _ := info.MapIDs()
+			for _, id := range ids {
+				if !slices.Contains(maps, id) {
+					maps = append(maps, id)
+				}
+			}
+		}
+	}
+	return progs, maps
 }

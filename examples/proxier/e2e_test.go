@@ -234,7 +234,7 @@ func newE2EModeNode(t *testing.T, m e2eMode, cluster *e2eCluster, ipv6 bool) *e2
 	k := newE2ENode(t, m.backend, cluster, ipv6)
 	k.mode = m.mode
 	if m.mode == modeEBPF {
-		k.extraArgs, _, _ = ebpfE2EArgs(t)
+		k.extraArgs, k.cgroup, k.bpffs = ebpfE2EArgs(t)
 	}
 	return k
 }
@@ -260,15 +260,17 @@ type e2eNode struct {
 	mode string
 	// extraArgs are given to every run of the proxier (ebpf mode's
 	// cgroup and pins).
-	extraArgs    []string
-	node, client *kerneltest.NS
-	pods         map[string]*kerneltest.NS
-	dir          string
-	lockFile     string
-	cluster      *e2eCluster
-	proc         *exec.Cmd
-	log          *logBuffer
-	exited       chan error
+	extraArgs []string
+	// cgroup and bpffs are ebpf mode's cgroup and pin path.
+	cgroup, bpffs string
+	node, client  *kerneltest.NS
+	pods          map[string]*kerneltest.NS
+	dir           string
+	lockFile      string
+	cluster       *e2eCluster
+	proc          *exec.Cmd
+	log           *logBuffer
+	exited        chan error
 }
 
 func e2eTools(b iptables.Backend) []string {
@@ -805,12 +807,9 @@ func testE2E(t *testing.T, m e2eMode) {
 	})
 
 	t.Run("network programming latency", func(t *testing.T) {
-		// In ebpf mode each of the family's two groups observes the
-		// latency of the change it applied.
-		observations := 1.0
-		if m.mode == modeEBPF {
-			observations = 2
-		}
+		// Once in ebpf mode too, where the family's two groups each
+		// apply the change.
+		const observations = 1.0
 		count := `kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`
 		before := k.metric(count)
 		web := k.cluster.service("web")
@@ -1025,48 +1024,60 @@ func (k *e2eNode) churn(t *testing.T, n e2eCounts, proxierClearsFlows bool) {
 // tables (iptables' and, in nftables mode, nft's whole ruleset) exactly as
 // they were before, other programs' rules included.
 func TestE2EOnceAndCleanup(t *testing.T) {
-	forEachE2EMode(t, false, func(t *testing.T, m e2eMode) {
-		k := newE2EModeNode(t, m, e2eScenario(), false)
-		k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-N", "KUBE-FIREWALL")
-		k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
-		k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
-		k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-A", "POSTROUTING", "-s", e2eClusterCIDR, "!", "-d", e2eClusterCIDR, "-j", "MASQUERADE")
-		saveAll := func() string {
-			var all string
-			for _, table := range []string{"filter", "nat", "mangle"} {
-				all += k.iptables(t, v1.IPv4Protocol, "-t", table, "-S")
-			}
-			if m.nftables() {
-				// Stateless: the counters of the other programs' rules move.
-				all += k.nft(t, "--stateless", "list", "ruleset")
-			}
-			return all
-		}
-		before := saveAll()
+	forEachE2EMode(t, false, func(t *testing.T, m e2eMode) { testE2EOnceAndCleanup(t, m, nil) })
+}
 
-		// Localhost node ports rewrite the kubelet's KUBE-FIREWALL, as
-		// kube-proxy does, and cleanup leaves that shared chain to the
-		// kubelet; without them, the kubelet's rules stay untouched.
-		if err := k.runProxier(append(k.extraArgs, "--once", "--mode", m.mode, "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
-			"--iptables-localhost-nodeports=false")...); err != nil {
-			t.Fatalf("--once: %v\n%s", err, k.log.String())
+// testE2EOnceAndCleanup is TestE2EOnceAndCleanup in mode m; more, when
+// set, checks more after --once (cleaned false) and after --cleanup.
+func testE2EOnceAndCleanup(t *testing.T, m e2eMode, more func(t *testing.T, k *e2eNode, cleaned bool)) {
+	k := newE2EModeNode(t, m, e2eScenario(), false)
+	k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-N", "KUBE-FIREWALL")
+	k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "KUBE-FIREWALL", "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-j", "DROP")
+	k.iptables(t, v1.IPv4Protocol, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+	k.iptables(t, v1.IPv4Protocol, "-t", "nat", "-A", "POSTROUTING", "-s", e2eClusterCIDR, "!", "-d", e2eClusterCIDR, "-j", "MASQUERADE")
+	saveAll := func() string {
+		var all string
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			all += k.iptables(t, v1.IPv4Protocol, "-t", table, "-S")
 		}
-		// As many tries as randomCounts says, so that a random pick
-		// missing one of two backends is not a failure (10 tries miss
-		// one in 512 runs).
-		check(t, k.reaches("tcp", "10.96.0.10", 80, randomCounts.two, "pod-a", "pod-b"))
-		check(t, k.reaches("tcp", e2eNodeIP, 30080, randomCounts.two, "pod-a", "pod-b"))
-		check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
+		if m.nftables() {
+			// Stateless: the counters of the other programs' rules move.
+			all += k.nft(t, "--stateless", "list", "ruleset")
+		}
+		return all
+	}
+	before := saveAll()
 
-		if err := k.runProxier("--cleanup"); err != nil {
-			t.Fatalf("--cleanup: %v\n%s", err, k.log.String())
-		}
-		after := saveAll()
-		if before != after {
-			t.Errorf("after --once and --cleanup the tables differ:\nbefore:\n%s\nafter:\n%s", before, after)
-		}
-		check(t, k.unanswered("tcp", e2eClientIP, "10.96.0.10", 80))
-	})
+	// Localhost node ports rewrite the kubelet's KUBE-FIREWALL, as
+	// kube-proxy does, and cleanup leaves that shared chain to the
+	// kubelet; without them, the kubelet's rules stay untouched.
+	if err := k.runProxier(append(k.extraArgs, "--once", "--mode", m.mode, "--manifests", k.dir, "--hostname-override", "node-a", "--cluster-cidr", e2eClusterCIDR,
+		"--iptables-localhost-nodeports=false")...); err != nil {
+		t.Fatalf("--once: %v\n%s", err, k.log.String())
+	}
+	// As many tries as randomCounts says, so that a random pick
+	// missing one of two backends is not a failure (10 tries miss
+	// one in 512 runs).
+	check(t, k.reaches("tcp", "10.96.0.10", 80, randomCounts.two, "pod-a", "pod-b"))
+	check(t, k.reaches("tcp", e2eNodeIP, 30080, randomCounts.two, "pod-a", "pod-b"))
+	check(t, k.refused("tcp", e2eClientIP, "10.96.0.17", 80))
+	if more != nil {
+		more(t, k, false)
+	}
+
+	// With ebpf mode's pin path and prefix: the defaults are the
+	// host's.
+	if err := k.runProxier(append([]string{"--cleanup"}, k.extraArgs...)...); err != nil {
+		t.Fatalf("--cleanup: %v\n%s", err, k.log.String())
+	}
+	after := saveAll()
+	if before != after {
+		t.Errorf("after --once and --cleanup the tables differ:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	check(t, k.unanswered("tcp", e2eClientIP, "10.96.0.10", 80))
+	if more != nil {
+		more(t, k, true)
+	}
 }
 
 // e2eDualStackCluster is a node with an address of each family, and a

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/knftables"
 
+	"github.com/proxykit/proxykit/ebpf"
 	"github.com/proxykit/proxykit/internal/testkit/golden"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/ipvsmode"
@@ -30,6 +31,9 @@ const (
 	demoCommand         = "go run ./examples/proxier --manifests examples/proxier/testdata --dry-run --hostname-override node-a"
 	demoIPVSCommand     = demoCommand + " --mode ipvs"
 	demoNFTablesCommand = demoCommand + " --mode nftables"
+	// demoEBPFCommand is ebpf mode's, which the tests run but the
+	// READMEs do not show.
+	demoEBPFCommand = demoCommand + " --mode ebpf"
 )
 
 // testLogger returns a context whose logger writes to buf, at verbosity v.
@@ -78,6 +82,14 @@ func dryRunEnvironment(t *testing.T, stdout io.Writer) *environment {
 	env.NewNFTables = func(context.Context, knftables.Family, string) (knftables.Interface, error) {
 		t.Error("a dry run made an nftables Interface")
 		return nil, fmt.Errorf("not in a dry run")
+	}
+	env.OpenEBPF = func(ebpf.DatapathConfig) (ebpf.Maps, error) {
+		t.Error("a dry run loaded the socket load balancer")
+		return nil, fmt.Errorf("not in a dry run")
+	}
+	env.CleanupEBPF = func(ebpf.DatapathConfig) (bool, error) {
+		t.Error("a dry run removed the socket load balancer")
+		return false, fmt.Errorf("not in a dry run")
 	}
 	env.HostAddresses = func() ([]netip.Addr, error) {
 		t.Error("a dry run read the host's addresses")

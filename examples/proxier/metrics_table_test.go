@@ -36,7 +36,7 @@ type metricRow struct {
 }
 
 var (
-	allModes      = []string{"iptables", "ipvs", "nftables"}
+	allModes      = []string{"iptables", "ipvs", "nftables", "ebpf"}
 	syncBounds    = []float64{0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384}
 	restBounds    = []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60}
 	sizeBounds    = []float64{64, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216}
@@ -63,6 +63,7 @@ const (
 	notWindows  = "Windows' kernelspace mode; proxykit is Linux only"
 	notNFTLocal = "nftables mode's localhost node-port proxy, behind kube-proxy's alpha gate KubeProxyNFTablesLocalhostNodePorts (off by default); proxykit's nftables mode has no such proxy"
 	notMeta     = "component-base's stability framework; proxykit registers on a plain client_golang registry and has no stability levels"
+	notEBPFNFT  = "in ebpf mode, nftables mode's beside the socket load balancer"
 )
 
 // metricTable is every metric family kube-proxy v1.37.2 serves on Linux
@@ -71,7 +72,7 @@ var metricTable = []metricRow{
 	{name: "kubeproxy_sync_proxy_rules_duration_seconds", typ: "histogram", labels: []string{"ip_family"}, buckets: syncBounds, kubeProxy: "all", served: allModes},
 	{name: "kubeproxy_sync_full_proxy_rules_duration_seconds", typ: "histogram", labels: []string{"ip_family"}, buckets: syncBounds, kubeProxy: "iptables, nftables", served: allModes,
 		note: "also in ipvs mode, whose syncs are all full"},
-	{name: "kubeproxy_sync_partial_proxy_rules_duration_seconds", typ: "histogram", labels: []string{"ip_family"}, buckets: syncBounds, kubeProxy: "iptables, nftables", served: []string{"iptables", "nftables"},
+	{name: "kubeproxy_sync_partial_proxy_rules_duration_seconds", typ: "histogram", labels: []string{"ip_family"}, buckets: syncBounds, kubeProxy: "iptables, nftables", served: []string{"iptables", "nftables", "ebpf"},
 		event: "a partial sync", test: "TestProxierWithFakes"},
 	{name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds", typ: "gauge", labels: []string{"ip_family"}, kubeProxy: "all", served: allModes},
 	{name: "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", typ: "gauge", labels: []string{"ip_family"}, kubeProxy: "all", served: allModes},
@@ -96,10 +97,10 @@ var metricTable = []metricRow{
 		note: "read from the nfacct counter ct_state_invalid_dropped_pkts; left out, as in kube-proxy, when the kernel has no nfacct"},
 	{name: "kubeproxy_iptables_localhost_nodeports_accepted_packets_total", typ: "counter", kubeProxy: "iptables", served: []string{"iptables"},
 		note: "read from the nfacct counter localhost_nps_accepted_pkts; left out, as in kube-proxy, when the kernel has no nfacct"},
-	{name: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "nftables", served: []string{"nftables"},
-		event: "a failed nftables transaction", test: "TestNFTablesModeWithFakes"},
-	{name: "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "nftables", served: []string{"nftables"},
-		event: "a failed clean-up of stale chains", test: "TestSyncAppliesAndRecovers"},
+	{name: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "nftables", served: []string{"nftables", "ebpf"},
+		event: "a failed nftables transaction", test: "TestNFTablesModeWithFakes", note: notEBPFNFT},
+	{name: "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "nftables", served: []string{"nftables", "ebpf"},
+		event: "a failed clean-up of stale chains", test: "TestSyncAppliesAndRecovers", note: notEBPFNFT},
 	{name: "kubeproxy_nftables_localhost_nodeport_listeners", typ: "gauge", labels: []string{"ip_family"}, kubeProxy: "nftables (alpha gate)", note: notNFTLocal},
 	{name: "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total", typ: "counter", labels: []string{"ip_family"}, kubeProxy: "nftables (alpha gate)", note: notNFTLocal},
 	{name: "kubeproxy_nftables_localhost_nodeport_rejected_packets_total", typ: "counter", labels: []string{"ip_family", "protocol"}, kubeProxy: "nftables (alpha gate)", note: notNFTLocal},
@@ -328,7 +329,12 @@ func TestMetricTableServed(t *testing.T) {
 			if mode == "ipvs" {
 				node.withIPVS(t)
 			}
-			r := startOnFakes(t, node, "--proxy-mode", mode)
+			args := []string{"--proxy-mode", mode}
+			if mode == modeEBPF {
+				// The fake node's maps: the cgroup is never opened.
+				args = append(args, "--ebpf-cgroup-path", "/sys/fs/cgroup/not-used")
+			}
+			r := startOnFakes(t, node, args...)
 			defer r.stop(t)
 			eventually(t, 20*time.Second, "the first sync", func() error {
 				if r.metric(t, `kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"}`) == 0 {

@@ -25,6 +25,8 @@ import (
 
 	"github.com/proxykit/proxykit/conntrack"
 	"github.com/proxykit/proxykit/conntrack/conntracktest"
+	"github.com/proxykit/proxykit/ebpf"
+	"github.com/proxykit/proxykit/ebpf/ebpftest"
 	"github.com/proxykit/proxykit/ipset/ipsettest"
 	"github.com/proxykit/proxykit/iptables"
 	"github.com/proxykit/proxykit/iptables/iptablestest"
@@ -249,6 +251,11 @@ func (n *fakeNode) environment(t *testing.T, stdout io.Writer) *environment {
 				defer fake.RUnlock()
 				return fake.Table != nil, nil
 			}
+		},
+		// ebpf mode's maps, empty at each start, as a node's after
+		// --cleanup.
+		OpenEBPF: func(cfg ebpf.DatapathConfig) (ebpf.Maps, error) {
+			return ebpftest.NewFake(cfg.Family, ebpf.Sizes{}), nil
 		},
 		HostAddresses: func() ([]netip.Addr, error) {
 			t.Error("the node's addresses were taken from the host, not its Node object")
