@@ -110,22 +110,44 @@ func newMemMaps(family v1.IPFamily) *memMaps {
 func (m *memMaps) Family() v1.IPFamily { return m.family }
 func (m *memMaps) Sizes() Sizes        { return m.sizes }
 
-func (m *memMaps) UpdateService(k Frontend, v Service) error {
-	if _, ok := m.s.Services[k]; !ok && len(m.s.Services) >= m.sizes.Services {
-		return mapFull("services", m.sizes.Services)
+func (m *memMaps) UpdateServices(keys []Frontend, values []Service) (int, error) {
+	for i, k := range keys {
+		if _, ok := m.s.Services[k]; !ok && len(m.s.Services) >= m.sizes.Services {
+			return i, mapFull("services", m.sizes.Services)
+		}
+		m.s.Services[k] = values[i]
 	}
-	m.s.Services[k] = v
-	return nil
+	return len(keys), nil
 }
 
-func (m *memMaps) DeleteService(k Frontend) error { delete(m.s.Services, k); return nil }
+func (m *memMaps) DeleteServices(keys []Frontend) (int, error) { return memDelete(m.s.Services, keys) }
 
-func (m *memMaps) UpdateSlot(k SlotKey, id uint32) error { m.s.Slots[k] = id; return nil }
+func (m *memMaps) UpdateSlots(keys []SlotKey, ids []uint32) (int, error) {
+	return memUpdate(m.s.Slots, keys, ids)
+}
 
-func (m *memMaps) DeleteSlot(k SlotKey) error { delete(m.s.Slots, k); return nil }
+func (m *memMaps) DeleteSlots(keys []SlotKey) (int, error) { return memDelete(m.s.Slots, keys) }
 
-func (m *memMaps) UpdateEndpoint(id uint32, ep Endpoint) error { m.s.Endpoints[id] = ep; return nil }
+func (m *memMaps) UpdateEndpoints(ids []uint32, values []Endpoint) (int, error) {
+	return memUpdate(m.s.Endpoints, ids, values)
+}
 
-func (m *memMaps) DeleteEndpoint(id uint32) error { delete(m.s.Endpoints, id); return nil }
+func (m *memMaps) DeleteEndpoints(ids []uint32) (int, error) { return memDelete(m.s.Endpoints, ids) }
+
+// memUpdate sets m[keys[i]] to values[i]: the dry run's slot and endpoint
+// maps refuse nothing.
+func memUpdate[K comparable, V any](m map[K]V, keys []K, values []V) (int, error) {
+	for i, k := range keys {
+		m[k] = values[i]
+	}
+	return len(keys), nil
+}
+
+func memDelete[K comparable, V any](m map[K]V, keys []K) (int, error) {
+	for _, k := range keys {
+		delete(m, k)
+	}
+	return len(keys), nil
+}
 
 func (m *memMaps) Dump() (*State, error) { return m.s.Clone(), nil }
