@@ -32,7 +32,8 @@ import (
 // ignored. Hints never restrict Local traffic.
 //
 // With no endpoints, or a nil svc, all results are empty. endpoints is not
-// modified.
+// modified; a result may share its array (the whole of it, when every
+// endpoint is kept), so the results are read-only as the map's lists are.
 func CategorizeEndpoints(endpoints []Endpoint, svc ServicePort, nodeName string, nodeLabels map[string]string) (clusterEndpoints, localEndpoints, allReachableEndpoints []Endpoint, hasAnyEndpoints bool) {
 	if len(endpoints) == 0 || isNil(svc) {
 		return nil, nil, nil, false
@@ -185,15 +186,34 @@ func servingTerminating(ep Endpoint) bool {
 }
 
 // filterEndpoints returns the endpoints that keep accepts, or nil if none.
+// When keep accepts all of them, the result is endpoints itself, its
+// capacity cut to its length so that an append never writes into the
+// caller's array: in the usual port every endpoint is ready, and a copy per
+// port and sync is garbage the size of the EndpointsMap.
 func filterEndpoints(endpoints []Endpoint, keep func(Endpoint) bool) []Endpoint {
-	var out []Endpoint
-	for _, ep := range endpoints {
+	for i, ep := range endpoints {
 		if keep(ep) {
-			if out == nil {
-				out = make([]Endpoint, 0, len(endpoints))
-			}
-			out = append(out, ep)
+			continue
 		}
+		// The first endpoint left out: copy those before it, then
+		// filter the rest.
+		var out []Endpoint
+		if i > 0 {
+			out = make([]Endpoint, i, len(endpoints)-1)
+			copy(out, endpoints[:i])
+		}
+		for _, ep := range endpoints[i+1:] {
+			if keep(ep) {
+				if out == nil {
+					out = make([]Endpoint, 0, len(endpoints)-i-1)
+				}
+				out = append(out, ep)
+			}
+		}
+		return out
 	}
-	return out
+	if len(endpoints) == 0 {
+		return nil
+	}
+	return endpoints[:len(endpoints):len(endpoints)]
 }

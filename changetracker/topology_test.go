@@ -261,3 +261,40 @@ func TestClusterTopology(t *testing.T) {
 		})
 	}
 }
+
+// TestCategorizeEndpointsSharesKeptList checks that a port whose endpoints
+// are all kept gets the map's list itself, without a copy, capped so that
+// appending to a result cannot write into that list; and that a list
+// with an endpoint left out is still a copy.
+func TestCategorizeEndpointsSharesKeptList(t *testing.T) {
+	mk := func(ready ...bool) []Endpoint {
+		out := make([]Endpoint, 0, len(ready)+4) // room an append could misuse
+		for i, r := range ready {
+			out = append(out, NewBaseEndpoint(EndpointInfo{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Port: 80, Ready: r, Serving: r}))
+		}
+		return out
+	}
+	allReady := mk(true, true, true)
+	svc := &BaseServicePort{}
+	if allocs := testing.AllocsPerRun(20, func() {
+		CategorizeEndpoints(allReady, svc, "node-1", nil)
+	}); allocs != 0 {
+		t.Errorf("all endpoints ready: %.0f allocations, want 0", allocs)
+	}
+	cluster, _, all, _ := CategorizeEndpoints(allReady, svc, "node-1", nil)
+	if len(cluster) != 3 || &cluster[0] != &allReady[0] || &all[0] != &allReady[0] {
+		t.Errorf("all endpoints ready: cluster %v is not the input list", describeEndpoints(cluster))
+	}
+	if cap(cluster) != len(cluster) {
+		t.Errorf("cap(cluster) = %d, want %d: an append would write into the input's array", cap(cluster), len(cluster))
+	}
+
+	oneNotReady := mk(true, false, true)
+	cluster, _, _, _ = CategorizeEndpoints(oneNotReady, svc, "node-1", nil)
+	if diff := cmp.Diff([]string{"10.0.0.1:80", "10.0.0.3:80"}, describeEndpoints(cluster)); diff != "" {
+		t.Errorf("one endpoint not ready: cluster (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}, describeEndpoints(oneNotReady)); diff != "" {
+		t.Errorf("one endpoint not ready: input modified (-want +got):\n%s", diff)
+	}
+}

@@ -648,23 +648,141 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 
 func (w *Writer) largeCluster() bool { return w.totalEndpoints > w.threshold }
 
-// estimateFullSize returns about the size of a full payload, a little more
-// in the common case, so that the first full sync allocates its buffer
-// once instead of growing it step by step (which, at tens of megabytes,
-// would allocate several times the payload). A service port costs about
-// 400 bytes, an endpoint about 300 (its rule in KUBE-SVC, its chain's
-// declaration, hairpin and DNAT rules), or 500 with comments.
-func (w *Writer) estimateFullSize() int {
-	perEndpoint := 310
-	if !w.largeCluster() {
-		perEndpoint = 500
-	}
-	return 4096 + 500*w.totalPorts + perEndpoint*w.totalEndpoints
+// payloadEstimate adds up, port by port, about the bytes a full payload
+// takes, so that the first full sync allocates its buffer once instead of
+// growing it step by step (which, at tens of megabytes, would allocate
+// several times the payload), and no larger than it needs: the buffer is
+// most of that sync's heap. Each port's rules are counted from what makes
+// their length (chain names, its name, its addresses, endpoints, node
+// port, affinity), with addresses at their longest, so the estimate is a
+// little above the payload for every kind of Service; the per-endpoint
+// comments of a small cluster are counted apart, as whether they are
+// written is known only once every port has been counted.
+type payloadEstimate struct {
+	// payload counts the whole payload without comments; comments the
+	// bytes the per-endpoint comments add; natTop the top-level nat
+	// rules, which are written aside first (Writer.natTop).
+	payload, comments, natTop int
 }
 
-// topRuleSize is about the length of a port's rule in KUBE-SERVICES: the
-// comment with its name, protocol, cluster IP and port, and the jump.
-const topRuleSize = 160
+// The longest text of an address and of a port number.
+const (
+	maxIPv4Len = len("255.255.255.255")
+	maxIPv6Len = len("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]")
+	maxPortLen = len("65535")
+)
+
+// add counts one service port with endpoints eps.
+func (e *payloadEstimate) add(w *Writer, name changetracker.ServicePortName, svc changetracker.ServicePort, eps []changetracker.Endpoint) {
+	endpoints, listed := len(eps), len(eps)
+	if svc.UsesLocalEndpoints() {
+		// The local endpoints have a rule in PREFIX-SVL- too, or, when
+		// no traffic uses the Cluster policy, they alone have rules.
+		local := 0
+		for _, ep := range eps {
+			if ep != nil && ep.IsLocal() {
+				local++
+			}
+		}
+		if svc.UsesClusterEndpoints() {
+			listed += local
+		} else {
+			endpoints, listed = local, local
+		}
+	}
+	ip := maxIPv4Len
+	if w.isIPv6 {
+		ip = maxIPv6Len
+	}
+	chain := len(w.cn.kinds[kindSVC]) + hashLen // SVC, SVL, EXT, SEP alike
+	text := len(name.Namespace) + 1 + len(name.Name) + 1 + len(name.Port)
+	proto := len(" -m  -p ") + 2*len(protocolName(name.Protocol))
+	dest := len(" -d ") + ip + len(" --dport ") + maxPortLen
+	comment := len(` -m comment --comment "`) + text + len(` loadbalancer IP"`)
+	jump := len(" -j ") + chain + 1
+	masq := len(w.jumpMasq) + 1
+	services := len("-A ") + len(w.cn.services)
+
+	// The port's own chain, its masquerade rule, and its rule in
+	// PREFIX-SERVICES.
+	e.payload += chain + len(": - [0:0]\n")
+	e.payload += len("-A ") + chain + comment + proto + dest + len(w.ifNotLocal) + masq
+	e.natTop += services + comment + proto + dest + jump
+	// Or, when its traffic is local and dropped or rejected, rules of the
+	// same length in the filter table, which the three above cover.
+	extra := 0
+	if svc.ExternallyAccessible() {
+		// PREFIX-EXT-, with a masquerade rule and a jump, or for the
+		// Local policy up to three rules with comments and a jump.
+		rules := 1
+		if svc.ExternalPolicyLocal() {
+			rules = 3
+		}
+		extra += chain + len(": - [0:0]\n")
+		extra += rules*(len("-A ")+chain+len(` -m comment --comment "masquerade LOCAL traffic for  external destinations"`)+text+len(" -m addrtype --src-type LOCAL")+jump) +
+			len("-A ") + chain + jump
+	}
+	if svc.NodePort() != 0 {
+		// Its rule in PREFIX-NODEPORTS, and the counted localhost one
+		// before it.
+		rule := len("-A ") + len(w.cn.nodePorts) + len(" -m comment --comment ") + text + proto + len(" --dport ") + maxPortLen + jump
+		e.natTop += rule
+		if w.acct.LocalhostNodePorts && w.routeLocalnet {
+			e.natTop += rule + len(" -d 127.0.0.0/8 -m nfacct --nfacct-name ") + len(NFAcctLocalhostNodePorts)
+		}
+	}
+	if hc := svc.HealthCheckNodePort(); hc != 0 {
+		extra += len("-A ") + len(w.cn.nodePorts) + comment + len(" -m tcp -p tcp --dport ") + maxPortLen + len(" -j ACCEPT\n")
+	}
+	// An external IP or VIP: a rule in nat.
+	addrs := len(svc.ExternalIPs()) + len(svc.LoadBalancerVIPs())
+	filterRule := len("-A ") + len(w.cn.external) + comment + len(" traffic not accepted by ") + chain + proto + dest + len(" -j REJECT\n")
+	e.natTop += addrs * (services + comment + proto + dest + jump)
+	if endpoints == 0 {
+		// Without endpoints, rules that reject its traffic in filter
+		// instead of its endpoints' rules; other ports without
+		// endpoints for some policy have endpoints' rules to spare.
+		extra += (addrs + 2) * filterRule
+	}
+	if ranges := len(svc.LoadBalancerSourceRanges()); ranges > 0 {
+		// PREFIX-FW-, a rule per range and per VIP, the last one, and
+		// a drop rule per VIP in filter.
+		extra += chain + len(": - [0:0]\n")
+		extra += (ranges + addrs + 1) * (len("-A ") + chain + comment + len(" -s ") + ip + len("/128") + jump)
+		extra += addrs * filterRule
+	}
+	e.payload += extra
+
+	// Per endpoint: its chain's declaration, and the masquerade and DNAT
+	// rules in it; per listing in a port's chain, a rule there.
+	listing := len("-A ") + chain + len(" -m statistic --mode random --probability 0.1234567890") + jump
+	perEndpoint := chain + len(": - [0:0]\n") +
+		len("-A ") + chain + len(" -s ") + ip + masq +
+		len("-A ") + chain + proto + len(" -j DNAT --to-destination ") + ip + 1 + maxPortLen + 1
+	endpointComment := len(` -m comment --comment "`) + text + len(" -> ") + ip + 1 + maxPortLen + 1
+	sepComments := 2 * (len(" -m comment --comment ") + text)
+	listingComments := endpointComment
+	if svc.SessionAffinityType() == v1.ServiceAffinityClientIP {
+		// A "recent" rule per listing, before the others, and the
+		// "recent" match of the DNAT rule.
+		seconds := len(strconv.Itoa(svc.StickyMaxAgeSeconds()))
+		listing += len("-A ") + chain + len(" -m recent --name ") + chain + len(" --rcheck --seconds ") + seconds + len(" --reap") + jump
+		listingComments += endpointComment
+		perEndpoint += len(" -m recent --name ") + chain + len(" --set")
+	}
+	e.payload += endpoints*perEndpoint + listed*listing
+	e.comments += endpoints*sepComments + listed*listingComments
+}
+
+// size returns the estimate of the whole payload, comments included when
+// the writer writes them.
+func (e *payloadEstimate) size(w *Writer) int {
+	n := 4096 + e.payload + e.natTop
+	if !w.largeCluster() {
+		n += e.comments
+	}
+	return n
+}
 
 // fullPort is a port a full sync writes, with its map values.
 type fullPort struct {
@@ -698,6 +816,7 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 	// and every look-up costs a miss or two.
 	w.full = slices.Grow(w.full[:0], len(in.Services))
 	total := 0
+	var est payloadEstimate
 	for name, svc := range in.Services {
 		if !w.usable(logger, name, svc) {
 			continue
@@ -705,21 +824,28 @@ func (w *Writer) syncFull(logger klog.Logger, in *proxy.FamilyInput) int {
 		eps := in.Endpoints[name]
 		w.full = append(w.full, fullPort{name: name, svc: svc, eps: eps})
 		total += len(eps)
+		est.add(w, name, svc, eps)
 	}
 	slices.SortFunc(w.full, func(a, b fullPort) int { return changetracker.CompareServicePortNames(a.name, b.name) })
 	w.totalEndpoints = total
 	w.totalPorts = len(w.full)
 	w.noLocalInt, w.noLocalExt = 0, 0
 
-	b := w.endLine(append(growBuffer(w.payload, w.estimateFullSize()), "*nat"...))
+	b := w.endLine(append(growBuffer(w.payload, est.size(w)), "*nat"...))
 	// The top-level nat rules, a cluster-IP rule or so per port, are
 	// written aside until the chains they jump to are declared; sized at
 	// once, that buffer is not copied over and over as it grows.
-	w.natTop = growBuffer(w.natTop, topRuleSize*len(w.full))
+	w.natTop = growBuffer(w.natTop, est.natTop)
 	b = w.chainLine(b, w.cn.postrouting)
 	b = w.chainLine(b, w.cn.markMasq)
 	b = w.staticNATRules(b)
 
+	if len(w.services) == 0 {
+		// The first full sync: sized at once (a port per Service is
+		// the usual case), the map is not grown and rehashed step by
+		// step.
+		w.services = make(map[types.NamespacedName]*serviceState, len(w.full))
+	}
 	var ss *serviceState
 	for i := range w.full {
 		name := w.full[i].name

@@ -50,7 +50,7 @@ func loadedWriter(b *testing.B, size benchSize) (*cluster, *iptables.Writer) {
 	return c, w
 }
 
-func benchWriter(b *testing.B) *iptables.Writer {
+func benchWriter(b testing.TB) *iptables.Writer {
 	w, err := iptables.NewWriter(iptables.WriterConfig{Family: v1.IPv4Protocol, Node: proxy.NodeConfig{Name: "node-1", ClusterCIDRs: []netip.Prefix{prefix("10.128.0.0/10")}}, RandomFully: true})
 	if err != nil {
 		b.Fatal(err)
