@@ -202,10 +202,17 @@ func elementLayout(el *knftables.Element) (setLayout, bool, error) {
 	return spec, v6, nil
 }
 
-// gotoChain returns the chain of a verdict map element's "goto chain".
+// gotoChain returns the chain of a verdict map element's "goto chain". It
+// refuses a chain name the kernel would read otherwise than nft: one with
+// a space, a control character or NUL (which ends the name the kernel
+// reads), or longer than the kernel's 255 bytes.
 func gotoChain(el *knftables.Element) (string, error) {
 	chain, ok := strings.CutPrefix(strings.Join(el.Value, " "), "goto ")
-	if !ok || chain == "" || strings.ContainsAny(chain, " \t") {
+	ok = ok && chain != "" && len(chain) <= 255
+	for i := 0; ok && i < len(chain); i++ {
+		ok = chain[i] > ' ' && chain[i] != 0x7f
+	}
+	if !ok {
 		return "", fmt.Errorf("element %v of %s: value %q is not a goto", el.Key, el.Set+el.Map, el.Value)
 	}
 	return chain, nil
