@@ -232,9 +232,9 @@
 // # Transport
 //
 // Transactions go through knftables, one "nft -f" each, with two
-// exceptions that send elements through nf_tables netlink
-// (github.com/google/nftables) instead, without nft's exec, parser and
-// exit. With this layout nft's cache stays small (a few dozen chains
+// exceptions that send elements through nf_tables netlink instead (the
+// messages nft and github.com/google/nftables would send, encoded in one
+// buffer), without nft's exec, parser and exit. With this layout nft's cache stays small (a few dozen chains
 // whatever the services), so those are what a partial sync costs
 // through nft, and they are most of it.
 //

@@ -299,15 +299,6 @@ var checkSets = func() map[string]setLayout {
 	return m
 }()
 
-// setID names a set or map among all tables of both families: what
-// ApplyElementBatch and CheckElements group elements by, one message or
-// request per set.
-type setID struct {
-	family knftables.Family
-	table  string
-	name   string
-}
-
 // lookupBatch is how many keys one GETSETELEM request asks for.
 const lookupBatch = 256
 

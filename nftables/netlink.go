@@ -163,67 +163,106 @@ func encodeKey(el *knftables.Element) ([]byte, error) {
 
 func encode(el *knftables.Element, keyOnly bool) (encodedElement, error) {
 	var e encodedElement
+	spec, v6, err := elementLayout(el)
+	if err != nil {
+		return e, err
+	}
 	name := el.Set + el.Map
-	spec, ok := netlinkSets[name]
-	if !ok || el.Comment != nil || (el.Map != "") != (spec.verdict || spec.value != nil) {
-		return e, fmt.Errorf("element %v of %s is not sent through netlink", el.Key, name)
-	}
-	v6 := el.Family == knftables.IPv6Family
-	if !v6 && el.Family != knftables.IPv4Family {
-		return e, fmt.Errorf("element %v of %s: family %q", el.Key, name, el.Family)
-	}
-	var err error
 	if e.key, err = encodeFields(spec.key, el.Key, v6); err != nil {
 		return e, fmt.Errorf("element %v of %s: key: %w", el.Key, name, err)
 	}
 	switch {
 	case keyOnly:
 	case spec.verdict:
-		chain, ok := strings.CutPrefix(strings.Join(el.Value, " "), "goto ")
-		if !ok || chain == "" || strings.ContainsAny(chain, " \t") {
-			return e, fmt.Errorf("element %v of %s: value %q is not a goto", el.Key, name, el.Value)
-		}
-		e.chain = chain
+		e.chain, err = gotoChain(el)
 	case spec.value != nil:
 		if e.value, err = encodeFields(spec.value, el.Value, v6); err != nil {
-			return e, fmt.Errorf("element %v of %s: value: %w", el.Key, name, err)
+			err = fmt.Errorf("element %v of %s: value: %w", el.Key, name, err)
 		}
-	case len(el.Value) != 0:
-		return e, fmt.Errorf("element %v of set %s has a value", el.Key, name)
 	}
-	return e, nil
+	return e, err
+}
+
+// elementLayout returns the layout of el's set and whether el is of the
+// IPv6 family, or an error when el is not one netlinkElement takes, is of
+// another family, or is a set's element with a value.
+func elementLayout(el *knftables.Element) (setLayout, bool, error) {
+	name := el.Set + el.Map
+	spec, ok := netlinkSets[name]
+	if !ok || el.Comment != nil || (el.Map != "") != (spec.verdict || spec.value != nil) {
+		return spec, false, fmt.Errorf("element %v of %s is not sent through netlink", el.Key, name)
+	}
+	v6 := el.Family == knftables.IPv6Family
+	if !v6 && el.Family != knftables.IPv4Family {
+		return spec, false, fmt.Errorf("element %v of %s: family %q", el.Key, name, el.Family)
+	}
+	if !spec.verdict && spec.value == nil && len(el.Value) != 0 {
+		return spec, false, fmt.Errorf("element %v of set %s has a value", el.Key, name)
+	}
+	return spec, v6, nil
+}
+
+// gotoChain returns the chain of a verdict map element's "goto chain". It
+// refuses a chain name the kernel would read otherwise than nft: one with
+// a space, a control character or NUL (which ends the name the kernel
+// reads), or longer than the kernel's 255 bytes.
+func gotoChain(el *knftables.Element) (string, error) {
+	chain, ok := strings.CutPrefix(strings.Join(el.Value, " "), "goto ")
+	ok = ok && chain != "" && len(chain) <= 255
+	for i := 0; ok && i < len(chain); i++ {
+		ok = chain[i] > ' ' && chain[i] != 0x7f
+	}
+	if !ok {
+		return "", fmt.Errorf("element %v of %s: value %q is not a goto", el.Key, el.Set+el.Map, el.Value)
+	}
+	return chain, nil
 }
 
 func encodeFields(fields []field, parts []string, v6 bool) ([]byte, error) {
-	if len(parts) != len(fields) {
-		return nil, fmt.Errorf("%d fields, want %d", len(parts), len(fields))
+	b, err := appendFields(nil, fields, parts, v6)
+	if err != nil {
+		return nil, err
 	}
-	var b []byte
+	return b, nil
+}
+
+// appendFields is encodeFields appending to b; on an error it returns b
+// with garbage after what b held.
+func appendFields(b []byte, fields []field, parts []string, v6 bool) ([]byte, error) {
+	if len(parts) != len(fields) {
+		return b, fmt.Errorf("%d fields, want %d", len(parts), len(fields))
+	}
 	for i, f := range fields {
 		p := parts[i]
 		switch f {
 		case fAddr:
 			a, err := netip.ParseAddr(p)
 			if err != nil || a.Zone() != "" || a.Is6() != v6 || a.Is4In6() {
-				return nil, fmt.Errorf("%q is not an address of the family", p)
+				return b, fmt.Errorf("%q is not an address of the family", p)
 			}
-			b = append(b, a.AsSlice()...)
+			if v6 {
+				a16 := a.As16()
+				b = append(b, a16[:]...)
+			} else {
+				a4 := a.As4()
+				b = append(b, a4[:]...)
+			}
 		case fProto:
 			n, ok := protocolNumbers[p]
 			if !ok {
-				return nil, fmt.Errorf("protocol %q", p)
+				return b, fmt.Errorf("protocol %q", p)
 			}
 			b = append(b, n, 0, 0, 0)
 		case fPort:
 			n, err := strconv.ParseUint(p, 10, 16)
 			if err != nil || n == 0 {
-				return nil, fmt.Errorf("port %q", p)
+				return b, fmt.Errorf("port %q", p)
 			}
 			b = append(binary.BigEndian.AppendUint16(b, uint16(n)), 0, 0)
 		case fIndex:
 			n, err := strconv.ParseUint(p, 10, 32)
 			if err != nil {
-				return nil, fmt.Errorf("index %q", p)
+				return b, fmt.Errorf("index %q", p)
 			}
 			b = binary.NativeEndian.AppendUint32(b, uint32(n))
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mdlayher/netlink"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 )
@@ -57,8 +58,17 @@ func FuzzEncodeElement(f *testing.F) {
 		}
 		enc, err := encodeElement(el)
 		keyOnly, keyErr := encodeKey(el)
+		// What is sent is the wire encoding: it must refuse what
+		// encodeElement refuses, and carry the bytes it checked.
+		wire, wireErr := appendElementAttr(nil, 1, el, false)
+		if (wireErr == nil) != (err == nil) {
+			t.Fatalf("%+v: encodeElement's error %v, the wire encoding's %v", el, err, wireErr)
+		}
 		if err != nil {
 			return
+		}
+		if diff := cmp.Diff(enc, decodeElementAttr(t, wire), cmp.AllowUnexported(encodedElement{})); diff != "" {
+			t.Errorf("%+v: the wire encoding carries other bytes (-encodeElement +wire):\n%s", el, diff)
 		}
 		if keyErr != nil {
 			t.Fatalf("%+v: the addition encodes, the deletion's key fails: %v", el, keyErr)
@@ -95,4 +105,54 @@ func checkLayout(t *testing.T, what string, fields []field, b []byte, v6 bool) {
 	if diff := cmp.Diff(b, again); diff != "" {
 		t.Errorf("%s %x decodes to %q, which encodes otherwise (-first +again):\n%s", what, b, s, diff)
 	}
+}
+
+// decodeElementAttr reads back one list item of appendElementAttr: its key,
+// and its value or verdict chain.
+func decodeElementAttr(t *testing.T, b []byte) encodedElement {
+	t.Helper()
+	var e encodedElement
+	item, err := netlink.NewAttributeDecoder(b)
+	if err != nil || !item.Next() {
+		t.Fatalf("item %x does not decode: %v", b, err)
+	}
+	ad, err := netlink.NewAttributeDecoder(item.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := func(b []byte, typ uint16) []byte {
+		d, err := netlink.NewAttributeDecoder(b)
+		if err != nil || !d.Next() || d.Type() != typ {
+			t.Fatalf("attribute %x: want one of type %d", b, typ)
+		}
+		return d.Bytes()
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case attrElemKey:
+			e.key = inner(ad.Bytes(), attrDataValue)
+		case attrElemData:
+			d, err := netlink.NewAttributeDecoder(ad.Bytes())
+			if err != nil || !d.Next() {
+				t.Fatalf("data %x does not decode", ad.Bytes())
+			}
+			switch d.Type() {
+			case attrDataValue:
+				e.value = d.Bytes()
+			case attrDataVerdict:
+				v, err := netlink.NewAttributeDecoder(d.Bytes())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for v.Next() {
+					if v.Type() == attrVerdictChain {
+						e.chain = v.String()
+					}
+				}
+			}
+		default:
+			t.Errorf("item has attribute %d", ad.Type())
+		}
+	}
+	return e
 }

@@ -4,19 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
-	"sigs.k8s.io/knftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/proxykit/proxykit/internal/netlinkbuf"
 )
-
-// elementsPerMessage bounds the elements of one NEWSETELEM message: their
-// list is one netlink attribute, whose length is 16 bits.
-const elementsPerMessage = 512
 
 // ApplyElementBatch sends b to the kernel through nf_tables netlink as one
 // batch, which the kernel commits whole or not at all: first every
@@ -39,107 +34,76 @@ func ApplyElementBatch(b ElementBatch) error {
 
 // applyElementBatch is ApplyElementBatch bounded by timeout (zero: no
 // bound); tests add socket options after the package's own.
-func applyElementBatch(b ElementBatch, timeout time.Duration, testOpts ...nftables.SockOption) error {
+//
+// The batch is encoded into one buffer (encodeBatch) and sent with one
+// sendmsg, without google/nftables' per-element attribute values: a first
+// load sends an element per endpoint.
+func applyElementBatch(b ElementBatch, timeout time.Duration, testOpts ...func(*netlink.Conn) error) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	type group struct {
-		set   *nftables.Set
-		elems []nftables.SetElement
-	}
-	sets := map[setID]*nftables.Set{}
-	// groups collects one operation's elements by set, in the order the
-	// sets first appear.
-	groups := func(elements []*knftables.Element, keyOnly bool) ([]*group, error) {
-		var out []*group
-		index := map[setID]*group{}
-		for _, el := range elements {
-			var enc encodedElement
-			var err error
-			if keyOnly {
-				enc.key, err = encodeKey(el)
-			} else {
-				enc, err = encodeElement(el)
-			}
-			if err != nil {
-				return nil, err
-			}
-			if el.Table == "" {
-				return nil, fmt.Errorf("element %v of %s names no table", el.Key, el.Set+el.Map)
-			}
-			id := setID{el.Family, el.Table, el.Set + el.Map}
-			if sets[id] == nil {
-				fam := nftables.TableFamilyIPv4
-				if el.Family == knftables.IPv6Family {
-					fam = nftables.TableFamilyIPv6
-				}
-				sets[id] = &nftables.Set{Table: &nftables.Table{Family: fam, Name: el.Table}, Name: id.name, IsMap: el.Map != ""}
-			}
-			g := index[id]
-			if g == nil {
-				g = &group{set: sets[id]}
-				index[id] = g
-				out = append(out, g)
-			}
-			se := nftables.SetElement{Key: enc.key, Val: enc.value}
-			if enc.chain != "" {
-				se.VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: enc.chain}
-			}
-			g.elems = append(g.elems, se)
-		}
-		return out, nil
-	}
-	dels, err := groups(b.Delete, true)
+	wb, err := encodeBatch(b)
 	if err != nil {
 		return err
 	}
-	adds, err := groups(b.Add, false)
-	if err != nil {
-		return err
+	msgs := make([]netlink.Message, 0, len(wb.msgs)+2)
+	control := func(typ uint16) netlink.Message {
+		return netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request}, Data: batchControlData[:]}
 	}
-	// A lasting connection, so that Flush does not close the socket: see
-	// closeInBackground.
-	// The deadline bounds the sending and the acknowledgements: a batch
-	// takes no longer to queue than to send.
-	opts := append([]nftables.SockOption{bigBuffers, deadline(timeout)}, testOpts...)
-	conn, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(opts...))
+	msgs = append(msgs, control(nfnlMsgBatchBegin))
+	for _, m := range wb.msgs {
+		msgs = append(msgs, netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(m.typ), Flags: netlink.HeaderFlags(m.flags)}, Data: wb.buf[m.start+nlmsgHeaderLen : m.end]})
+	}
+	msgs = append(msgs, control(nfnlMsgBatchEnd))
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return fmt.Errorf("nftables netlink: %w", err)
 	}
 	defer closeInBackground(conn)
-	for _, op := range []struct {
-		verb   string
-		groups []*group
-		queue  func(*nftables.Set, []nftables.SetElement) error
-	}{
-		{"deleting", dels, conn.SetDeleteElements},
-		{"adding", adds, conn.SetAddElements},
-	} {
-		for _, g := range op.groups {
-			elems := g.elems
-			for len(elems) > 0 {
-				n := min(len(elems), elementsPerMessage)
-				if err := op.queue(g.set, elems[:n]); err != nil {
-					return fmt.Errorf("nftables netlink: %s elements of %s %s %s: %w", op.verb, familyName(g.set), g.set.Table.Name, g.set.Name, err)
-				}
-				elems = elems[n:]
+	// The deadline bounds the sending and the acknowledgements: a batch
+	// takes no longer to queue than to send.
+	for _, opt := range append([]func(*netlink.Conn) error{bigBuffers, deadline(timeout)}, testOpts...) {
+		if err := opt(conn); err != nil {
+			return err
+		}
+	}
+	what := func() string { return fmt.Sprintf("deleting %d and adding %d elements", len(b.Delete), len(b.Add)) }
+	if _, err := conn.SendMessages(msgs); err != nil {
+		return requestError(what(), err, timeout)
+	}
+	// The kernel answers every message that asks for an acknowledgement,
+	// each on its own: with an error for one it refused (and the batch
+	// is then aborted whole), zero otherwise. Anything else the socket
+	// reads is no answer to the batch.
+	var errs error
+	for answered := 0; answered < len(wb.msgs); {
+		msgs, err := conn.Receive()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return requestError(what(), os.ErrDeadlineExceeded, timeout)
+			}
+			if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOBUFS) {
+				// The kernel sends no more after these.
+				return fmt.Errorf("nftables netlink: %s: %w", what(), err)
+			}
+			errs = errors.Join(errs, err)
+			answered++
+			continue
+		}
+		for _, m := range msgs {
+			if m.Header.Type == netlink.Error {
+				answered++
 			}
 		}
 	}
-	if err := conn.Flush(); err != nil {
-		what := fmt.Sprintf("deleting %d and adding %d elements", len(b.Delete), len(b.Add))
-		if timeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-			// Flush joins the error of every message still unanswered
-			// after the deadline: one says it.
-			return requestError(what, os.ErrDeadlineExceeded, timeout)
-		}
-		return fmt.Errorf("nftables netlink: %s: %w", what, err)
+	if errs != nil {
+		return fmt.Errorf("nftables netlink: %s: %w", what(), errs)
 	}
 	return nil
 }
 
 // deadline sets a socket's deadline timeout from now; zero sets none.
-func deadline(timeout time.Duration) nftables.SockOption {
+func deadline(timeout time.Duration) func(*netlink.Conn) error {
 	return func(c *netlink.Conn) error {
 		if timeout <= 0 {
 			return nil
@@ -157,24 +121,15 @@ func deadline(timeout time.Duration) nftables.SockOption {
 // (nft_rcv_nl_event flushes the destroy work on every release), which
 // lasts many times longer than the batch takes to commit, and is the
 // whole cost of nft -f's deletions beyond its exec. The batch is
-// committed once Flush has read its acknowledgements,
-// so nothing waits for the close but the next batch of the namespace,
+// committed once its acknowledgements have been read, so nothing waits for the close but the next batch of the namespace,
 // should it come within the grace period (the kernel holds nf_tables'
 // commit lock meanwhile).
-func closeInBackground(conn *nftables.Conn) {
-	go func() { _ = conn.CloseLasting() }()
+func closeInBackground(conn *netlink.Conn) {
+	go func() { _ = conn.Close() }()
 }
 
-// familyName is the nft family of s's table, for errors.
-func familyName(s *nftables.Set) knftables.Family {
-	if s.Table.Family == nftables.TableFamilyIPv6 {
-		return knftables.IPv6Family
-	}
-	return knftables.IPv4Family
-}
-
-// bigBuffers lets one batch carry a whole table's elements: google/nftables
-// sends a batch in one sendmsg, which the kernel refuses (EMSGSIZE) beyond
+// bigBuffers lets one batch carry a whole table's elements: a batch goes
+// in one sendmsg, which the kernel refuses (EMSGSIZE) beyond
 // the socket's send buffer, and reads an acknowledgement per message, which
 // the kernel queues at once and drops (ENOBUFS) beyond the receive buffer.
 func bigBuffers(c *netlink.Conn) error {

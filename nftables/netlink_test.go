@@ -37,6 +37,7 @@ func TestEncodeElement(t *testing.T) {
 			encodedElement{key: []byte{10, 0, 0, 5, 10, 0, 0, 5}}},
 		{"comment stays with nft", v4(knftables.Element{Map: serviceIPsMap, Key: []string{"10.96.0.1", "tcp", "80"}, Value: []string{"goto lb-3"}, Comment: ptr.To("x")}), encodedElement{}},
 		{"not a goto", v4(knftables.Element{Map: serviceIPsMap, Key: []string{"10.96.0.1", "tcp", "80"}, Value: []string{"drop"}}), encodedElement{}},
+		{"NUL in the chain", v4(knftables.Element{Map: serviceIPsMap, Key: []string{"10.96.0.1", "tcp", "80"}, Value: []string{"goto a\x00b"}}), encodedElement{}},
 		{"other family's address", v4(knftables.Element{Set: clusterIPsSet, Key: []string{"fd00::1"}}), encodedElement{}},
 		{"mapped address", v6(knftables.Element{Set: clusterIPsSet, Key: []string{"::ffff:10.0.0.1"}}), encodedElement{}},
 		{"unknown protocol", v4(knftables.Element{Set: firewallIPsSet, Key: []string{"10.96.0.1", "icmp", "80"}}), encodedElement{}},

@@ -344,8 +344,9 @@ type portState struct {
 	// order is, for the data-map layout, the endpoints at each index of
 	// the endpoints maps: internal traffic's, then external traffic's.
 	order [2][]netip.AddrPort
-	// epValues are the endpoints' element values, kept between syncs.
-	epValues map[netip.AddrPort]*epValue
+	// epValues are the endpoints' element values, kept between syncs
+	// (findEPValue).
+	epValues []*epValue
 }
 
 type affinitySet struct {
@@ -627,6 +628,10 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 
 	tx := w.nft.NewTransaction()
 	var split []*knftables.Element
+	if w.split {
+		// Nearly every addition goes there: room made once.
+		split = make([]*knftables.Element, 0, len(w.elemAdds))
+	}
 	var batch *ElementBatch
 	phases := [][]op{w.elemDels, w.chainOps, w.setOps, w.rules, w.elemAdds, w.finalDels}
 	if !full && w.cfg.NetlinkElementSyncs {
@@ -649,6 +654,9 @@ func (w *Writer) Sync(ctx context.Context, in *proxy.FamilyInput) SyncResult {
 				tx.Delete(o.obj)
 			}
 		}
+	}
+	if len(split) == 0 {
+		split = nil
 	}
 	w.split = false
 	w.gt.batches = 0
@@ -766,7 +774,9 @@ func (w *Writer) syncFull(ctx context.Context, logger klog.Logger, in *proxy.Fam
 	w.tables[tServiceIPs].presize(len(w.names))
 	w.tables[tEndpoints].presize(total)
 	old := w.ports
-	w.ports = make(map[types.NamespacedName][]*portState, len(old))
+	// Room for every Service at once (a Service has at least one of
+	// the ports), not grown from empty by the first full sync.
+	w.ports = make(map[types.NamespacedName][]*portState, max(len(old), len(w.names)))
 	for _, ports := range old {
 		for _, ps := range ports {
 			ps.claims = ps.claims[:0]

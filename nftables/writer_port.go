@@ -105,13 +105,7 @@ func (w *Writer) renderPort(logger klog.Logger, ps *portState, svc changetracker
 		} else {
 			ps.order[1] = ps.order[1][:0]
 		}
-		defer func() {
-			for ep, v := range ps.epValues {
-				if v.gen != w.gen {
-					delete(ps.epValues, ep)
-				}
-			}
-		}()
+		defer ps.dropEPValues(w.gen)
 		// A pod that reaches itself through the service must be
 		// masqueraded, or it would answer itself directly; only this
 		// node's endpoints can be reached so (nat-postrouting matches
@@ -352,6 +346,9 @@ func (w *Writer) claimEndpoints(ps *portState, t tableID, addr, proto, port stri
 	prefix := len(buf)
 	tab := w.tables[t]
 	var keys []string
+	// A port's first claims hold no value yet (eps holds each endpoint
+	// once): none is looked for.
+	fresh := len(ps.epValues) == 0
 	for i, ep := range eps {
 		buf = strconv.AppendInt(buf[:prefix], int64(i), 10)
 		e := tab.entries[string(buf)]
@@ -369,13 +366,16 @@ func (w *Writer) claimEndpoints(ps *portState, t tableID, addr, proto, port stri
 			}
 			e = tab.add(string(buf), key)
 		}
-		v := ps.epValues[ep]
+		var v *epValue
+		if !fresh {
+			v = ps.findEPValue(i, ep)
+		}
 		if v == nil {
 			if ps.epValues == nil {
-				ps.epValues = make(map[netip.AddrPort]*epValue, len(eps))
+				ps.epValues = make([]*epValue, 0, len(eps))
 			}
 			v = w.newEPValue(ep)
-			ps.epValues[ep] = v
+			ps.epValues = append(ps.epValues, v)
 		}
 		v.gen = w.gen
 		tab.claimEntry(e, ps, w.gen, v.text, v.parts[:], nil)
@@ -398,8 +398,49 @@ func (w *Writer) newEPValue(ep netip.AddrPort) *epValue {
 	}
 	v := &w.epSlab[0]
 	w.epSlab = w.epSlab[1:]
-	*v = epValue{text: text, parts: [2]string{text[:n], text[n+3:]}}
+	*v = epValue{ep: ep, text: text, parts: [2]string{text[:n], text[n+3:]}}
 	return v
+}
+
+// findEPValue returns the value of ep among ps.epValues, or nil. Values
+// are appended in the order of the port's endpoints, which most syncs
+// keep (endpointOrder), so ep is first looked for at its index i: a
+// slice, not a map per port, which a first sync of many small ports would
+// make by the thousand.
+func (ps *portState) findEPValue(i int, ep netip.AddrPort) *epValue {
+	vals := ps.epValues
+	if i < len(vals) && vals[i].ep == ep {
+		return vals[i]
+	}
+	for j, v := range vals {
+		if v.ep == ep {
+			// Moved to its index, so that the next sync finds it
+			// there.
+			if i < len(vals) {
+				vals[i], vals[j] = v, vals[i]
+			}
+			return v
+		}
+	}
+	return nil
+}
+
+// dropEPValues drops the values no claim of sync gen used, each replaced
+// by the last one kept, as endpointOrder fills the index of an endpoint
+// that went: the values stay at their endpoints' indexes.
+func (ps *portState) dropEPValues(gen uint64) {
+	vals := ps.epValues
+	for i := 0; i < len(vals); {
+		if vals[i].gen == gen {
+			i++
+			continue
+		}
+		last := len(vals) - 1
+		vals[i] = vals[last]
+		vals[last] = nil
+		vals = vals[:last]
+	}
+	ps.epValues = vals
 }
 
 // gotoShared returns the verdict "goto" the shared chain of kind for k
@@ -426,6 +467,7 @@ type sharedKey struct {
 // once per endpoint of a port and reused by every sync that claims it
 // (elements hold parts; nothing changes them).
 type epValue struct {
+	ep    netip.AddrPort
 	text  string    // "addr . port"
 	parts [2]string // addr, port
 	gen   uint64    // the last sync that claimed it

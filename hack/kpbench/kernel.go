@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
@@ -23,7 +24,8 @@ import (
 
 // nftRecorder stands for knftables' nft -f: Run serialises the transaction
 // with knftables (Transaction.String, the text knftables writes to nft's
-// stdin) and counts its bytes. List and ListElements answer from the
+// stdin) and counts its bytes; RunBatch stands for the netlink socket of
+// nftables mode's element batches. List and ListElements answer from the
 // chains, sets, maps and elements the transactions so far left, as the
 // kernel would: kube-proxy lists the chains and sets on every sync and the
 // elements of its maps on every full sync (and writes only the elements
@@ -50,6 +52,8 @@ type nftRecorder struct {
 	// elems holds the elements of each set and map, key to value, their
 	// parts joined by " . " as nft writes them.
 	elems map[string]*offHeapMap
+	// scratch is noteElements' buffer.
+	scratch []byte
 }
 
 var (
@@ -81,6 +85,63 @@ func (r *nftRecorder) Run(_ context.Context, tx *knftables.Transaction) error {
 		r.gen++
 	}
 	return nil
+}
+
+// RunBatch stands for nftables.ApplyElementBatch, the netlink path of
+// nftables mode: it is handed the batch's messages as that sends them
+// (ElementBatch.MarshalBinary, the same encoding), counts their bytes and
+// applies the elements to the model. A batch is one commit, as a
+// transaction is.
+func (r *nftRecorder) RunBatch(b nftables.ElementBatch) error {
+	msgs, err := b.MarshalBinary()
+	if err != nil {
+		r.failed++
+		return fmt.Errorf("batch refused: %w", err)
+	}
+	r.bytes += int64(len(msgs))
+	r.overhead += threadCPU(func() {
+		r.noteElements(b.Delete, false)
+		r.noteElements(b.Add, true)
+	})
+	if b.Len() > 0 {
+		r.gen++
+	}
+	return nil
+}
+
+// noteElements adds (or deletes) els in the model. The key and value are
+// joined in a buffer the recorder reuses, which the model copies: like
+// note's, this bookkeeping leaves no garbage for the proxy's collector.
+func (r *nftRecorder) noteElements(els []*knftables.Element, add bool) {
+	join := func(b []byte, parts []string) []byte {
+		for i, p := range parts {
+			if i > 0 {
+				b = append(b, " . "...)
+			}
+			b = append(b, p...)
+		}
+		return b
+	}
+	view := func(b []byte) string {
+		if len(b) == 0 {
+			return ""
+		}
+		return unsafe.String(&b[0], len(b))
+	}
+	for _, el := range els {
+		m := r.elems[el.Set+el.Map]
+		if m == nil {
+			continue
+		}
+		r.scratch = join(r.scratch[:0], el.Key)
+		k := len(r.scratch)
+		if !add {
+			m.remove(view(r.scratch))
+			continue
+		}
+		r.scratch = join(r.scratch, el.Value)
+		m.set(view(r.scratch[:k]), view(r.scratch[k:]))
+	}
 }
 
 // Generation is part of nftables.KernelState: the kernel's count of

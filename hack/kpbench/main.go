@@ -16,8 +16,11 @@
 //
 // Each side's work is the trackers' Update, the render and what the kernel
 // tool is handed: the iptables-restore input, or the nft -f text of the
-// transaction (knftables' Transaction.String, for both sides; proxykit's
-// netlink element paths are off). Neither side runs a kernel tool: stand-ins
+// transaction (knftables' Transaction.String, for both sides), and on
+// proxykit's side what nftables mode sends through netlink instead, as it
+// does over a real nft (the elements of a split first load, the element
+// batches of partial syncs: their messages as ApplyElementBatch sends
+// them). Neither side runs a kernel tool: stand-ins
 // count the bytes and answer both sides' listings of the table, and
 // proxykit's reads of the nf_tables generation, as the kernel would (see
 // kernel.go). kube-proxy's Proxiers are made with their exported

@@ -19,9 +19,10 @@ import (
 // proxyKit is proxykit's side: the change trackers fed by the handlers, and
 // at each sync the maps' Update, the input the proxier would build, and one
 // rule writer's Sync, whose output goes to the same stand-in kernel tool as
-// kube-proxy's (iptables-restore input; nft -f text through the recorder,
-// with the writer's netlink paths off, so both sides are measured on nft
-// text). The nftables writer reads the generation from the recorder, as
+// kube-proxy's (iptables-restore input; nft -f text through the recorder),
+// or, for what nftables mode sends through netlink (the elements of a
+// split first load, a partial sync's element batch), to the recorder's
+// stand-in for the netlink socket, which is handed the batch's messages. The nftables writer reads the generation from the recorder, as
 // the Mode's writer reads it from the kernel (its KernelState), which is
 // what lets a forced full resync of a table no one else changed send only
 // the difference without listing the elements. It leaves out the proxier's per-sync bookkeeping beside the writer
@@ -76,8 +77,13 @@ func newProxyKit(mode string) (*proxyKit, error) {
 		rec := newNFTRecorder()
 		// The recorder's generation stands for the KernelState that the
 		// Mode gives its writer (NewMode); the periodic resync is off,
-		// as no step waits for it.
-		w, err := nftables.NewWriter(rec, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: node, KernelState: rec})
+		// as no step waits for it. The netlink paths are on, as the
+		// Mode's over a real nft: the first load is split (the table,
+		// chains and rules through nft, the bulk of the elements as a
+		// netlink batch), and a partial sync of elements alone is a
+		// batch.
+		w, err := nftables.NewWriter(rec, nftables.WriterConfig{Family: v1.IPv4Protocol, Node: node, KernelState: rec,
+			SplitFirstLoad: true, NetlinkElementSyncs: true})
 		if err != nil {
 			return nil, err
 		}
@@ -86,6 +92,12 @@ func newProxyKit(mode string) (*proxyKit, error) {
 			var err error
 			if res.Transaction.NumOperations() > 0 {
 				err = rec.Run(ctx, res.Transaction)
+			}
+			if err == nil && len(res.Elements) > 0 {
+				err = rec.RunBatch(nftables.ElementBatch{Add: res.Elements})
+			}
+			if err == nil && res.Batch != nil {
+				err = rec.RunBatch(*res.Batch)
 			}
 			w.Applied(err)
 			return res.Full, err
