@@ -2,7 +2,7 @@
 /*
  * proxykit's socket load balancer: cgroup programs that translate a
  * Service frontend to one of its endpoints when a socket connects (TCP,
- * UDP, SCTP) or sends a datagram to it (unconnected UDP), and give the
+ * UDP; SCTP never runs them) or sends a datagram to it (UDP), and give the
  * Service address back to recvmsg and getpeername callers. The maps are
  * described in lb.h; policy (traffic policies, topology, which endpoints
  * are ready) is decided by whoever writes them, never here.

@@ -31,6 +31,10 @@ func TestTrace(t *testing.T) {
 	}
 	must(fk.UpdateService(vip, ebpf.Service{ID: 7, Count: 4, AffinitySeconds: 10}))
 	must(fk.UpdateService(empty, ebpf.Service{ID: 9}))
+	// The same Service's SCTP port: the kernel never runs the connect
+	// programs for it, so its frontend is never applied.
+	sctp := ebpf.Frontend{Addr: vip.Addr, Port: 80, Protocol: v1.ProtocolSCTP}
+	must(fk.UpdateService(sctp, ebpf.Service{ID: 7, Count: 4}))
 
 	for _, tc := range []struct {
 		name string
@@ -55,6 +59,10 @@ func TestTrace(t *testing.T) {
 	}, {
 		name: "not a frontend",
 		c:    ebpftest.Connection{Destination: ebpf.Frontend{Addr: vip.Addr, Port: 81, Protocol: v1.ProtocolTCP}},
+		want: []ebpftest.Outcome{{Probability: 1}},
+	}, {
+		name: "SCTP passes with endpoints in the maps",
+		c:    ebpftest.Connection{Destination: sctp},
 		want: []ebpftest.Outcome{{Probability: 1}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
