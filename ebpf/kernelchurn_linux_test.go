@@ -32,6 +32,7 @@ func TestKernelChurn(t *testing.T) {
 		const n = 6
 		_, servers := l.addrBackends(t, networks, n, 8080, 8081)
 		backends := servers[0]
+		l.waitReachable(t, backends, 8080)
 		type service struct {
 			name    string
 			ip      netip.Addr

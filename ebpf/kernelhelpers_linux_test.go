@@ -197,3 +197,34 @@ func answerLocalAddr(ln net.Listener, done func()) {
 		c.Close()
 	}
 }
+
+// waitReachable dials each of addrs at port directly (no frontend: the
+// programs leave it alone) until every dial is answered, for up to 15
+// seconds: on a loaded machine an IPv6 neighbour can take longer to
+// resolve than a first connection waits, which then fails with
+// EHOSTUNREACH for a reason that has nothing to do with the maps.
+func (l *lab) waitReachable(t *testing.T, addrs []netip.Addr, port uint16) {
+	t.Helper()
+	runs := make([]clientRun, len(addrs))
+	for i, a := range addrs {
+		runs[i] = clientRun{"dial", "tcp", netip.AddrPortFrom(a, port), 1}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var failed []string
+		for i, lines := range l.runAll(t, runs) {
+			for _, line := range lines {
+				if strings.HasPrefix(line, "error") {
+					failed = append(failed, runs[i].dst.String()+": "+line)
+				}
+			}
+		}
+		if len(failed) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backends not reachable directly within 15s: %q", failed)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
