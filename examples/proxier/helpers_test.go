@@ -14,9 +14,11 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/knftables"
+	"sigs.k8s.io/yaml"
 
 	"github.com/proxykit/proxykit/ebpf"
 	"github.com/proxykit/proxykit/internal/testkit/golden"
@@ -165,4 +167,23 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(buildDir)
 	}
 	os.Exit(code)
+}
+
+// manifestChunk returns Services from to to with their EndpointSlices
+// (svcs[i] and eps[i] belong together) as one --manifests file: each
+// object a YAML document after a "---" line.
+func manifestChunk(tb testing.TB, svcs []*v1.Service, eps []*discoveryv1.EndpointSlice, from, to int) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	for i := from; i < to; i++ {
+		for _, o := range []any{svcs[i], eps[i]} {
+			y, err := yaml.Marshal(o)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			buf.WriteString("---\n")
+			buf.Write(y)
+		}
+	}
+	return buf.Bytes()
 }

@@ -98,21 +98,11 @@ func testProgrammingLatency(t *testing.T, m e2eMode, services, endpoints int) {
 	dir := t.TempDir()
 	writeChunk := func(chunk int) {
 		t.Helper()
-		var b bytes.Buffer
-		for i := chunk * latencyServicesPerFile; i < min(services, (chunk+1)*latencyServicesPerFile); i++ {
-			for _, o := range []any{svcs[i], eps[i]} {
-				y, err := yaml.Marshal(o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.WriteString("---\n")
-				b.Write(y)
-			}
-		}
+		chunkYAML := manifestChunk(t, svcs, eps, chunk*latencyServicesPerFile, min(services, (chunk+1)*latencyServicesPerFile))
 		name := filepath.Join(dir, fmt.Sprintf("chunk-%04d.yaml", chunk))
 		// The trigger time is taken last, so that the test's own YAML
 		// encoding is not counted.
-		data := bytes.ReplaceAll(b.Bytes(), []byte(triggerPlaceholder), []byte(time.Now().Format(time.RFC3339Nano)))
+		data := bytes.ReplaceAll(chunkYAML, []byte(triggerPlaceholder), []byte(time.Now().Format(time.RFC3339Nano)))
 		if err := os.WriteFile(name+".tmp", data, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -68,19 +68,9 @@ func BenchmarkManifestsProxier(b *testing.B) {
 	}
 	writeFile := func(chunk int) {
 		b.Helper()
-		var buf bytes.Buffer
-		for i := chunk * manifestsBenchPerFile; i < min(services, (chunk+1)*manifestsBenchPerFile); i++ {
-			for _, o := range []any{svcs[i], eps[i]} {
-				y, err := yaml.Marshal(o)
-				if err != nil {
-					b.Fatal(err)
-				}
-				buf.WriteString("---\n")
-				buf.Write(y)
-			}
-		}
+		data := manifestChunk(b, svcs, eps, chunk*manifestsBenchPerFile, min(services, (chunk+1)*manifestsBenchPerFile))
 		name := filepath.Join(dir, fmt.Sprintf("services-%02d.yaml", chunk))
-		if err := os.WriteFile(name+".tmp", buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(name+".tmp", data, 0o644); err != nil {
 			b.Fatal(err)
 		}
 		if err := os.Rename(name+".tmp", name); err != nil {
